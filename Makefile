@@ -1,0 +1,46 @@
+# The README's two commands are `make demo` (the main job) and `make test` (every check).
+# Both install what they need on a fresh machine with only Python 3.11+: uv comes through pip
+# when it is missing, then uv builds the locked environment in .venv.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+RUN := $(UV) run --frozen
+
+.PHONY: all bootstrap sync demo test lint typecheck layers pytest bench proto fmt clean
+
+all: test
+
+bootstrap:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || \
+		$(PYTHON) -m pip install --quiet --disable-pip-version-check "uv>=0.8"
+
+sync: bootstrap
+	@$(UV) sync --frozen --quiet
+
+demo: sync
+	$(RUN) python -m hami_demo $(DEMO_ARGS)
+
+lint: sync
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+typecheck: sync
+	$(RUN) mypy libs/protocol/src libs/kube/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src demo/src
+
+layers: sync
+	$(RUN) lint-imports
+
+pytest: sync
+	$(RUN) pytest $(PYTEST_ARGS)
+
+test: lint typecheck layers pytest
+
+bench: sync
+	@for b in bench/*.py; do echo "== $$b"; $(RUN) python $$b || exit 1; done
+
+fmt: sync
+	$(RUN) ruff format .
+	$(RUN) ruff check --fix .
+
+clean:
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -1,0 +1,1 @@
+"""Shared Kubernetes I/O for the services."""

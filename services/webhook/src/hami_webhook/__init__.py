@@ -1,0 +1,1 @@
+"""Mutating admission webhook service."""
