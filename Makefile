@@ -18,14 +18,14 @@ sync: bootstrap
 	@$(UV) sync --frozen --quiet
 
 demo: sync
-	$(RUN) python -m hami_demo $(DEMO_ARGS)
+	$(RUN) python -m hami_protocol.demo $(DEMO_ARGS)
 
 lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 
 typecheck: sync
-	$(RUN) mypy libs/protocol/src libs/kube/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src demo/src
+	$(RUN) mypy libs/protocol/src libs/kube/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src
 
 layers: sync
 	$(RUN) lint-imports

@@ -85,3 +85,39 @@ def node_register_key(word: str) -> str:
 def node_handshake_key(word: str) -> str:
     """``hami.io/node-handshake-<word>`` (every vendor but NVIDIA, whose key has no suffix)."""
     return f"{HAMI_PREFIX}node-handshake-{word}"
+
+
+# --- Vendor-specific keys (rows of hami_protocol.vendors) ------------------------------------
+CAMBRICON_DSMLU_LOCK: Final = "cambricon.com/dsmlu.lock"
+"""Cambricon's own node lock: an RFC3339 time, expiring after 2 minutes."""
+CAMBRICON_USE_UUID: Final = "cambricon.com/use-gpuuuid"
+CAMBRICON_NOUSE_UUID: Final = "cambricon.com/nouse-gpuuuid"
+CAMBRICON_USE_TYPE: Final = "cambricon.com/use-mlutype"
+CAMBRICON_NOUSE_TYPE: Final = "cambricon.com/nouse-mlutype"
+HYGON_USE_UUID: Final = "hygon.com/use-gpuuuid"
+HYGON_NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
+HYGON_USE_TYPE: Final = "hygon.com/use-dcutype"
+HYGON_NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
+METAX_SGPU_REGISTER: Final = "metax-tech.com/node-gpu-devices"
+"""MetaX sGPU node devices (JSON), written by MetaX's own device plugin."""
+METAX_USE_UUID: Final = "metax-tech.com/use-gpuuuid"
+METAX_NOUSE_UUID: Final = "metax-tech.com/nouse-gpuuuid"
+AMD_USE_GPUTYPE: Final = "amd.com/use-gputype"
+AMD_NOUSE_GPUTYPE: Final = "amd.com/nouse-gputype"
+AMD_USE_GPU_UUID: Final = "amd.com/use-gpu-uuid"
+AMD_NOUSE_GPU_UUID: Final = "amd.com/nouse-gpu-uuid"
+
+
+def word_register_key(word: str) -> str:
+    """``hami.io/node-register-<word>`` ("register" before the word: Ascend and Iluvatar chips)."""
+    return f"{HAMI_PREFIX}node-register-{word}"
+
+
+def use_uuid_key(word: str) -> str:
+    """``hami.io/use-<word>-uuid``: UUIDs a pod may use (Ascend, Iluvatar chips)."""
+    return f"{HAMI_PREFIX}use-{word}-uuid"
+
+
+def no_use_uuid_key(word: str) -> str:
+    """``hami.io/no-use-<word>-uuid``: UUIDs a pod must not use (Ascend, Iluvatar chips)."""
+    return f"{HAMI_PREFIX}no-use-{word}-uuid"
