@@ -38,6 +38,9 @@ test: lint typecheck layers pytest
 bench: sync
 	@for b in bench/*.py; do echo "== $$b"; $(RUN) python $$b || exit 1; done
 
+proto: sync
+	$(RUN) python -m hami_kube.deviceplugin_api.generate
+
 fmt: sync
 	$(RUN) ruff format .
 	$(RUN) ruff check --fix .

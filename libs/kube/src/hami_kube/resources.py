@@ -1,0 +1,122 @@
+"""Which REST paths a Kubernetes resource lives at, and small accessors for raw JSON objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+JsonObject = dict[str, Any]
+"""A Kubernetes object as decoded JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A REST resource: ``plural`` under ``/api/{version}`` or ``/apis/{group}/{version}``."""
+
+    plural: str
+    kind: str
+    version: str = "v1"
+    group: str = ""
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """The objects' ``apiVersion``: ``v1`` or ``group/version``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def _prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        """Collection URL path; ``namespace=None`` on a namespaced resource means all namespaces."""
+        if namespace is not None and not self.namespaced:
+            raise ValueError(f"{self.plural} is cluster-scoped; no namespace allowed")
+        if namespace is None:
+            return f"{self._prefix()}/{self.plural}"
+        return f"{self._prefix()}/namespaces/{_segment(namespace)}/{self.plural}"
+
+    def object_path(
+        self, name: str, namespace: str | None = None, subresource: str | None = None
+    ) -> str:
+        """URL path of one object (and optionally a subresource such as ``binding``/``status``)."""
+        if self.namespaced and not namespace:
+            raise ValueError(f"{self.plural} is namespaced; a namespace is required")
+        if not name:
+            raise ValueError("an object name is required")
+        path = f"{self.collection_path(namespace if self.namespaced else None)}/{_segment(name)}"
+        return f"{path}/{_segment(subresource)}" if subresource else path
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+PODS = Resource("pods", "Pod")
+NODES = Resource("nodes", "Node", namespaced=False)
+NAMESPACES = Resource("namespaces", "Namespace", namespaced=False)
+EVENTS = Resource("events", "Event")
+CONFIGMAPS = Resource("configmaps", "ConfigMap")
+RESOURCE_QUOTAS = Resource("resourcequotas", "ResourceQuota")
+LEASES = Resource("leases", "Lease", group="coordination.k8s.io")
+MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    group="admissionregistration.k8s.io",
+    namespaced=False,
+)
+
+
+def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj["metadata"]`` or an empty mapping."""
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    name = metadata(obj).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    namespace = metadata(obj).get("namespace")
+    return namespace if isinstance(namespace, str) else ""
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> str:
+    version = metadata(obj).get("resourceVersion")
+    return version if isinstance(version, str) else ""
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
+    return key_for(namespace_of(obj), name_of(obj))
+
+
+def key_for(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+__all__ = [
+    "CONFIGMAPS",
+    "EVENTS",
+    "LEASES",
+    "MUTATING_WEBHOOK_CONFIGURATIONS",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "RESOURCE_QUOTAS",
+    "JsonObject",
+    "Resource",
+    "key_for",
+    "metadata",
+    "name_of",
+    "namespace_of",
+    "object_key",
+    "resource_version_of",
+]

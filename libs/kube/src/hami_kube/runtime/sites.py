@@ -1,0 +1,76 @@
+"""aiohttp sites: bind-address parsing, health routes, the metrics app."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+
+import prometheus_client
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+
+def parse_bind(bind: str, *, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """``host:port``, ``:port`` or ``[v6]:port`` → ``(host, port)``; ``:9395`` binds all hosts."""
+    host, sep, port_text = bind.rpartition(":")
+    if not sep:
+        raise ValueError(f"bind address {bind!r} has no port (want host:port or :port)")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"bind address {bind!r} has a non-numeric port") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"bind address {bind!r} has port out of range")
+    host = host.strip("[]") or default_host
+    return host, port
+
+
+def add_health_routes(app: web.Application, *, ready: Callable[[], bool]) -> None:
+    """``/healthz`` answers while the process serves; ``/readyz`` only when ``ready()``."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+def metrics_app(registry: CollectorRegistry, *, ready: Callable[[], bool]) -> web.Application:
+    """A small app serving ``/metrics`` from ``registry`` plus the health routes."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = prometheus_client.generate_latest(registry)
+        return web.Response(
+            body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    add_health_routes(app, ready=ready)
+    return app
+
+
+async def start_site(
+    app: web.Application, bind: str, *, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Start serving ``app`` on ``bind``; returns the runner (to clean up) and the bound port.
+
+    Port 0 picks a free port, which tests and the demo read back from the return value.
+    """
+    host, port = parse_bind(bind)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    bound = port
+    # aiohttp exposes no public accessor for the bound port; the runner's addresses have it.
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            bound = int(address[1])
+            break
+    return runner, bound
