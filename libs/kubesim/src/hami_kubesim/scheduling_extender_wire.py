@@ -1,0 +1,160 @@
+"""The scheduler-extender JSON (``k8s.io/kube-scheduler/extender/v1``) as kube-scheduler speaks it.
+
+Requests are written with Go's field names (PascalCase, unset fields as ``null``); replies are read
+case-insensitively, as Go's ``encoding/json`` does.  Interpretation of a filter reply follows
+``HTTPExtender.Filter``: ``NodeNames`` when node-cache-capable and present, else ``Nodes.items``,
+else nothing survives; every surviving name must be one that was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ExtenderError",
+    "FilterOutcome",
+    "binding_args",
+    "extender_args",
+    "parse_binding_result",
+    "parse_filter_result",
+    "parse_host_priorities",
+]
+
+
+class ExtenderError(Exception):
+    """An extender call failed: transport, HTTP status, bad JSON, or a non-empty ``Error``."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """Survivors of one extender filter call, in the extender's order, and why others failed."""
+
+    survivors: tuple[str, ...]
+    failed: Mapping[str, str] = field(default_factory=dict)
+    failed_unresolvable: Mapping[str, str] = field(default_factory=dict)
+
+    def reason_for(self, node: str) -> str | None:
+        """The recorded reason (unresolvable wins over plain failure), if any."""
+        return self.failed_unresolvable.get(node, self.failed.get(node))
+
+
+def extender_args(
+    pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], *, node_cache_capable: bool
+) -> dict[str, Any]:
+    """``ExtenderArgs`` for the filter and prioritize verbs."""
+    if node_cache_capable:
+        return {"Pod": pod, "Nodes": None, "NodeNames": [_name(node) for node in nodes]}
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": list(nodes)}, "NodeNames": None}
+
+
+def binding_args(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """``ExtenderBindingArgs``."""
+    metadata = pod.get("metadata") or {}
+    return {
+        "PodName": metadata.get("name", ""),
+        "PodNamespace": metadata.get("namespace", ""),
+        "PodUID": metadata.get("uid", ""),
+        "Node": node,
+    }
+
+
+def parse_filter_result(
+    body: object, *, sent: Sequence[str], node_cache_capable: bool, url: str
+) -> FilterOutcome:
+    """Interpret an ``ExtenderFilterResult``; raise :class:`ExtenderError` on ``Error``."""
+    if not isinstance(body, Mapping):
+        raise ExtenderError(f"extender {url!r} returned a filter result that is not an object")
+    reply = _lower_keys(body)
+    error = reply.get("error")
+    if error:
+        raise ExtenderError(str(error))
+    names = reply.get("nodenames")
+    nodes = reply.get("nodes")
+    if node_cache_capable and names is not None:
+        survivors = _string_list(names, "NodeNames", url)
+    elif nodes is not None:
+        survivors = _node_list_names(nodes, url)
+    else:
+        survivors = []
+    known = set(sent)
+    for name in survivors:
+        if name not in known:
+            raise ExtenderError(
+                f'extender "{url}" claims a filtered node "{name}" which is not found in the '
+                "input node list"
+            )
+    return FilterOutcome(
+        survivors=tuple(dict.fromkeys(survivors)),
+        failed=_reason_map(reply.get("failednodes"), "FailedNodes", url),
+        failed_unresolvable=_reason_map(
+            reply.get("failedandunresolvablenodes"), "FailedAndUnresolvableNodes", url
+        ),
+    )
+
+
+def parse_host_priorities(body: object, url: str) -> dict[str, int]:
+    """A ``HostPriorityList`` (bare array of ``{Host, Score}``) as ``{host: score}``."""
+    if body is None:
+        return {}
+    if not isinstance(body, list):
+        raise ExtenderError(f"extender {url!r} returned priorities that are not an array")
+    scores: dict[str, int] = {}
+    for item in body:
+        entry = _lower_keys(item) if isinstance(item, Mapping) else None
+        host = entry.get("host") if entry else None
+        score = entry.get("score") if entry else None
+        if not isinstance(host, str) or isinstance(score, bool) or not isinstance(score, int):
+            raise ExtenderError(f"extender {url!r} returned a malformed HostPriority {item!r}")
+        scores[host] = score
+    return scores
+
+
+def parse_binding_result(body: object, url: str) -> None:
+    """Raise :class:`ExtenderError` when an ``ExtenderBindingResult`` carries an ``Error``."""
+    if body is None:
+        return
+    if not isinstance(body, Mapping):
+        raise ExtenderError(f"extender {url!r} returned a binding result that is not an object")
+    error = _lower_keys(body).get("error")
+    if error:
+        raise ExtenderError(str(error))
+
+
+def _node_list_names(nodes: object, url: str) -> list[str]:
+    if not isinstance(nodes, Mapping):
+        raise ExtenderError(f"extender {url!r} returned Nodes that is not a NodeList")
+    items = _lower_keys(nodes).get("items") or []
+    if not isinstance(items, list):
+        raise ExtenderError(f"extender {url!r} returned Nodes.items that is not an array")
+    names: list[str] = []
+    for item in items:
+        metadata = _lower_keys(item).get("metadata") if isinstance(item, Mapping) else None
+        name = _lower_keys(metadata).get("name") if isinstance(metadata, Mapping) else None
+        if not isinstance(name, str):
+            raise ExtenderError(f"extender {url!r} returned a node without metadata.name")
+        names.append(name)
+    return names
+
+
+def _reason_map(raw: object, key: str, url: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ExtenderError(f"extender {url!r} returned {key} that is not an object")
+    return {str(node): str(reason) for node, reason in raw.items()}
+
+
+def _string_list(raw: object, key: str, url: str) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise ExtenderError(f"extender {url!r} returned {key} that is not an array of strings")
+    return list(raw)
+
+
+def _lower_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(key).lower(): value for key, value in raw.items()}
+
+
+def _name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name") or "")

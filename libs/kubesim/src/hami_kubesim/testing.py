@@ -1,0 +1,99 @@
+"""Run the emulated API server inside a test (or any asyncio program) on a real socket.
+
+async with running_apiserver() as sim:
+    api = CoreV1Api(sim.api_client())
+    ...
+    sim.server.inject_error("create", "pods", code=500, times=1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from hami_kubesim.apiserver import create_app
+from hami_kubesim.hooks import MutatingAdmission
+from hami_kubesim.server import ApiServer
+
+
+def api_client(url: str) -> Any:
+    """A ``kubernetes_asyncio`` ``ApiClient`` talking plain HTTP to ``url``; close it with
+    ``await client.close()``."""
+    from kubernetes_asyncio import client
+
+    config = client.Configuration(host=url)
+    config.verify_ssl = False
+    return client.ApiClient(configuration=config)
+
+
+@dataclass
+class RunningApiServer:
+    """A served :class:`ApiServer`: ``url`` is plain http, ``server`` the in-memory object."""
+
+    url: str
+    server: ApiServer
+    host: str
+    port: int
+    _clients: list[Any] = field(default_factory=list)
+
+    def api_client(self) -> Any:
+        """A ``kubernetes_asyncio`` ``ApiClient`` for this server, closed on exit."""
+        client = api_client(self.url)
+        self._clients.append(client)
+        return client
+
+    async def close_clients(self) -> None:
+        for client in self._clients:
+            await client.close()
+        self._clients.clear()
+
+
+async def start_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port); returns the runner and the port."""
+    # handler_cancellation: a watch whose client went away ends at once, not at its next write.
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=5.0, handler_cancellation=True
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return runner, int(bound)
+
+
+def format_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+@asynccontextmanager
+async def running_apiserver(
+    *,
+    history: int = 10_000,
+    admission: MutatingAdmission | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    bookmark_interval: float = 60.0,
+    watch_queue_limit: int = 10_000,
+    server: ApiServer | None = None,
+) -> AsyncIterator[RunningApiServer]:
+    """Serve an :class:`ApiServer` (a new one unless ``server`` is given) for the duration of the
+    block; open watch streams are ended cleanly on exit."""
+    api = server or ApiServer(
+        history=history,
+        admission=admission,
+        bookmark_interval=bookmark_interval,
+        watch_queue_limit=watch_queue_limit,
+    )
+    runner, bound = await start_app(create_app(api), host, port)
+    running = RunningApiServer(format_url(host, bound), api, host, bound)
+    try:
+        yield running
+    finally:
+        await running.close_clients()
+        api.shutdown()
+        await runner.cleanup()
