@@ -1,0 +1,185 @@
+"""Wiring: servers, the certificate reloader and the quota watches under one TaskGroup.
+
+Lifecycle of :func:`run`:
+
+1. open the Kubernetes client (only when quota checks are on) and start the quota watches;
+2. serve ``/webhook`` (HTTPS when a certificate is configured) and ``/metrics``;
+3. wait for the stop event (SIGTERM/SIGINT when run as a process);
+4. shut down in order: stop accepting and let in-flight reviews finish (bounded by aiohttp's
+   shutdown timeout), cancel the background tasks, stop the metrics server, close the client.
+
+The webhook answers from the start; ``/readyz`` turns 200 once the quota watches have listed, so a
+Service only routes to a replica whose quota view is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from hami_kube.rest import open_client
+from hami_kube.runtime.shutdown import install_stop_signals
+from hami_kube.runtime.sites import metrics_app, start_site
+from hami_kube.runtime.tls import ReloadingServerTLS
+from hami_webhook.http import WebhookState, build_app
+from hami_webhook.metrics import WebhookMetrics
+from hami_webhook.quota import QuotaCache
+from hami_webhook.quota_watch import QuotaWatcher
+from hami_webhook.settings import Settings
+
+__all__ = ["RunningWebhook", "run", "serving"]
+
+log = structlog.get_logger("hami_webhook")
+
+
+@dataclass(frozen=True, slots=True)
+class RunningWebhook:
+    """A started service: bound ports and the live collaborators (for tests and the demo)."""
+
+    webhook_port: int
+    metrics_port: int
+    tls: ReloadingServerTLS | None
+    quota: QuotaCache | None
+    watcher: QuotaWatcher | None
+    metrics: WebhookMetrics
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"{self.scheme}://{host}:{self.webhook_port}"
+
+    def ready(self) -> bool:
+        return self.watcher is None or self.watcher.synced
+
+
+async def run(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[RunningWebhook], None] | None = None,
+) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given)."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    metrics = WebhookMetrics()
+    tls = (
+        ReloadingServerTLS(
+            settings.cert_file, settings.key_file, poll_interval=settings.tls_reload_interval_s
+        )
+        if settings.cert_file and settings.key_file
+        else None
+    )
+    if tls is not None:
+        metrics.track_tls_reloads(lambda: tls.reloads)
+    async with contextlib.AsyncExitStack() as stack:
+        quota: QuotaCache | None = None
+        watcher: QuotaWatcher | None = None
+        if settings.enable_quota:
+            client = await stack.enter_async_context(open_client(settings.kube))
+            quota = QuotaCache(settings.rules.vendors)
+            watcher = QuotaWatcher(client, quota)
+            metrics.track_quota_cache(
+                quotas=lambda: quota.quota_count if quota else 0,
+                pods=lambda: quota.pod_count if quota else 0,
+            )
+
+        def ready() -> bool:
+            synced = watcher is None or watcher.synced
+            metrics.quota_synced.set(1 if synced else 0)
+            return synced
+
+        state = WebhookState(rules=settings.rules, metrics=metrics, quota=quota, ready=ready)
+        await _serve(
+            settings, state=state, tls=tls, watcher=watcher, stop=stop, on_started=on_started
+        )
+
+
+async def _serve(
+    settings: Settings,
+    *,
+    state: WebhookState,
+    tls: ReloadingServerTLS | None,
+    watcher: QuotaWatcher | None,
+    stop: asyncio.Event,
+    on_started: Callable[[RunningWebhook], None] | None,
+) -> None:
+    app = build_app(state, max_body_bytes=settings.max_body_bytes)
+    metrics_runner, metrics_port = await start_site(
+        metrics_app(state.metrics.registry, ready=state.ready), settings.metrics_bind_address
+    )
+    webhook_runner: web.AppRunner | None = None
+    try:
+        webhook_runner, port = await start_site(
+            app, settings.http_bind, ssl_context=tls.context if tls else None
+        )
+        async with asyncio.TaskGroup() as group:
+            background: list[asyncio.Task[None]] = []
+            if tls is not None:
+                background.append(group.create_task(tls.watch(), name="webhook-tls-reload"))
+            if watcher is not None:
+                background += watcher.start(group)
+            log.info(
+                "webhook_started",
+                bind=settings.http_bind,
+                port=port,
+                tls=tls is not None,
+                metrics_port=metrics_port,
+                quota=watcher is not None,
+                scheduler_name=settings.rules.scheduler_name,
+                vendors=[vendor.common_word for vendor in settings.rules.vendors],
+            )
+            if on_started is not None:
+                on_started(
+                    RunningWebhook(
+                        webhook_port=port,
+                        metrics_port=metrics_port,
+                        tls=tls,
+                        quota=watcher.cache if watcher else None,
+                        watcher=watcher,
+                        metrics=state.metrics,
+                    )
+                )
+            await stop.wait()
+            log.info("webhook_stopping")
+            # Stop accepting first and let in-flight reviews finish, then end the watches.
+            await webhook_runner.cleanup()
+            webhook_runner = None
+            for task in background:
+                task.cancel()
+    finally:
+        if webhook_runner is not None:
+            await webhook_runner.cleanup()
+        await metrics_runner.cleanup()
+    log.info("webhook_stopped")
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[RunningWebhook]:
+    """Run the service in this event loop for the duration of the block."""
+    stop = asyncio.Event()
+    started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
+
+    def on_started(running: RunningWebhook) -> None:
+        if not started.done():
+            started.set_result(running)
+
+    def on_done(task: asyncio.Task[None]) -> None:
+        if not started.done():
+            error = None if task.cancelled() else task.exception()
+            started.set_exception(error or RuntimeError("the webhook stopped before it started"))
+
+    task = asyncio.create_task(run(settings, stop=stop, on_started=on_started), name="hami-webhook")
+    task.add_done_callback(on_done)
+    try:
+        yield await started
+    finally:
+        stop.set()
+        await task

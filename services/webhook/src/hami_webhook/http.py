@@ -1,0 +1,145 @@
+"""The aiohttp application: ``POST /webhook``, ``GET /healthz``, ``GET /readyz``.
+
+A review is answered synchronously from memory (the decision is pure and the quota view is a
+watched cache), so a handler never awaits anything but reading the body.  Every body gets an
+answer that is not a stack trace: a reply AdmissionReview whenever the request's uid can be read,
+otherwise HTTP 400 with a ``metav1.Status`` explaining what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from hami_kube.runtime.sites import add_health_routes
+from hami_webhook.metrics import WebhookMetrics
+from hami_webhook.mutate import Decision, MutationRules, Outcome, admit_pod
+from hami_webhook.quota import QuotaView
+from hami_webhook.review import (
+    AdmissionRequest,
+    BadReviewError,
+    decode_review,
+    encode_response,
+    failure_status,
+)
+
+__all__ = ["STATE", "WEBHOOK_PATH", "WebhookState", "answer_review", "build_app"]
+
+log = structlog.get_logger("hami_webhook")
+
+WEBHOOK_PATH = "/webhook"
+_JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookState:
+    """What the handlers share: the rules, the quota view, metrics and readiness."""
+
+    rules: MutationRules
+    metrics: WebhookMetrics
+    quota: QuotaView | None = None
+    ready: Callable[[], bool] = lambda: True
+
+
+STATE = web.AppKey("hami_webhook_state", WebhookState)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    outcome: Outcome
+
+
+def _bad_request(message: str) -> Answer:
+    status = {"kind": "Status", "apiVersion": "v1", **failure_status(400, "BadRequest", message)}
+    return Answer(400, json.dumps(status).encode(), "error")
+
+
+def _decide(request: AdmissionRequest, state: WebhookState) -> tuple[Decision, list[str]]:
+    if request.sub_resource or request.operation != "CREATE":
+        return Decision("allowed", message="only pod CREATE is mutated"), []
+    if not request.is_pod:
+        warning = f"hami-webhook ignores {request.kind_name}: only pods are mutated"
+        log.warning("non_pod_object", kind=request.kind_name, uid=request.uid)
+        return Decision("allowed", message=warning), [warning]
+    namespace = request.namespace
+    if not namespace and isinstance(request.object, dict):
+        meta = request.object.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
+            namespace = meta["namespace"]
+    decision = admit_pod(request.object, namespace=namespace, rules=state.rules, quota=state.quota)
+    return decision, []
+
+
+def _log_decision(request: AdmissionRequest, decision: Decision) -> None:
+    fields = {
+        "pod": request.display_name,
+        "uid": request.uid,
+        "outcome": decision.outcome,
+        **{key: str(value)[:200] for key, value in decision.detail.items()},
+    }
+    if decision.outcome == "denied":
+        log.info("admission_denied", message=decision.message, **fields)
+    elif decision.outcome == "error":
+        log.warning("admission_error", message=decision.message, **fields)
+    else:
+        log.debug("admission_allowed", patch_ops=len(decision.patch), **fields)
+
+
+def answer_review(body: bytes, state: WebhookState) -> Answer:
+    """The HTTP answer for one review body (pure apart from logging)."""
+    try:
+        request = decode_review(body)
+    except BadReviewError as exc:
+        log.warning(
+            "admission_bad_review", error=str(exc), body=body[:120].decode("utf-8", "replace")
+        )
+        return _bad_request(str(exc))
+    try:
+        decision, warnings = _decide(request, state)
+    except Exception as exc:
+        # A bug must not turn into an unreadable 500; the API server applies failurePolicy to
+        # an error answer like to any other refusal.
+        log.exception("admission_internal_error", uid=request.uid, pod=request.display_name)
+        decision = Decision(
+            "error",
+            message=f"internal error: {type(exc).__name__}",
+            code=500,
+            reason="InternalError",
+        )
+        warnings = []
+    _log_decision(request, decision)
+    reply = encode_response(
+        api_version=request.api_version, uid=request.uid, decision=decision, warnings=warnings
+    )
+    return Answer(200, reply, decision.outcome)
+
+
+async def _review(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    state = request.app[STATE]
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        state.metrics.observe("error", time.perf_counter() - started)
+        log.warning("admission_body_too_large", error=exc.text)
+        answer = _bad_request(f"request body too large: {exc.text}")
+        return web.Response(status=413, body=answer.body, content_type=_JSON)
+    answer = answer_review(body, state)
+    state.metrics.observe(answer.outcome, time.perf_counter() - started)
+    return web.Response(status=answer.status, body=answer.body, content_type=_JSON)
+
+
+def build_app(state: WebhookState, *, max_body_bytes: int = 4 * 1024 * 1024) -> web.Application:
+    """The webhook application (serve it with TLS in production)."""
+    app = web.Application(client_max_size=max_body_bytes)
+    app[STATE] = state
+    app.router.add_post(WEBHOOK_PATH, _review)
+    add_health_routes(app, ready=state.ready)
+    return app

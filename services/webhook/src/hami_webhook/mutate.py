@@ -1,0 +1,393 @@
+"""The admission decision for one pod: allow, mutate (with a JSON Patch) or deny, and why.
+
+Pure: :func:`admit_pod` takes the pod as decoded JSON, the :class:`MutationRules` and a quota
+view, and returns a :class:`Decision`.  Nothing here awaits or performs I/O.
+
+The rules, in HAMi's order (pkg/scheduler/webhook.go and the NVIDIA ``MutateAdmission``):
+
+1. A pod whose containers cannot be read (wrong JSON types, a managed resource that is not a
+   quantity) is an error, code 400.  A pod without containers is denied ``pod has no containers``.
+2. A pod labelled ``hami.io/webhook: ignore`` is allowed unchanged (the chart's object selector
+   normally keeps such pods away; this guards a configuration without it).
+3. A pod that names another scheduler is allowed unchanged: ``schedulerName`` is set, and it is
+   not ``default-scheduler`` (or overwriting that is switched off), and it is not ours.
+4. Every container, init containers first: an NVIDIA memory percentage outside 0..100 is an
+   error, code 500, as in HAMi.  Privileged containers are not mutated.  Every other container:
+
+   * ``CUDA_TASK_PRIORITY=<n>`` from the priority resource (limits);
+   * count absent but memory, percentage or cores present → add the count ``defaultGPUNum``
+     (none when it is 0);
+   * count present, cores absent, and the request is for a whole card (percentage 100, or no
+     memory resource configured, or neither memory nor percentage given) → add cores ``100``;
+   * with an NVIDIA request: ``GPU_CORE_UTILIZATION_POLICY`` when ``gpuCorePolicy`` is not
+     ``default``; ``runtimeClassName`` when configured and the pod has none;
+   * without one, and ``overwriteEnv`` on: ``NVIDIA_VISIBLE_DEVICES=none``.
+
+   A container asks for another vendor's devices when that vendor's count resource is present.
+5. Devices requested and any container privileged → denied ``container <name> is privileged``
+   (naming the first privileged container that asks for devices, else the first privileged one).
+6. Devices requested and a scheduler name configured → ``schedulerName`` is set, and a pod that
+   already names a node is denied ``pod has node assigned``.
+7. Per vendor, memory = max(Σ app containers memory×count, largest init container) and the same
+   for cores; if that exceeds a namespace quota → denied ``exceeding resource quota: ...``.
+
+Deliberate differences from HAMi, each to keep the reply minimal or the rule consistent:
+an env var that is already present with the wanted value is left alone, and one with another
+value (or a ``valueFrom``) is replaced in place instead of appending a duplicate;
+``GPU_CORE_UTILIZATION_POLICY`` goes only to containers with an NVIDIA request (HAMi-core reads it
+only there); resources are looked up in limits and then requests throughout (HAMi reads some
+only from limits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Final, Literal
+
+from hami_protocol import keys
+from hami_protocol.config import NvidiaConfig
+from hami_protocol.errors import ProtocolError, RequestError
+from hami_protocol.quantity import parse_quantity, to_int_ceil
+from hami_protocol.requests import PodDeviceRequests, pod_device_requests, priority_value
+from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA, Vendor
+from hami_webhook.patch import PatchOp, copy_json, diff
+from hami_webhook.quota import QuotaView, check_quota
+
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "ENV_CORE_POLICY",
+    "ENV_TASK_PRIORITY",
+    "ENV_VISIBLE_DEVICES",
+    "Decision",
+    "MutationRules",
+    "Outcome",
+    "admit_pod",
+]
+
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+ENV_TASK_PRIORITY: Final = "CUDA_TASK_PRIORITY"
+ENV_CORE_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
+ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+
+Outcome = Literal["allowed", "mutated", "denied", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class MutationRules:
+    """What the mutation depends on; built once from the service settings."""
+
+    scheduler_name: str = "hami-scheduler"
+    """Written into ``spec.schedulerName``; empty means "leave it" (and skip the node check)."""
+    force_overwrite_default_scheduler: bool = True
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    vendors: tuple[Vendor, ...] = DEFAULT_VENDORS
+    """Every vendor row; the NVIDIA row must use the same resource names as ``nvidia``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer for one pod.  ``patch`` is empty unless ``outcome`` is ``mutated``."""
+
+    outcome: Outcome
+    patch: tuple[PatchOp, ...] = ()
+    message: str = ""
+    code: int = 200
+    """HTTP-style status code carried in ``response.status`` when not allowed."""
+    reason: str = ""
+    """``Forbidden`` (denied), ``BadRequest`` / ``InternalError`` (error)."""
+    detail: Mapping[str, object] = field(default_factory=dict)
+    """The offending values, for the one log line a refusal gets."""
+    pod: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The pod as admitted (the patch applied) when the mutation pass ran; else ``None``."""
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome in ("allowed", "mutated")
+
+
+def _allowed(message: str = "") -> Decision:
+    return Decision("allowed", message=message)
+
+
+def _denied(message: str, **detail: object) -> Decision:
+    return Decision("denied", message=message, code=403, reason="Forbidden", detail=detail)
+
+
+def _error(code: int, message: str, **detail: object) -> Decision:
+    reason = "BadRequest" if code == 400 else "InternalError"
+    return Decision("error", message=message, code=code, reason=reason, detail=detail)
+
+
+class _InvalidRequestError(Exception):
+    """A container's request breaks a vendor rule (HAMi answers these with code 500)."""
+
+    def __init__(self, message: str, **detail: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+# -- reading containers --------------------------------------------------------------------------
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sections(ctr: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    resources = _mapping(ctr.get("resources"))
+    return _mapping(resources.get("limits")), _mapping(resources.get("requests"))
+
+
+def _present(ctr: Mapping[str, Any], name: str | None, *, limits_only: bool = False) -> bool:
+    if not name:
+        return False
+    limits, requests = _sections(ctr)
+    return name in limits or (not limits_only and name in requests)
+
+
+def _quantity(raw: object, name: str) -> Fraction:
+    if isinstance(raw, str):
+        return parse_quantity(raw, key=name)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return Fraction(raw)
+    if isinstance(raw, float) and math.isfinite(raw):
+        return parse_quantity(repr(raw), key=name)
+    raise RequestError(name, raw, "quantity must be a string or a number")
+
+
+def _value(ctr: Mapping[str, Any], name: str | None) -> int | None:
+    """The resource rounded up like Go's ``Quantity.Value()``, limits first; None if absent."""
+    if not name:
+        return None
+    limits, requests = _sections(ctr)
+    raw = limits.get(name, requests.get(name))
+    return None if raw is None else to_int_ceil(_quantity(raw, name))
+
+
+def _container_name(ctr: Mapping[str, Any]) -> str:
+    name = ctr.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _privileged(ctr: Mapping[str, Any]) -> bool:
+    return _mapping(ctr.get("securityContext")).get("privileged") is True
+
+
+# -- editing containers --------------------------------------------------------------------------
+
+
+def _set_env(ctr: dict[str, Any], name: str, value: str) -> None:
+    env = ctr.get("env")
+    if not isinstance(env, list):
+        ctr["env"] = env = []
+    wanted = {"name": name, "value": value}
+    for index in range(len(env) - 1, -1, -1):
+        entry = env[index]
+        if isinstance(entry, dict) and entry.get("name") == name:
+            if entry != wanted:
+                env[index] = wanted
+            return
+    env.append(wanted)
+
+
+def _set_limit(ctr: dict[str, Any], name: str, value: int) -> None:
+    resources = ctr.get("resources")
+    if not isinstance(resources, dict):
+        ctr["resources"] = resources = {}
+    limits = resources.get("limits")
+    if not isinstance(limits, dict):
+        resources["limits"] = limits = {}
+    limits[name] = str(value)
+
+
+# -- NVIDIA --------------------------------------------------------------------------------------
+
+
+def _check_percentage(ctr: Mapping[str, Any], config: NvidiaConfig) -> None:
+    name = config.resource_memory_percentage_name
+    percentage = _value(ctr, name)
+    if percentage is not None and not 0 <= percentage <= 100:
+        raise _InvalidRequestError(
+            f"invalid {name} value {percentage} in container {_container_name(ctr)}: "
+            "must be an integer between 0 and 100",
+            container=_container_name(ctr),
+            resource=name,
+            value=percentage,
+        )
+
+
+def _whole_card(ctr: Mapping[str, Any], config: NvidiaConfig) -> bool:
+    percentage = _value(ctr, config.resource_memory_percentage_name)
+    if percentage is not None:
+        return percentage == 100
+    return not config.resource_memory_name or not _present(ctr, config.resource_memory_name)
+
+
+def _mutate_nvidia(ctr: dict[str, Any], config: NvidiaConfig, vendor: Vendor) -> bool:
+    """Apply the NVIDIA defaults to one container; returns whether it asks for NVIDIA GPUs."""
+    priority = priority_value(ctr, vendor)
+    if priority is not None:
+        _set_env(ctr, ENV_TASK_PRIORITY, str(priority))
+    count = config.resource_count_name
+    found = _present(ctr, count)
+    partial = (
+        config.resource_memory_name,
+        config.resource_memory_percentage_name,
+        config.resource_core_name,
+    )
+    if not found and config.default_gpu_num > 0 and any(_present(ctr, n) for n in partial):
+        _set_limit(ctr, count, config.default_gpu_num)
+        found = True
+    cores = config.resource_core_name
+    if found and cores and not _present(ctr, cores) and _whole_card(ctr, config):
+        _set_limit(ctr, cores, 100)
+    if found and config.gpu_core_policy != "default":
+        _set_env(ctr, ENV_CORE_POLICY, config.gpu_core_policy)
+    if not found and config.overwrite_env:
+        _set_env(ctr, ENV_VISIBLE_DEVICES, "none")
+    return found
+
+
+# -- the decision --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Scan:
+    has_devices: bool = False
+    has_nvidia: bool = False
+    privileged: str | None = None
+    """The privileged container to name: the first one asking for devices, else the first."""
+    privileged_asks: bool = False
+
+
+def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
+    scan = _Scan()
+    nvidia = next((v for v in rules.vendors if v.common_word == NVIDIA), None)
+    others = tuple(v for v in rules.vendors if v.common_word != NVIDIA)
+    for key in ("initContainers", "containers"):
+        for ctr in spec.get(key) or ():
+            _check_percentage(ctr, rules.nvidia)
+            privileged = _privileged(ctr)
+            # A privileged container is left as it is, but what it asks for still counts.
+            target = copy_json(ctr) if privileged else ctr
+            found_nvidia = nvidia is not None and _mutate_nvidia(target, rules.nvidia, nvidia)
+            found = found_nvidia or any(
+                _present(ctr, v.count_resource, limits_only=v.limits_only) for v in others
+            )
+            scan.has_nvidia |= found_nvidia and not privileged
+            scan.has_devices |= found
+            if privileged and (scan.privileged is None or (found and not scan.privileged_asks)):
+                scan.privileged = _container_name(ctr)
+                scan.privileged_asks = found
+    return scan
+
+
+def _other_scheduler(spec: Mapping[str, Any], rules: MutationRules) -> str | None:
+    current = spec.get("schedulerName")
+    if not isinstance(current, str) or not current:
+        return None
+    if current == DEFAULT_SCHEDULER and rules.force_overwrite_default_scheduler:
+        return None
+    if rules.scheduler_name and current == rules.scheduler_name:
+        return None
+    return current
+
+
+def _pod_effective(requests: PodDeviceRequests, word: str) -> tuple[int, int]:
+    """``(memory, cores)`` the pod holds of one vendor: max(Σ apps, largest init container)."""
+    app_mem = app_cores = init_mem = init_cores = 0
+    for slot in requests.slots:
+        request = slot.requests.get(word)
+        if request is None:
+            continue
+        memory, cores = request.memreq * request.nums, request.coresreq * request.nums
+        if slot.is_init:
+            init_mem, init_cores = max(init_mem, memory), max(init_cores, cores)
+        else:
+            app_mem, app_cores = app_mem + memory, app_cores + cores
+    return max(app_mem, init_mem), max(app_cores, init_cores)
+
+
+def _quota_denial(
+    pod: Mapping[str, Any], namespace: str, rules: MutationRules, quota: QuotaView
+) -> Decision | None:
+    requests = pod_device_requests(pod, vendors=rules.vendors)
+    for vendor in rules.vendors:
+        if vendor.common_word not in requests.vendors():
+            continue
+        memory, cores = _pod_effective(requests, vendor.common_word)
+        if memory == 0 and cores == 0:
+            continue
+        violation = check_quota(
+            quota, namespace=namespace, vendor=vendor, memory=memory, cores=cores
+        )
+        if violation is not None:
+            return _denied(
+                violation.message,
+                namespace=namespace,
+                quota=violation.quota,
+                resource=violation.resource,
+                limit=violation.limit,
+                used=violation.used,
+                requested=violation.requested,
+            )
+    return None
+
+
+def admit_pod(
+    pod: object,
+    *,
+    namespace: str,
+    rules: MutationRules,
+    quota: QuotaView | None = None,
+) -> Decision:
+    """Decide on one pod CREATE.  ``namespace`` is the request's namespace."""
+    if not isinstance(pod, dict):
+        return _error(400, "cannot decode pod: request.object is not a JSON object")
+    spec = pod.get("spec", {})
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        return _error(400, "cannot decode pod: spec is not a JSON object")
+    try:
+        pod_device_requests(pod, vendors=rules.vendors)
+    except ProtocolError as exc:
+        return _error(400, f"cannot decode pod: {exc}", key=exc.key, value=exc.value)
+    if not spec.get("containers"):
+        return _denied("pod has no containers")
+    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
+    if labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
+        return _allowed("pod is labelled to be ignored")
+    other = _other_scheduler(spec, rules)
+    if other is not None:
+        return _allowed(f"pod already has different scheduler assigned: {other}")
+
+    mutated = dict(pod)
+    mutated_spec = mutated["spec"] = copy_json(spec)
+    try:
+        scan = _mutate_containers(mutated_spec, rules)
+    except _InvalidRequestError as exc:
+        return _error(500, exc.message, **exc.detail)
+    except ProtocolError as exc:
+        return _error(400, f"cannot decode pod: {exc}", key=exc.key, value=exc.value)
+    if scan.has_devices and scan.privileged is not None:
+        return _denied(f"container {scan.privileged} is privileged", container=scan.privileged)
+    if scan.has_nvidia and rules.nvidia.runtime_class_name and spec.get("runtimeClassName") is None:
+        mutated_spec["runtimeClassName"] = rules.nvidia.runtime_class_name
+    if scan.has_devices and rules.scheduler_name:
+        node = spec.get("nodeName")
+        if node:
+            return _denied("pod has node assigned", nodeName=node)
+        mutated_spec["schedulerName"] = rules.scheduler_name
+    if scan.has_devices and quota is not None and quota.has_limits(namespace):
+        denial = _quota_denial(mutated, namespace, rules, quota)
+        if denial is not None:
+            return denial
+    ops = diff(pod, mutated)
+    if not ops:
+        return Decision("allowed", pod=pod)
+    return Decision("mutated", patch=tuple(ops), pod=mutated)

@@ -1,0 +1,326 @@
+"""Namespace quotas on device memory and cores: the cache and the pure admission check.
+
+HAMi lets an operator cap what one namespace may hold with an ordinary ResourceQuota whose
+``spec.hard`` names ``limits.<memory resource>`` / ``limits.<core resource>`` of a device vendor
+(``limits.nvidia.com/gpumem: 4000``, ``limits.nvidia.com/gpucores: 200``).  The rules, as HAMi's
+quota manager applies them:
+
+* only whole-number limits count; a key of another resource is ignored;
+* several ResourceQuota objects in one namespace all apply, so the effective limit of a resource
+  is the smallest one set; a resource no object names is unlimited;
+* an explicit ``0`` is a limit like any other and blocks every request;
+* the memory limit is multiplied by the vendor's ``memoryFactor`` when it is above 1, because
+  requests (and therefore usage) are counted after that factor;
+* a pod fits when ``used + requested <= limit`` for memory and for cores.
+
+**What "used" is here.**  HAMi's webhook reads the scheduler's pod cache in the same process.  This
+webhook is its own process, so it rebuilds usage from what the scheduler writes on the pods it
+placed: the ``hami.io/<vendor>-devices-allocated`` annotation, decoded with
+:mod:`hami_protocol.devices` and collapsed the way the scheduler counts a pod (init containers
+peak, app containers add up).  Pods in phase ``Succeeded`` or ``Failed`` hold nothing.  Pods that
+were admitted but not yet placed hold nothing either (the same gap HAMi's own check has: two pods
+admitted together may each fit on their own; the scheduler's quota check at filter time is the
+hard stop).
+
+:class:`QuotaCache` is fed by watch events (``set_quota``/``remove_quota``, ``set_pod``/
+``remove_pod``) and answers :class:`QuotaView` queries; :func:`check_quota` is the pure decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Final, Protocol
+
+import structlog
+
+from hami_protocol.devices import collapse_device_usage, decode_pod_devices_canonical
+from hami_protocol.errors import ProtocolError
+from hami_protocol.quantity import as_integer, parse_quantity
+from hami_protocol.vendors import Vendor
+
+__all__ = [
+    "LIMITS_PREFIX",
+    "QuotaCache",
+    "QuotaLimit",
+    "QuotaView",
+    "QuotaViolation",
+    "check_quota",
+]
+
+log = structlog.get_logger(__name__)
+
+LIMITS_PREFIX: Final = "limits."
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimit:
+    """The effective limit of one device resource in one namespace, and which object set it."""
+
+    quota: str
+    """Name of the ResourceQuota holding the smallest limit."""
+    resource: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaViolation:
+    """Why a pod does not fit a namespace quota."""
+
+    namespace: str
+    quota: str
+    resource: str
+    limit: int
+    """Effective limit, after the memory factor."""
+    used: int
+    requested: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"exceeding resource quota: ResourceQuota {self.namespace}/{self.quota} "
+            f"{LIMITS_PREFIX}{self.resource}={self.limit}, used {self.used}, "
+            f"requested {self.requested}"
+        )
+
+
+class QuotaView(Protocol):
+    """Read access to namespace quotas, as the admission check needs it."""
+
+    def has_limits(self, namespace: str) -> bool:
+        """Whether any device resource of ``namespace`` has a limit (fast path)."""
+        ...
+
+    def limit(self, namespace: str, resource: str) -> QuotaLimit | None: ...
+
+    def used(self, namespace: str, resource: str) -> int: ...
+
+
+def check_quota(
+    view: QuotaView, *, namespace: str, vendor: Vendor, memory: int, cores: int
+) -> QuotaViolation | None:
+    """HAMi's ``FitQuota`` for one vendor's share of a pod (memory in MiB, cores in percent)."""
+    if vendor.memory_resource:
+        found = view.limit(namespace, vendor.memory_resource)
+        if found is not None:
+            limit = found.limit * vendor.memory_factor if vendor.memory_factor > 1 else found.limit
+            used = view.used(namespace, vendor.memory_resource)
+            if used + memory > limit:
+                return QuotaViolation(
+                    namespace, found.quota, vendor.memory_resource, limit, used, memory
+                )
+    if vendor.cores_resource:
+        found = view.limit(namespace, vendor.cores_resource)
+        if found is not None:
+            used = view.used(namespace, vendor.cores_resource)
+            if used + cores > found.limit:
+                return QuotaViolation(
+                    namespace, found.quota, vendor.cores_resource, found.limit, used, cores
+                )
+    return None
+
+
+@dataclass(slots=True)
+class _PodUsage:
+    namespace: str
+    amounts: dict[str, int] = field(default_factory=dict)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _str_field(mapping: Mapping[str, Any], key: str) -> str:
+    value = mapping.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = _meta(obj)
+    return _str_field(meta, "namespace"), _str_field(meta, "name")
+
+
+def _whole_quantity(raw: object) -> int | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    try:
+        if isinstance(raw, float) and math.isfinite(raw):
+            value: Fraction = parse_quantity(repr(raw))
+        elif isinstance(raw, str):
+            value = parse_quantity(raw)
+        else:
+            return None
+    except ProtocolError:
+        return None
+    return as_integer(value)
+
+
+class QuotaCache:
+    """Device quota limits and usage per namespace, kept current by watch events."""
+
+    def __init__(self, vendors: Iterable[Vendor]) -> None:
+        self._vendors = tuple(vendors)
+        self._managed = frozenset(
+            name
+            for vendor in self._vendors
+            for name in (vendor.memory_resource, vendor.cores_resource)
+            if name
+        )
+        # namespace -> quota name -> resource -> limit
+        self._objects: dict[str, dict[str, dict[str, int]]] = {}
+        # namespace -> resource -> effective limit
+        self._limits: dict[str, dict[str, QuotaLimit]] = {}
+        self._pods: dict[tuple[str, str], _PodUsage] = {}
+        self._used: dict[str, dict[str, int]] = {}
+
+    # -- QuotaView -------------------------------------------------------------------------
+    def has_limits(self, namespace: str) -> bool:
+        return bool(self._limits.get(namespace))
+
+    def limit(self, namespace: str, resource: str) -> QuotaLimit | None:
+        return self._limits.get(namespace, {}).get(resource)
+
+    def used(self, namespace: str, resource: str) -> int:
+        return self._used.get(namespace, {}).get(resource, 0)
+
+    # -- sizes, for metrics and readiness logs ---------------------------------------------
+    @property
+    def quota_count(self) -> int:
+        """ResourceQuota objects that limit at least one device resource."""
+        return sum(len(objects) for objects in self._objects.values())
+
+    @property
+    def pod_count(self) -> int:
+        """Pods currently holding device memory or cores."""
+        return len(self._pods)
+
+    # -- ResourceQuota events --------------------------------------------------------------
+    def set_quota(self, quota: Mapping[str, Any]) -> None:
+        """Record (or replace) what one ResourceQuota object limits."""
+        namespace, name = _key(quota)
+        limits = self._device_limits(quota)
+        objects = self._objects.setdefault(namespace, {})
+        touched = set(objects.get(name, {})) | set(limits)
+        if limits:
+            objects[name] = limits
+        else:
+            objects.pop(name, None)
+        self._recompute(namespace, touched)
+
+    def remove_quota(self, quota: Mapping[str, Any]) -> None:
+        namespace, name = _key(quota)
+        objects = self._objects.get(namespace, {})
+        touched = set(objects.pop(name, {}))
+        self._recompute(namespace, touched)
+
+    def _device_limits(self, quota: Mapping[str, Any]) -> dict[str, int]:
+        spec = quota.get("spec")
+        hard = spec.get("hard") if isinstance(spec, Mapping) else None
+        if not isinstance(hard, Mapping):
+            return {}
+        limits: dict[str, int] = {}
+        for key, raw in hard.items():
+            if not isinstance(key, str) or not key.startswith(LIMITS_PREFIX):
+                continue
+            resource = key.removeprefix(LIMITS_PREFIX)
+            if resource not in self._managed:
+                continue
+            value = _whole_quantity(raw)
+            if value is None:
+                log.warning(
+                    "quota_limit_ignored",
+                    quota="/".join(_key(quota)),
+                    key=key,
+                    value=str(raw)[:120],
+                    reason="not a whole number",
+                )
+                continue
+            limits[resource] = value
+        return limits
+
+    def _recompute(self, namespace: str, resources: Iterable[str]) -> None:
+        objects = self._objects.get(namespace, {})
+        effective = self._limits.setdefault(namespace, {})
+        for resource in resources:
+            best: QuotaLimit | None = None
+            for quota_name in sorted(objects):
+                value = objects[quota_name].get(resource)
+                if value is not None and (best is None or value < best.limit):
+                    best = QuotaLimit(quota=quota_name, resource=resource, limit=value)
+            if best is None:
+                effective.pop(resource, None)
+            else:
+                effective[resource] = best
+        if not effective:
+            self._limits.pop(namespace, None)
+        if not objects:
+            self._objects.pop(namespace, None)
+
+    # -- Pod events ------------------------------------------------------------------------
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Record (or replace) what one pod holds, from its allocation annotations."""
+        key = _key(pod)
+        self._release(key)
+        amounts = self._pod_amounts(pod)
+        if not amounts:
+            return
+        self._pods[key] = _PodUsage(key[0], amounts)
+        used = self._used.setdefault(key[0], {})
+        for resource, amount in amounts.items():
+            used[resource] = used.get(resource, 0) + amount
+
+    def remove_pod(self, pod: Mapping[str, Any]) -> None:
+        self._release(_key(pod))
+
+    def _release(self, key: tuple[str, str]) -> None:
+        usage = self._pods.pop(key, None)
+        if usage is None:
+            return
+        used = self._used.get(usage.namespace, {})
+        for resource, amount in usage.amounts.items():
+            remaining = used.get(resource, 0) - amount
+            if remaining > 0:
+                used[resource] = remaining
+            else:
+                used.pop(resource, None)
+        if not used:
+            self._used.pop(usage.namespace, None)
+
+    def _pod_amounts(self, pod: Mapping[str, Any]) -> dict[str, int]:
+        status = pod.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        if phase in _TERMINAL_PHASES:
+            return {}
+        annotations = _meta(pod).get("annotations")
+        if not isinstance(annotations, Mapping):
+            return {}
+        spec = pod.get("spec")
+        inits = spec.get("initContainers") if isinstance(spec, Mapping) else None
+        init_count = len(inits) if isinstance(inits, list) else 0
+        amounts: dict[str, int] = {}
+        for vendor in self._vendors:
+            key = vendor.devices_allocated_key
+            value = annotations.get(key) if key else None
+            if not isinstance(value, str) or not value:
+                continue
+            try:
+                devices = decode_pod_devices_canonical(value, key=key or "")
+            except ProtocolError as exc:
+                log.warning("pod_allocation_undecodable", pod="/".join(_key(pod)), error=str(exc))
+                continue
+            summaries = collapse_device_usage(devices, init_count=init_count)
+            memory = sum(summary.usedmem for summary in summaries)
+            cores = sum(summary.usedcores for summary in summaries)
+            for resource, amount in (
+                (vendor.memory_resource, memory),
+                (vendor.cores_resource, cores),
+            ):
+                if resource and amount:
+                    amounts[resource] = amounts.get(resource, 0) + amount
+        return amounts

@@ -1,0 +1,320 @@
+"""Command-line flags and environment variables → one frozen :class:`Settings`.
+
+Flags keep HAMi's names where HAMi has them (``--http_bind``, ``--cert_file``, ``--scheduler-name``,
+``--resource-mem``, ...).  Every flag may also come from the environment as ``HAMI_`` plus the
+flag name upper-cased with dashes as underscores (``--scheduler-name`` → ``HAMI_SCHEDULER_NAME``,
+``--cert_file`` → ``HAMI_CERT_FILE``); a flag on the command line wins over the environment.
+Boolean flags take Go's forms: ``--overwrite-env``, ``--overwrite-env=true``, ``=false``.
+
+Defaults that differ from HAMi's scheduler binary (which serves this webhook next to its
+extender) and why:
+
+* ``--scheduler-name hami-scheduler``: HAMi's flag defaults to ``""`` (which disables routing) and
+  its chart always passes the profile name; ``hami-scheduler`` is that name.
+* ``--http_bind 0.0.0.0:9443``: the API server must reach the webhook, so it listens on every
+  address; 9443 is the usual admission webhook port (HAMi's flag default is ``127.0.0.1:8080``).
+* ``--metrics-bind-address :9396``: HAMi's ``:9395`` belongs to the scheduler, ``:9394`` to the
+  vGPU monitor.
+
+NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
+``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
+``--default-gpu``, ``--overwrite-env``) seed the ``nvidia`` section; keys present in
+``--device-config-file`` override them, as in HAMi.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, cast
+
+import yaml
+
+from hami_kube.config import KubeSettings
+from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
+from hami_kube.runtime.sites import parse_bind
+from hami_protocol.config import DeviceConfig, device_config_from_mapping
+from hami_protocol.errors import ConfigError
+from hami_protocol.vendors import vendors_from_config
+from hami_webhook.mutate import MutationRules
+
+__all__ = [
+    "DEFAULT_HTTP_BIND",
+    "DEFAULT_METRICS_BIND",
+    "DEFAULT_SCHEDULER_NAME",
+    "ENV_PREFIX",
+    "Settings",
+    "build_parser",
+    "parse_settings",
+]
+
+ENV_PREFIX: Final = "HAMI_"
+DEFAULT_HTTP_BIND: Final = "0.0.0.0:9443"
+DEFAULT_METRICS_BIND: Final = ":9396"
+DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the service needs to start; built by :func:`parse_settings`."""
+
+    http_bind: str = DEFAULT_HTTP_BIND
+    """Where ``/webhook``, ``/healthz`` and ``/readyz`` are served."""
+    cert_file: str | None = None
+    key_file: str | None = None
+    """Serve HTTPS with this pair, reloaded when the files change; plain HTTP when unset."""
+    tls_reload_interval_s: float = 5.0
+    metrics_bind_address: str = DEFAULT_METRICS_BIND
+    log_format: LogFormat = "json"
+    log_level: str = "info"
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    enable_quota: bool = True
+    """Watch ResourceQuotas and placed pods to check namespace device quotas."""
+    rules: MutationRules = field(default_factory=MutationRules)
+    device_config: DeviceConfig = field(default_factory=DeviceConfig)
+    max_body_bytes: int = 4 * 1024 * 1024
+    shutdown_timeout_s: float = 5.0
+    """How long in-flight reviews may take to finish once shutdown starts."""
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("--cert_file and --key_file must be given together")
+        parse_bind(self.http_bind)
+        parse_bind(self.metrics_bind_address)
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+        if self.tls_reload_interval_s <= 0:
+            raise ValueError("--tls-reload-interval must be positive")
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_file is not None
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+def parse_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool`` spellings."""
+    lowered = text.strip().lower()
+    if lowered in {"1", "t", "true", "yes", "y", "on"}:
+        return True
+    if lowered in {"0", "f", "false", "no", "n", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    names: tuple[str, ...]
+    dest: str
+    default: Any
+    help: str
+    kind: Callable[[str], Any] | None = None
+    is_bool: bool = False
+    choices: tuple[str, ...] | None = None
+
+
+_FLAGS: Final = (
+    _Flag(("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "webhook listen address"),
+    _Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
+    _Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    _Flag(
+        ("--tls-reload-interval",),
+        "tls_reload_interval",
+        "5",
+        "seconds between checks of the certificate files",
+        _positive_float,
+    ),
+    _Flag(
+        ("--metrics-bind-address",),
+        "metrics_bind_address",
+        DEFAULT_METRICS_BIND,
+        "metrics listen address",
+    ),
+    _Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
+    _Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    _Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
+    _Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
+    _Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+    _Flag(
+        ("--enable-quota",),
+        "enable_quota",
+        "true",
+        "check namespace ResourceQuotas on device memory and cores (watches the API server)",
+        parse_bool,
+        True,
+    ),
+    _Flag(
+        ("--scheduler-name",),
+        "scheduler_name",
+        DEFAULT_SCHEDULER_NAME,
+        "scheduler written into spec.schedulerName of pods that request devices",
+    ),
+    _Flag(
+        ("--force-overwrite-default-scheduler",),
+        "force_overwrite_default_scheduler",
+        "true",
+        "also reroute pods that name default-scheduler",
+        parse_bool,
+        True,
+    ),
+    _Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
+    _Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
+    _Flag(
+        ("--resource-mem-percentage",),
+        "resource_mem_percentage",
+        "nvidia.com/gpumem-percentage",
+        "NVIDIA memory percentage resource",
+    ),
+    _Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
+    _Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
+    _Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", _non_negative),
+    _Flag(("--default-cores",), "default_cores", "0", "default cores percent", _non_negative),
+    _Flag(("--default-gpu",), "default_gpu", "1", "GPU count added when omitted", _non_negative),
+    _Flag(
+        ("--overwrite-env",),
+        "overwrite_env",
+        "false",
+        "set NVIDIA_VISIBLE_DEVICES=none in containers without NVIDIA GPUs",
+        parse_bool,
+        True,
+    ),
+    _Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
+    _Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
+    _Flag(
+        ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
+    ),
+)
+
+
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The flag parser; defaults come from ``environ`` (``HAMI_*``) when set there."""
+    env = environ or {}
+    parser = argparse.ArgumentParser(
+        prog="hami-webhook",
+        description="Mutating admission webhook routing GPU-sharing pods to the HAMi scheduler.",
+    )
+    for flag in _FLAGS:
+        env_name = _env_name(flag.names[0])
+        default = env.get(env_name, flag.default)
+        help_text = f"{flag.help} (env {env_name}; default {flag.default!r})"
+        if flag.is_bool:
+            parser.add_argument(
+                *flag.names,
+                dest=flag.dest,
+                nargs="?",
+                const="true",
+                default=default,
+                type=parse_bool,
+                metavar="BOOL",
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                *flag.names,
+                dest=flag.dest,
+                default=default,
+                type=flag.kind or str,
+                choices=flag.choices,
+                help=help_text,
+            )
+    return parser
+
+
+def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "resourceCountName": args.resource_name,
+        "resourceMemoryName": args.resource_mem,
+        "resourceMemoryPercentageName": args.resource_mem_percentage,
+        "resourceCoreName": args.resource_cores,
+        "resourcePriorityName": args.resource_priority,
+        "defaultMemory": args.default_mem,
+        "defaultCores": args.default_cores,
+        "defaultGPUNum": args.default_gpu,
+        "overwriteEnv": args.overwrite_env,
+    }
+
+
+def load_device_config(args: argparse.Namespace) -> DeviceConfig:
+    """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
+    document: dict[str, Any] = {}
+    path = args.device_config_file
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("--device-config-file", path, f"cannot read: {exc}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("--device-config-file", path, f"not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError("--device-config-file", path, "expected a YAML mapping")
+        document = dict(loaded or {})
+    file_nvidia = document.get("nvidia") or {}
+    if not isinstance(file_nvidia, dict):
+        raise ConfigError("nvidia", file_nvidia, "expected a mapping")
+    document["nvidia"] = {**_nvidia_from_flags(args), **file_nvidia}
+    return device_config_from_mapping(document)
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Parse flags (and ``HAMI_*`` variables); exits with a usage message on invalid input."""
+    parser = build_parser(environ)
+    args = parser.parse_args(argv)
+    try:
+        config = load_device_config(args)
+        vendors = vendors_from_config(
+            config, enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar
+        )
+        rules = MutationRules(
+            scheduler_name=args.scheduler_name,
+            force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
+            nvidia=config.nvidia,
+            vendors=vendors,
+        )
+        return Settings(
+            http_bind=args.http_bind,
+            cert_file=args.cert_file or None,
+            key_file=args.key_file or None,
+            tls_reload_interval_s=args.tls_reload_interval,
+            metrics_bind_address=args.metrics_bind_address,
+            log_format=cast("LogFormat", args.log_format),
+            log_level="debug" if args.debug else args.log_level,
+            kube=KubeSettings(
+                kube_url=args.kube_url or None,
+                kubeconfig=args.kubeconfig or None,
+                user_agent="hami-webhook",
+            ),
+            enable_quota=args.enable_quota,
+            rules=rules,
+            device_config=config,
+        )
+    except (ConfigError, ValueError) as exc:
+        parser.error(str(exc))

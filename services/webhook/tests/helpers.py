@@ -1,0 +1,130 @@
+"""Pod and review builders, and polling with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hami_kubesim.certs import ServerCertificate, TlsFiles
+
+SERVICE_HOST = "hami-webhook.kube-system.svc"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookTls:
+    """A server certificate and where its files were written."""
+
+    cert: ServerCertificate
+    files: TlsFiles
+
+
+def container(
+    name: str = "main",
+    *,
+    limits: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+    env: list[dict[str, Any]] | None = None,
+    privileged: bool | None = None,
+) -> dict[str, Any]:
+    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    if resources:
+        ctr["resources"] = resources
+    if env is not None:
+        ctr["env"] = env
+    if privileged is not None:
+        ctr["securityContext"] = {"privileged": privileged}
+    return ctr
+
+
+def gpu(count: int | str = 1, **extra: Any) -> dict[str, Any]:
+    """Limits asking for ``count`` NVIDIA GPUs plus ``extra`` short names (mem, cores, pct)."""
+    names = {
+        "mem": "nvidia.com/gpumem",
+        "cores": "nvidia.com/gpucores",
+        "pct": "nvidia.com/gpumem-percentage",
+        "priority": "nvidia.com/priority",
+    }
+    limits: dict[str, Any] = {"nvidia.com/gpu": str(count)}
+    for key, value in extra.items():
+        limits[names[key]] = str(value)
+    return limits
+
+
+def pod(
+    *containers: dict[str, Any],
+    name: str = "p",
+    namespace: str | None = "default",
+    init: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if labels is not None:
+        meta["labels"] = labels
+    body: dict[str, Any] = {"containers": list(containers) or [container()]}
+    if init is not None:
+        body["initContainers"] = init
+    body.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+
+
+def review(
+    obj: Any,
+    *,
+    version: str = "admission.k8s.io/v1",
+    uid: str | None = None,
+    namespace: str = "default",
+    operation: str = "CREATE",
+    kind: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": version,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid or str(uuid.uuid4()),
+            "kind": kind or {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": kind or {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": (obj or {}).get("metadata", {}).get("name", "")
+            if isinstance(obj, dict)
+            else "",
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "admin", "groups": ["system:masters"]},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
+) -> None:
+    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s: {what}")
+        await asyncio.sleep(0.02)
