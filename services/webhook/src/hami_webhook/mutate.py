@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from hami_protocol import keys
+from hami_protocol import envs, keys
 from hami_protocol.config import NvidiaConfig
 from hami_protocol.errors import ProtocolError, RequestError
 from hami_protocol.quantity import parse_quantity, to_int_ceil
@@ -68,9 +68,9 @@ __all__ = [
 ]
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
-ENV_TASK_PRIORITY: Final = "CUDA_TASK_PRIORITY"
-ENV_CORE_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
-ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+ENV_TASK_PRIORITY: Final = envs.CUDA_TASK_PRIORITY
+ENV_CORE_POLICY: Final = envs.GPU_CORE_UTILIZATION_POLICY
+ENV_VISIBLE_DEVICES: Final = envs.NVIDIA_VISIBLE_DEVICES
 
 Outcome = Literal["allowed", "mutated", "denied", "error"]
 
