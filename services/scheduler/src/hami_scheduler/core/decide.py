@@ -1,0 +1,186 @@
+"""The whole-pod decision for one node: does the pod fit, on which devices, with what score.
+
+Containers are taken init containers first, then app containers (the order of
+:class:`~hami_protocol.requests.PodDeviceRequests`):
+
+* each **init container** is fitted on a fresh copy of the node — init containers run one
+  after another, so none sees another's devices (nor the app containers');
+* **app containers** are fitted one after another on one shared copy, each seeing the devices
+  the previous ones took;
+* within a container, every vendor request is fitted on that vendor's devices, sorted by the
+  GPU policy with device scores computed once per container (:mod:`.score`);
+* a request for more devices than the node has of that vendor fails with
+  ``NodeInsufficientDevice``; otherwise a failing container reports its fit's reason text.
+
+The result lists, per vendor the pod requests, one segment per container in init+app order —
+empty for containers without devices of that vendor — ready for
+:func:`~hami_protocol.devices.encode_pod_devices`.  (HAMi keys that padding by device model and
+can shift entries, quirk Q1; this is the intended format.)  The node score is the usage score
+before the pod (:attr:`~hami_scheduler.core.usage.NodeUsage.base_score`); NVIDIA adds nothing
+to it.  The usage the pod will hold is :func:`decision_usage` — init peak against app sum per
+device, exactly what the caches apply once the annotations are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hami_protocol.devices import (
+    ContainerDevice,
+    ContainerDevices,
+    DeviceUsageSummary,
+    PodDevices,
+)
+from hami_protocol.requests import ContainerDeviceRequest, ContainerSlot
+from hami_scheduler.core import reasons as why
+from hami_scheduler.core.fit import FitContext, QuotaProbe, fit_request
+from hami_scheduler.core.plan import DeviceSelectors, PodPlan
+from hami_scheduler.core.quota import PodQuotaTally, VendorQuota
+from hami_scheduler.core.score import device_score, sort_devices
+from hami_scheduler.core.usage import DeviceUsage, NodeUsage, pod_usage
+
+__all__ = ["NodeDecision", "decide_node", "decision_usage"]
+
+
+_NO_DEVICES = PodDevices()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecision:
+    """A node's answer for one pod.  ``devices`` and ``score`` are meaningful when ``fits``."""
+
+    node: str
+    fits: bool
+    score: float = 0.0
+    devices: PodDevices = _NO_DEVICES
+    reason: str = ""
+
+
+def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
+    """Fit every container of the pod on ``node`` (see the module doc)."""
+    segments: dict[str, list[ContainerDevices]] = {word: [] for word in plan.vendors}
+    work = list(node.devices)
+    touched: set[str] = set()
+    for slot in plan.requests.slots:
+        if not slot.requests:
+            for taken in segments.values():
+                taken.append(())
+            continue
+        # Init containers read the untouched node; app containers share ``work``.
+        outcome = _fit_container(
+            slot,
+            node,
+            plan,
+            devices=node.devices if slot.is_init else work,
+            touched=set() if slot.is_init else touched,
+            segments=segments,
+        )
+        if isinstance(outcome, str):
+            return NodeDecision(node=node.name, fits=False, reason=outcome)
+        if not slot.is_init:
+            positions = node.layout.positions
+            for word, granted in outcome.items():
+                touched.add(word)
+                for device in granted:
+                    p = positions[device.uuid]
+                    work[p] = work[p].shifted(1, device.usedmem, device.usedcores)
+        for word, taken in segments.items():
+            taken.append(outcome.get(word, ()))
+    return NodeDecision(
+        node=node.name,
+        fits=True,
+        score=node.base_score,
+        devices=PodDevices(tuple((word, tuple(taken)) for word, taken in segments.items())),
+    )
+
+
+def decision_usage(decision: NodeDecision, plan: PodPlan) -> tuple[DeviceUsageSummary, ...]:
+    """The usage a placed decision holds on its node (what the caches apply)."""
+    return pod_usage(decision.devices, init_count=plan.requests.init_count)
+
+
+def _fit_container(
+    slot: ContainerSlot,
+    node: NodeUsage,
+    plan: PodPlan,
+    *,
+    devices: Sequence[DeviceUsage],
+    touched: set[str],
+    segments: dict[str, list[ContainerDevices]],
+) -> dict[str, ContainerDevices] | str:
+    """Fit one container's requests on ``devices``; the reason text on failure.
+
+    ``touched`` names the vendors whose devices in ``devices`` differ from ``node``'s.
+    """
+    layout = node.layout
+    requests = tuple(slot.requests.values())
+    chosen: dict[str, ContainerDevices] = {}
+    for word, request in slot.requests.items():
+        positions = layout.vendor_positions.get(word, ())
+        if request.nums > len(positions):
+            return why.NODE_INSUFFICIENT_DEVICE
+        selectors = plan.selectors_for(word)
+        if word in touched:
+            ordered = _order([devices[p] for p in positions], requests, plan, selectors)
+        else:
+            ordered = _node_order(node, word, requests, plan, selectors)
+        quota = plan.quota_for(word)
+        ctx = FitContext(
+            selectors=selectors,
+            mutex=plan.gpu_policy.mutex,
+            topology=plan.gpu_policy.topology_aware,
+            cordon=layout.cordon,
+            pair_score=layout.pair_score,
+            quota=None if quota is None else _quota_probe(quota, segments[word], plan),
+        )
+        result = fit_request(ordered, request, ctx)
+        if not result.ok:
+            return result.reason
+        chosen[word] = result.devices
+    return chosen
+
+
+def _order(
+    group: Sequence[DeviceUsage],
+    requests: Sequence[ContainerDeviceRequest],
+    plan: PodPlan,
+    selectors: DeviceSelectors,
+) -> Sequence[DeviceUsage]:
+    scores = [device_score(dev, requests, plan.weights) for dev in group]
+    return sort_devices(group, scores, plan.gpu_policy, numa_bind=selectors.numa_bind)
+
+
+def _node_order(
+    node: NodeUsage,
+    word: str,
+    requests: Sequence[ContainerDeviceRequest],
+    plan: PodPlan,
+    selectors: DeviceSelectors,
+) -> Sequence[DeviceUsage]:
+    """The policy order of the node's own devices, kept per node version.
+
+    Device scores count a request only when its type equals the device model (quirk Q2), which
+    real requests (typed by vendor word) never do; then the order depends on the node alone and
+    is computed once per node version, policy, numa-bind and weights.
+    """
+    models = node.derived(("models", word), lambda: {d.type for d in node.vendor_devices(word)})
+    if any(request.type in models for request in requests):
+        return _order(node.vendor_devices(word), requests, plan, selectors)
+    key = ("order", word, plan.gpu_policy.entries, selectors.numa_bind, plan.weights)
+    return node.derived(key, lambda: tuple(_order(node.vendor_devices(word), (), plan, selectors)))
+
+
+def _quota_probe(
+    quota: VendorQuota, earlier: Sequence[ContainerDevices], plan: PodPlan
+) -> QuotaProbe:
+    """Does the pod so far, plus this container's devices and the candidate, fit the quota?"""
+    init_count = plan.requests.init_count
+    tally = PodQuotaTally(earlier, init_count=init_count)
+    init = len(earlier) < init_count
+
+    def probe(taken: Sequence[ContainerDevice], candidate: ContainerDevice) -> bool:
+        memory, cores = tally.total_with((*taken, candidate), init=init)
+        return quota.allows(memory, cores)
+
+    return probe

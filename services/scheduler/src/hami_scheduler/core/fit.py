@@ -1,0 +1,203 @@
+"""Does one container's request of one vendor fit these devices, and on which?
+
+:func:`fit_request` is HAMi's NVIDIA ``Fit``.  It walks the policy-sorted device list **from
+last to first** and checks each device in this order, counting the first failing check:
+
+1. unhealthy → ``CardNotHealth``
+2. UUID in the node's ``hami.io/device-cordon`` → ``CardCordoned``
+3. request type is not the device's vendor, model fails ``use/nouse-gputype``, or the device
+   mode is not in ``nvidia.com/vgpu-mode`` → ``CardTypeMismatch``
+4. numa-bind: a device on another NUMA node than the previous accepted-so-far run restarts the
+   run (the abandoned partial run counts as ``NumaNotFit``)
+5. ``use/nouse-gpuuuid`` → ``CardUuidMismatch``
+6. ``Count <= Used`` → ``CardTimeSlicingExhausted``
+7. mutex policy and ``Used > 0`` → ``ExclusiveDeviceAllocateConflict``
+8. (cores above 100 are clamped to 100)
+9. namespace quota for the pod's hypothetical total → ``ResourceQuotaNotFit``
+10. ``Totalmem − Usedmem < memreq`` → ``CardInsufficientMemory``
+11. ``Totalcore − Usedcores < cores`` → ``CardInsufficientCore``
+12. ``Totalcore == 100``, cores 100 and ``Used > 0`` → ``ExclusiveDeviceAllocateConflict``
+13. ``Totalcore ≠ 0``, ``Usedcores == Totalcore`` and cores 0 → ``CardComputeUnitsExhausted``
+14. MIG-mode device → ``CardMigNotSupported`` (MIG placement is not implemented yet; refusing is
+    what keeps such a GPU from being handed out as a shared one)
+15. accept ``{uuid, vendor word, memreq, cores}``; done when enough devices are accepted.
+
+``memreq`` is the request's MiB when given, else the percentage of this device's memory.  On
+failure the reasons are reported by :func:`~hami_scheduler.core.reasons.format_reasons` over the
+number of devices offered, plus ``AllocatedCardsInsufficientRequest`` = devices accepted.
+
+With the topology-aware policy every fitting device is collected first and the set is chosen by
+pair scores (:mod:`.topology`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from hami_protocol.devices import ContainerDevice
+from hami_protocol.requests import PERCENTAGE_UNSET, ContainerDeviceRequest
+from hami_scheduler.core import reasons as why
+from hami_scheduler.core.plan import NO_SELECTORS, DeviceSelectors
+from hami_scheduler.core.topology import PairScore, best_subset, worst_connected
+from hami_scheduler.core.usage import MIG_MODE, DeviceUsage
+
+__all__ = [
+    "MAX_CORES",
+    "FitContext",
+    "FitResult",
+    "QuotaProbe",
+    "clamped_cores",
+    "device_refusal",
+    "fit_request",
+    "request_memory",
+]
+
+MAX_CORES: Final = 100
+
+QuotaProbe = Callable[[Sequence[ContainerDevice], ContainerDevice], bool]
+"""``(devices accepted so far for this container, candidate) -> fits the namespace quota``."""
+
+
+def _no_pairs(uuid: str, peer: str) -> int:
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class FitContext:
+    """Everything besides the devices and the request that a fit depends on."""
+
+    selectors: DeviceSelectors = NO_SELECTORS
+    mutex: bool = False
+    topology: bool = False
+    cordon: frozenset[str] = frozenset()
+    pair_score: PairScore = _no_pairs
+    quota: QuotaProbe | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """Success with the chosen devices, or failure with HAMi's reason text."""
+
+    ok: bool
+    devices: tuple[ContainerDevice, ...] = ()
+    reason: str = ""
+
+
+def request_memory(dev: DeviceUsage, request: ContainerDeviceRequest) -> int:
+    """MiB the request takes on ``dev``: its own MiB, else its percentage of the device."""
+    if request.memreq > 0:
+        return request.memreq
+    if request.mem_percentagereq != PERCENTAGE_UNSET:
+        return dev.totalmem * request.mem_percentagereq // 100
+    return 0
+
+
+def clamped_cores(request: ContainerDeviceRequest) -> int:
+    """Cores asked per device, at most 100 (HAMi clamps rather than refusing)."""
+    return min(request.coresreq, MAX_CORES)
+
+
+def _early_refusal(dev: DeviceUsage, request: ContainerDeviceRequest, ctx: FitContext) -> str:
+    """Checks 1-3 (before the NUMA run bookkeeping); ``""`` when the device passes them."""
+    if not dev.health:
+        return why.CARD_NOT_HEALTH
+    if dev.uuid in ctx.cordon:
+        return why.CARD_CORDONED
+    if request.type != dev.vendor:
+        return why.CARD_TYPE_MISMATCH
+    selectors = ctx.selectors
+    if selectors.filters_type and not selectors.type_ok(dev.type, dev.mode):
+        return why.CARD_TYPE_MISMATCH
+    return ""
+
+
+def _before_quota(dev: DeviceUsage, ctx: FitContext) -> str:
+    """Checks 5-7."""
+    if ctx.selectors.filters_uuid and not ctx.selectors.uuid_ok(dev.uuid):
+        return why.CARD_UUID_MISMATCH
+    if dev.count <= dev.used:
+        return why.CARD_TIME_SLICING_EXHAUSTED
+    if ctx.mutex and dev.used > 0:
+        return why.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    return ""
+
+
+def _after_quota(dev: DeviceUsage, memreq: int, cores: int) -> str:
+    """Checks 10-14."""
+    if dev.totalmem - dev.usedmem < memreq:
+        return why.CARD_INSUFFICIENT_MEMORY
+    if dev.totalcore - dev.usedcores < cores:
+        return why.CARD_INSUFFICIENT_CORE
+    if dev.totalcore == MAX_CORES and cores == MAX_CORES and dev.used > 0:
+        return why.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if dev.totalcore != 0 and dev.usedcores == dev.totalcore and cores == 0:
+        return why.CARD_COMPUTE_UNITS_EXHAUSTED
+    if dev.mode == MIG_MODE:
+        return why.CARD_MIG_NOT_SUPPORTED
+    return ""
+
+
+def device_refusal(
+    dev: DeviceUsage, request: ContainerDeviceRequest, ctx: FitContext = FitContext()
+) -> str:
+    """The first failing check for ``dev`` alone (no NUMA run, no quota); ``""`` if it fits."""
+    return (
+        _early_refusal(dev, request, ctx)
+        or _before_quota(dev, ctx)
+        or _after_quota(dev, request_memory(dev, request), clamped_cores(request))
+    )
+
+
+def fit_request(
+    devices: Sequence[DeviceUsage],
+    request: ContainerDeviceRequest,
+    ctx: FitContext = FitContext(),
+) -> FitResult:
+    """Pick ``request.nums`` devices from ``devices`` (already in policy order)."""
+    want = request.nums
+    if want <= 0:
+        return FitResult(ok=True)
+    cores = clamped_cores(request)
+    numa_bind = ctx.selectors.numa_bind
+    counts: dict[str, int] = {}
+    taken: list[ContainerDevice] = []
+    run_numa: int | None = None
+    for dev in reversed(devices):
+        refusal = _early_refusal(dev, request, ctx)
+        if not refusal:
+            if numa_bind and dev.numa != run_numa:
+                if taken and not ctx.topology:
+                    counts[why.NUMA_NOT_FIT] = counts.get(why.NUMA_NOT_FIT, 0) + len(taken)
+                run_numa = dev.numa
+                taken = []
+            memreq = request_memory(dev, request)
+            refusal = _before_quota(dev, ctx)
+            if not refusal and ctx.quota is not None:
+                candidate = ContainerDevice(dev.uuid, request.type, memreq, cores)
+                if not ctx.quota(taken, candidate):
+                    refusal = why.RESOURCE_QUOTA_NOT_FIT
+            refusal = refusal or _after_quota(dev, memreq, cores)
+        if refusal:
+            counts[refusal] = counts.get(refusal, 0) + 1
+            continue
+        taken.append(ContainerDevice(dev.uuid, request.type, memreq, cores))
+        if not ctx.topology and len(taken) == want:
+            return FitResult(ok=True, devices=tuple(taken))
+    if ctx.topology and len(taken) >= want:
+        return FitResult(ok=True, devices=_by_topology(taken, want, ctx.pair_score))
+    if taken:
+        counts[why.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
+    return FitResult(ok=False, reason=why.format_reasons(counts, len(devices)))
+
+
+def _by_topology(
+    taken: list[ContainerDevice], want: int, score: PairScore
+) -> tuple[ContainerDevice, ...]:
+    if len(taken) == want:
+        return tuple(taken)
+    uuids = [dev.uuid for dev in taken]
+    if want == 1:
+        return (taken[worst_connected(uuids, score)],)
+    return tuple(taken[position] for position in best_subset(uuids, want, score))

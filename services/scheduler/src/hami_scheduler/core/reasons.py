@@ -1,0 +1,55 @@
+"""Why a device or a node was refused: HAMi's reason words and their report format.
+
+A fit counts one reason per refused device and reports them as ``"<count>/<cards> <Reason>"``
+joined with ``", "`` (``"1/2 CardInsufficientMemory, 1/2 CardTypeMismatch"``), where ``cards`` is
+the number of devices of the requested vendor on the node.  HAMi emits the parts in Go map order
+(random); we sort them by reason word so the same situation always reads the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = [
+    "ALLOCATED_CARDS_INSUFFICIENT_REQUEST",
+    "CARD_COMPUTE_UNITS_EXHAUSTED",
+    "CARD_CORDONED",
+    "CARD_INSUFFICIENT_CORE",
+    "CARD_INSUFFICIENT_MEMORY",
+    "CARD_MIG_NOT_SUPPORTED",
+    "CARD_NOT_HEALTH",
+    "CARD_TIME_SLICING_EXHAUSTED",
+    "CARD_TYPE_MISMATCH",
+    "CARD_UUID_MISMATCH",
+    "EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT",
+    "NODE_INSUFFICIENT_DEVICE",
+    "NODE_UNREGISTERED",
+    "NUMA_NOT_FIT",
+    "RESOURCE_QUOTA_NOT_FIT",
+    "format_reasons",
+]
+
+CARD_NOT_HEALTH: Final = "CardNotHealth"
+CARD_CORDONED: Final = "CardCordoned"
+CARD_TYPE_MISMATCH: Final = "CardTypeMismatch"
+NUMA_NOT_FIT: Final = "NumaNotFit"
+CARD_UUID_MISMATCH: Final = "CardUuidMismatch"
+CARD_TIME_SLICING_EXHAUSTED: Final = "CardTimeSlicingExhausted"
+EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT: Final = "ExclusiveDeviceAllocateConflict"
+RESOURCE_QUOTA_NOT_FIT: Final = "ResourceQuotaNotFit"
+CARD_INSUFFICIENT_MEMORY: Final = "CardInsufficientMemory"
+CARD_INSUFFICIENT_CORE: Final = "CardInsufficientCore"
+CARD_COMPUTE_UNITS_EXHAUSTED: Final = "CardComputeUnitsExhausted"
+CARD_MIG_NOT_SUPPORTED: Final = "CardMigNotSupported"
+"""Our own word: MIG devices are refused until MIG placement is implemented."""
+ALLOCATED_CARDS_INSUFFICIENT_REQUEST: Final = "AllocatedCardsInsufficientRequest"
+NODE_INSUFFICIENT_DEVICE: Final = "NodeInsufficientDevice"
+"""Reported bare (no counts) when a request names more devices than the node has."""
+NODE_UNREGISTERED: Final = "node unregistered"
+"""A candidate node the scheduler has no devices for (HAMi's FailedNodes text)."""
+
+
+def format_reasons(counts: Mapping[str, int], cards: int) -> str:
+    """``"<n>/<cards> <Reason>"`` for every counted reason, sorted by reason, joined by ``", "``."""
+    return ", ".join(f"{counts[word]}/{cards} {word}" for word in sorted(counts) if counts[word])

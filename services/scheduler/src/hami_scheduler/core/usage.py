@@ -1,0 +1,409 @@
+"""What the scheduler knows about one node: its devices, their capacity and what pods hold.
+
+* :class:`DeviceUsage` — one device's capacity (``count`` task slots, ``totalmem`` MiB,
+  ``totalcore`` units) and what is held on it (``used`` slots, ``usedmem``, ``usedcores``).
+* :class:`NodeLayout` — what does not change when pods come and go: the node name, which
+  devices belong to which vendor, the cordoned UUIDs and the GPU pair scores.
+* :class:`NodeUsage` — a layout plus the current :class:`DeviceUsage` of every device, with the
+  node-wide sums the node score needs.
+
+All three are immutable.  A pod's arrival or departure produces a *new* :class:`NodeUsage`
+(:func:`apply_usage` / :func:`remove_usage`), costing O(devices of the pod + devices of the node):
+the layout is shared, unchanged devices are shared, only touched devices are rebuilt.  Immutable
+values mean a filter can read a consistent snapshot while the cache moves on, and a changed node
+is recognisably a different object, which is what lets :mod:`.select` memoise per-node results.
+Views the filter needs repeatedly — :meth:`NodeUsage.open` (devices able to take a request,
+sorted by free memory) and :meth:`NodeUsage.derived` (e.g. the device order of a policy) — are
+computed on first use and kept by that node version, so pod events stay cheap and an unchanged
+node never recomputes them.
+
+Pod usage arrives as :class:`~hami_protocol.devices.DeviceUsageSummary` values (the collapsed,
+per-device effect of one pod: init peak vs. app sum, see
+:func:`~hami_protocol.devices.collapse_device_usage`); :func:`pod_usage` builds them from a pod's
+per-vendor device lists.  Summaries naming a UUID the node does not have are ignored (a device
+that left the registry holds nothing any more); :func:`unknown_devices` lists them for logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, TypeVar, cast
+
+from hami_protocol.devices import DeviceUsageSummary, PodDevices, collapse_device_usage
+from hami_protocol.registry import DeviceInfo, DevicePairScore
+
+__all__ = [
+    "MIG_MODE",
+    "DeviceUsage",
+    "NodeLayout",
+    "NodeUsage",
+    "OpenDevices",
+    "UsageTotals",
+    "apply_usage",
+    "build_node_usage",
+    "device_usage",
+    "node_layout",
+    "pod_usage",
+    "remove_usage",
+    "unknown_devices",
+]
+
+MIG_MODE: Final = "mig"
+
+MAX_DERIVED: Final = 16
+"""Derived values one :class:`NodeUsage` version keeps (see :meth:`NodeUsage.derived`)."""
+
+_T = TypeVar("_T")
+
+_WEIGHT: Final = 10.0
+"""HAMi's score multiplier (``util.Weight``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """One device: capacity from its registration, usage from the pods placed on it."""
+
+    uuid: str
+    vendor: str
+    """The vendor's common word (``NVIDIA``); the registry annotation the device came from."""
+    type: str
+    """The device model as registered (``NVIDIA-Tesla T4``)."""
+    index: int
+    numa: int
+    mode: str
+    health: bool
+    count: int
+    totalmem: int
+    totalcore: int
+    used: int = 0
+    usedmem: int = 0
+    usedcores: int = 0
+
+    def shifted(self, slots: int, mem: int, cores: int) -> DeviceUsage:
+        """This device with usage moved by the given amounts, never below zero."""
+        return DeviceUsage(
+            self.uuid,
+            self.vendor,
+            self.type,
+            self.index,
+            self.numa,
+            self.mode,
+            self.health,
+            self.count,
+            self.totalmem,
+            self.totalcore,
+            max(self.used + slots, 0),
+            max(self.usedmem + mem, 0),
+            max(self.usedcores + cores, 0),
+        )
+
+
+def device_usage(info: DeviceInfo, vendor: str) -> DeviceUsage:
+    """An idle :class:`DeviceUsage` for a registered device of ``vendor``."""
+    return DeviceUsage(
+        uuid=info.id,
+        vendor=vendor,
+        type=info.type,
+        index=info.index,
+        numa=info.numa,
+        mode=info.mode,
+        health=info.health,
+        count=info.count,
+        totalmem=info.devmem,
+        totalcore=info.devcore,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """Node-wide sums over every device of every vendor."""
+
+    used: int = 0
+    count: int = 0
+    usedmem: int = 0
+    totalmem: int = 0
+    usedcores: int = 0
+    totalcore: int = 0
+
+    @property
+    def score(self) -> float:
+        """HAMi's node score: ``10 × (ΣUsed/ΣCount + ΣUsedcores/ΣTotalcore + ΣUsedmem/ΣTotalmem)``.
+
+        0 when any denominator is 0, as HAMi's ``ComputeDefaultScore``.
+        """
+        if not (self.count and self.totalcore and self.totalmem):
+            return 0.0
+        return _WEIGHT * (
+            self.used / self.count + self.usedcores / self.totalcore + self.usedmem / self.totalmem
+        )
+
+
+OpenRow = tuple[int, int, int, int, int, int, DeviceUsage]
+"""``(free_mem, free_cores, totalmem, totalcore, usedcores, used, device)`` of an open device."""
+
+_ANY_PERCENTAGE: Final = 101
+
+
+@dataclass(frozen=True, slots=True)
+class OpenDevices:
+    """One vendor's *open* devices on a node — healthy, not MIG, not cordoned, a slot free —
+    as rows sorted by free memory, most first, with bounds over them.
+
+    Every device that can take any request is open, so a request beyond these bounds fits
+    nowhere in the group, and a scan for a fixed amount of memory can stop at the first row
+    with too little.  Built on first use per :class:`NodeUsage` (see :meth:`NodeUsage.open`).
+    """
+
+    rows: tuple[OpenRow, ...] = ()
+    max_free_mem: int = 0
+    max_free_cores: int = 0
+    max_percentage: int = 0
+    """The largest memory percentage some open device could still grant (101: any)."""
+    max_totalmem: int = 0
+
+
+_NO_OPEN_DEVICES: Final = OpenDevices()
+
+
+def _open_devices(devices: Iterable[DeviceUsage], cordon: frozenset[str]) -> OpenDevices:
+    rows: list[OpenRow] = []
+    max_free_cores = max_percentage = max_totalmem = 0
+    for dev in devices:
+        if not dev.health or dev.used >= dev.count or dev.mode == MIG_MODE or dev.uuid in cordon:
+            continue
+        free_mem = dev.totalmem - dev.usedmem
+        free_cores = dev.totalcore - dev.usedcores
+        rows.append(
+            (free_mem, free_cores, dev.totalmem, dev.totalcore, dev.usedcores, dev.used, dev)
+        )
+        max_free_cores = max(max_free_cores, free_cores)
+        max_totalmem = max(max_totalmem, dev.totalmem)
+        if dev.totalmem <= 0:
+            percentage = _ANY_PERCENTAGE
+        else:
+            # Largest p with totalmem·p // 100 <= free_mem, i.e. totalmem·p < (free_mem+1)·100.
+            percentage = -(-(free_mem + 1) * 100 // dev.totalmem) - 1
+        max_percentage = max(max_percentage, percentage)
+    if not rows:
+        return _NO_OPEN_DEVICES
+    rows.sort(key=_free_mem, reverse=True)
+    return OpenDevices(tuple(rows), rows[0][0], max_free_cores, max_percentage, max_totalmem)
+
+
+def _free_mem(row: OpenRow) -> int:
+    return row[0]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeLayout:
+    """The usage-independent part of a node, shared by all of its :class:`NodeUsage` versions.
+
+    Compared by identity: a layout is rebuilt only when the node's registration changes.
+    """
+
+    name: str
+    vendors: tuple[str, ...]
+    """Vendor common words in registration order."""
+    uuids: tuple[str, ...]
+    """Device UUIDs, position by position (vendor groups in ``vendors`` order)."""
+    cordon: frozenset[str]
+    positions: Mapping[str, int]
+    """UUID → position in :attr:`NodeUsage.devices`."""
+    vendor_positions: Mapping[str, tuple[int, ...]]
+    """Vendor word → positions of its devices, in registration order."""
+    pair_scores: Mapping[str, Mapping[str, int]]
+    """UUID → peer UUID → link score (``hami.io/node-nvidia-score``)."""
+
+    def pair_score(self, uuid: str, peer: str) -> int:
+        """The reported score from ``uuid`` towards ``peer``; 0 when none is reported."""
+        return self.pair_scores.get(uuid, {}).get(peer, 0)
+
+
+def node_layout(
+    name: str,
+    uuids_by_vendor: Sequence[tuple[str, Sequence[str]]],
+    *,
+    cordon: Iterable[str] = (),
+    pair_scores: Iterable[DevicePairScore] = (),
+) -> NodeLayout:
+    """A layout for devices listed per vendor (``[(word, [uuid, ...]), ...]``)."""
+    uuids: list[str] = []
+    vendor_positions: dict[str, tuple[int, ...]] = {}
+    for word, group in uuids_by_vendor:
+        start = len(uuids)
+        uuids.extend(group)
+        vendor_positions[word] = vendor_positions.get(word, ()) + tuple(range(start, len(uuids)))
+    positions: dict[str, int] = {}
+    for position, uuid in enumerate(uuids):
+        positions.setdefault(uuid, position)
+    return NodeLayout(
+        name=name,
+        vendors=tuple(vendor_positions),
+        uuids=tuple(uuids),
+        cordon=frozenset(cordon),
+        positions=positions,
+        vendor_positions=vendor_positions,
+        pair_scores={entry.uuid: dict(entry.scores) for entry in pair_scores},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """A node's devices with their current usage.  Build with :func:`build_node_usage`."""
+
+    layout: NodeLayout
+    devices: tuple[DeviceUsage, ...]
+    """One entry per position of :attr:`NodeLayout.uuids`."""
+    totals: UsageTotals = field(init=False, compare=False, repr=False)
+    base_score: float = field(init=False, compare=False, repr=False)
+    """The node score before the pod being scheduled (see :attr:`UsageTotals.score`)."""
+    _open: dict[str, OpenDevices] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
+    _derived: dict[Hashable, object] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        used = count = usedmem = totalmem = usedcores = totalcore = 0
+        for dev in self.devices:
+            used += dev.used
+            count += dev.count
+            usedmem += dev.usedmem
+            totalmem += dev.totalmem
+            usedcores += dev.usedcores
+            totalcore += dev.totalcore
+        totals = UsageTotals(used, count, usedmem, totalmem, usedcores, totalcore)
+        object.__setattr__(self, "totals", totals)
+        object.__setattr__(self, "base_score", totals.score)
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    def device(self, uuid: str) -> DeviceUsage | None:
+        position = self.layout.positions.get(uuid)
+        return None if position is None else self.devices[position]
+
+    def vendor_devices(self, vendor: str) -> tuple[DeviceUsage, ...]:
+        """The vendor's devices in registration order."""
+        devices = self.devices
+        return tuple(devices[p] for p in self.layout.vendor_positions.get(vendor, ()))
+
+    def open(self, vendor: str) -> OpenDevices:
+        """The vendor's open devices (computed once per node version, then kept)."""
+        views = self._open
+        if views is None:
+            cordon = self.layout.cordon
+            views = {
+                word: _open_devices(self.vendor_devices(word), cordon)
+                for word in self.layout.vendors
+            }
+            # A cache of a pure function of this immutable value; safe to fill in lazily.
+            object.__setattr__(self, "_open", views)
+        return views.get(vendor, _NO_OPEN_DEVICES)
+
+    def derived(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, remembered under ``key`` for this node version.
+
+        For values that are pure functions of this node (a device order for a policy, say);
+        at most :data:`MAX_DERIVED` are kept, beyond that they are computed every time.
+        """
+        store = self._derived
+        if store is None:
+            store = {}
+            object.__setattr__(self, "_derived", store)
+        if key in store:
+            return cast(_T, store[key])
+        value = compute()
+        if len(store) < MAX_DERIVED:
+            store[key] = value
+        return value
+
+
+def build_node_usage(
+    name: str,
+    devices: Mapping[str, Sequence[DeviceInfo]],
+    *,
+    cordon: Iterable[str] = (),
+    pair_scores: Iterable[DevicePairScore] = (),
+    usages: Iterable[DeviceUsageSummary] = (),
+) -> NodeUsage:
+    """A node from its registry (vendor word → devices) with ``usages`` already applied.
+
+    ``usages`` may be the summaries of every pod on the node (a rebuild after re-registration);
+    they are summed first, so the cost is O(summaries + devices), not one rebuild per pod.
+    """
+    layout = node_layout(
+        name,
+        [(word, [info.id for info in group]) for word, group in devices.items()],
+        cordon=cordon,
+        pair_scores=pair_scores,
+    )
+    idle = tuple(device_usage(info, word) for word, group in devices.items() for info in group)
+    return _shifted(NodeUsage(layout, idle), usages, 1)
+
+
+def apply_usage(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> NodeUsage:
+    """``node`` with the usage of one or more pods added."""
+    return _shifted(node, usages, 1)
+
+
+def remove_usage(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> NodeUsage:
+    """``node`` with the usage of pods taken away: the exact inverse of :func:`apply_usage`.
+
+    Usage never goes below zero, so removing what was never applied cannot invent capacity
+    beyond the registration.
+    """
+    return _shifted(node, usages, -1)
+
+
+def _shifted(node: NodeUsage, usages: Iterable[DeviceUsageSummary], sign: int) -> NodeUsage:
+    positions = node.layout.positions
+    deltas: dict[int, list[int]] = {}
+    for summary in usages:
+        position = positions.get(summary.uuid)
+        if position is None:
+            continue
+        delta = deltas.get(position)
+        if delta is None:
+            deltas[position] = [summary.slots, summary.usedmem, summary.usedcores]
+        else:
+            delta[0] += summary.slots
+            delta[1] += summary.usedmem
+            delta[2] += summary.usedcores
+    if not deltas:
+        return node
+    devices = list(node.devices)
+    for position, (slots, mem, cores) in deltas.items():
+        devices[position] = devices[position].shifted(sign * slots, sign * mem, sign * cores)
+    return NodeUsage(node.layout, tuple(devices))
+
+
+def unknown_devices(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> tuple[str, ...]:
+    """UUIDs in ``usages`` that the node does not have (ignored by :func:`apply_usage`)."""
+    positions = node.layout.positions
+    return tuple(summary.uuid for summary in usages if summary.uuid not in positions)
+
+
+def pod_usage(
+    devices: PodDevices,
+    *,
+    init_count: int,
+    sidecars: frozenset[int] = frozenset(),
+    init_finished: bool = False,
+) -> tuple[DeviceUsageSummary, ...]:
+    """The collapsed usage of one pod over all its vendors (what the caches apply and remove).
+
+    ``devices`` are the pod's decoded ``-devices-allocated`` lists, one segment per container,
+    init containers first.  See :func:`~hami_protocol.devices.collapse_device_usage`.
+    """
+    summaries: list[DeviceUsageSummary] = []
+    for _, pod in devices.entries:
+        summaries.extend(
+            collapse_device_usage(
+                pod, init_count=init_count, sidecars=sidecars, init_finished=init_finished
+            )
+        )
+    return tuple(summaries)
