@@ -1,0 +1,295 @@
+"""Wiring: backend, inventory, gRPC server, kubelet link, registration loop, node watch, metrics.
+
+Lifecycle of :func:`run`:
+
+1. open the GPU backend (``--fail-on-init-error=false`` runs with no GPUs when it cannot start)
+   and the Kubernetes client; serve ``/metrics``, ``/healthz``, ``/readyz``;
+2. under one TaskGroup: the backend's health updates, the kubelet link (serves the plugin socket
+   *before* registering, re-registers after a kubelet restart), the registration loop and the node
+   watch, the Event writer, the usage sampler;
+3. wait for the stop event (SIGTERM/SIGINT when run as a process);
+4. shut down in order: cancel the loops, stop the gRPC server (in-flight calls get a short grace,
+   the socket is removed), let cancelled allocations clean up, flush queued Events, stop the
+   metrics site, close the backend and the client.
+
+``/readyz`` answers 200 while the plugin serves its socket and is registered with the kubelet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from hami_deviceplugin.allocate import AllocateOptions
+from hami_deviceplugin.allocator import Allocator, AllocatorConfig
+from hami_deviceplugin.backends.base import Backend, BackendError, Gpu
+from hami_deviceplugin.backends.fake import FakeBackend
+from hami_deviceplugin.backends.nvml import NvmlBackend
+from hami_deviceplugin.grpc_server import DevicePluginService, PluginServer
+from hami_deviceplugin.hostdirs import HostDirs
+from hami_deviceplugin.inventory import Inventory
+from hami_deviceplugin.kubelet_link import KubeletLink
+from hami_deviceplugin.metrics import PluginMetrics, plugin_version
+from hami_deviceplugin.registrar import Registrar
+from hami_deviceplugin.settings import Settings
+from hami_kube.events import EventRecorder
+from hami_kube.rest import open_client
+from hami_kube.runtime.shutdown import install_stop_signals
+from hami_kube.runtime.sites import metrics_app, start_site
+
+__all__ = ["EVENT_COMPONENT", "RunningPlugin", "make_backend", "run", "serving"]
+
+log = structlog.get_logger("hami_deviceplugin")
+
+EVENT_COMPONENT = "hami-device-plugin"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPlugin:
+    """A started service (for tests, the demo and the benchmark)."""
+
+    settings: Settings
+    metrics_port: int
+    inventory: Inventory
+    server: PluginServer
+    link: KubeletLink
+    registrar: Registrar
+    allocator: Allocator
+    metrics: PluginMetrics
+
+    def ready(self) -> bool:
+        return self.server.serving and self.link.registered
+
+
+def make_backend(settings: Settings) -> Backend:
+    if settings.device_backend == "fake":
+        assert settings.fake_devices is not None  # checked by Settings
+        return FakeBackend(
+            settings.fake_devices,
+            sysfs_root=settings.sysfs_root,
+            poll_interval=settings.fake_poll_interval_s,
+        )
+    return NvmlBackend(
+        sysfs_root=settings.sysfs_root,
+        health=settings.health,
+        preconfigured_memory_mib=settings.node.preconfigured_device_memory,
+    )
+
+
+async def _open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]:
+    try:
+        return await backend.open()
+    except BackendError as exc:
+        if settings.fail_on_init_error:
+            raise
+        log.error("GPU backend failed; running with no GPUs", backend=backend.name, error=str(exc))
+        return ()
+
+
+async def _follow_backend(backend: Backend, inventory: Inventory) -> None:
+    async for gpus in backend.updates():
+        if inventory.replace(gpus):
+            log.info(
+                "GPU inventory changed",
+                healthy=[g.uuid for g in gpus if g.healthy],
+                unhealthy={g.uuid: g.reason for g in gpus if not g.healthy},
+            )
+
+
+async def _sample_usage(
+    backend: Backend, inventory: Inventory, metrics: PluginMetrics, interval: float
+) -> None:
+    while True:
+        try:
+            metrics.set_usage(inventory.gpus, await backend.usage())
+        except BackendError as exc:
+            log.warning("GPU usage sample failed", error=str(exc))
+        await asyncio.sleep(interval)
+
+
+async def run(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[RunningPlugin], None] | None = None,
+    backend: Backend | None = None,
+) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given)."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    for warning in settings.config_warnings:
+        log.warning("configuration", note=warning)
+    backend = backend or make_backend(settings)
+    metrics = PluginMetrics(node=settings.node_name)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(backend.close)
+        gpus = await _open_backend(backend, settings)
+        client = await stack.enter_async_context(open_client(settings.kube))
+        node = settings.node
+        inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
+        inventory.subscribe(metrics.set_gpus)
+        recorder = EventRecorder(client, component=EVENT_COMPONENT, host=settings.node_name)
+        allocator = Allocator(
+            client=client,
+            inventory=inventory,
+            host_dirs=HostDirs(settings.host_root, plugin_version=plugin_version()),
+            metrics=metrics,
+            recorder=recorder,
+            config=AllocatorConfig(
+                node_name=settings.node_name,
+                hook_path=settings.hook_path,
+                timeout_s=settings.allocate_timeout_s,
+                options=AllocateOptions(
+                    node_name=settings.node_name,
+                    memory_scaling=node.device_memory_scaling,
+                    disable_core_limit=settings.disable_core_limit,
+                    lib_cuda_log_level=node.lib_cuda_log_level,
+                    use_kubelet_devices=node.enable_get_preferred_allocation,
+                ),
+            ),
+        )
+        service = DevicePluginService(
+            inventory=inventory,
+            allocator=allocator,
+            split=node.device_split_count,
+            numa_topology=node.enable_numa_topology,
+            preferred_available=node.enable_get_preferred_allocation,
+        )
+        server = PluginServer(settings.socket_path, service)
+        link = KubeletLink(
+            server=server,
+            kubelet_socket=settings.kubelet_socket,
+            resource_name=settings.resource_name,
+            preferred_available=node.enable_get_preferred_allocation,
+            metrics=metrics,
+            poll_interval=settings.kubelet_poll_interval_s,
+        )
+        registrar = Registrar(
+            client=client,
+            node_name=settings.node_name,
+            inventory=inventory,
+            node=node,
+            metrics=metrics,
+            interval=settings.register_interval_s,
+            retry_interval=settings.register_retry_interval_s,
+        )
+
+        def ready() -> bool:
+            return server.serving and link.registered
+
+        metrics_runner, metrics_port = await start_site(
+            metrics_app(metrics.registry, ready=ready), settings.metrics_bind_address
+        )
+        stack.push_async_callback(metrics_runner.cleanup)
+        running = RunningPlugin(
+            settings=settings,
+            metrics_port=metrics_port,
+            inventory=inventory,
+            server=server,
+            link=link,
+            registrar=registrar,
+            allocator=allocator,
+            metrics=metrics,
+        )
+        await _serve(
+            settings,
+            running=running,
+            backend=backend,
+            recorder=recorder,
+            stop=stop,
+            on_started=on_started,
+        )
+
+
+async def _serve(
+    settings: Settings,
+    *,
+    running: RunningPlugin,
+    backend: Backend,
+    recorder: EventRecorder,
+    stop: asyncio.Event,
+    on_started: Callable[[RunningPlugin], None] | None,
+) -> None:
+    node = settings.node_name
+    try:
+        # Serving before registering: the kubelet dials back inside Register.
+        await running.server.start()
+        async with asyncio.TaskGroup() as group:
+            events = group.create_task(recorder.run(), name="deviceplugin-events")
+            loops = [
+                group.create_task(
+                    _follow_backend(backend, running.inventory), name="deviceplugin-health"
+                ),
+                group.create_task(running.link.run(), name="deviceplugin-kubelet-link"),
+                group.create_task(running.registrar.run(), name="deviceplugin-node-register"),
+                group.create_task(
+                    running.registrar.node_reflector().run(), name="deviceplugin-node-watch"
+                ),
+                group.create_task(
+                    _sample_usage(
+                        backend, running.inventory, running.metrics, settings.usage_interval_s
+                    ),
+                    name="deviceplugin-usage",
+                ),
+            ]
+            log.info(
+                "device plugin started",
+                node=node,
+                backend=backend.name,
+                resource=settings.resource_name,
+                socket=str(running.server.socket_path),
+                gpus=[g.uuid for g in running.inventory.gpus],
+                split=settings.node.device_split_count,
+                metrics_port=running.metrics_port,
+            )
+            if on_started is not None:
+                on_started(running)
+            await stop.wait()
+            log.info("device plugin stopping", node=node)
+            for task in loops:
+                task.cancel()
+            # No new calls from the kubelet, then let failed allocations finish their clean-up
+            # and their Events reach the API server.
+            await running.server.stop()
+            await running.allocator.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(recorder.flush(), timeout=2.0)
+            events.cancel()
+    finally:
+        await running.server.stop()
+    log.info("device plugin stopped", node=node)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    settings: Settings, *, backend: Backend | None = None
+) -> AsyncIterator[RunningPlugin]:
+    """Run the service in this event loop for the duration of the block."""
+    stop = asyncio.Event()
+    started: asyncio.Future[RunningPlugin] = asyncio.get_running_loop().create_future()
+
+    def on_started(running: RunningPlugin) -> None:
+        if not started.done():
+            started.set_result(running)
+
+    def on_done(task: asyncio.Task[None]) -> None:
+        if not started.done():
+            error = None if task.cancelled() else task.exception()
+            started.set_exception(
+                error or RuntimeError("the device plugin stopped before it started")
+            )
+
+    task = asyncio.create_task(
+        run(settings, stop=stop, on_started=on_started, backend=backend), name="hami-deviceplugin"
+    )
+    task.add_done_callback(on_done)
+    try:
+        yield await started
+    finally:
+        stop.set()
+        await task

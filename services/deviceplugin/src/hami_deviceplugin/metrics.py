@@ -1,0 +1,210 @@
+"""The device plugin's Prometheus metrics (served on ``--metrics-bind-address`` with ``/healthz``
+and ``/readyz``).  Every sample carries the constant label ``zone="vGPU"``, as HAMi's do.
+
+Ours:
+
+* ``hami_deviceplugin_kubelet_registrations_total{outcome}``: ``Register`` calls to the kubelet,
+  ``outcome`` success / error;
+* ``hami_deviceplugin_node_register_syncs_total{outcome}``: registration-loop passes, ``outcome``
+  unchanged / patched / error; ``hami_deviceplugin_node_register_duration_seconds`` their time;
+* ``hami_deviceplugin_allocate_requests_total{outcome}`` and
+  ``hami_deviceplugin_allocate_duration_seconds{outcome}``: ``Allocate`` calls, success / failed,
+  the time including the API round trips; ``hami_deviceplugin_allocate_failures_total{reason}``:
+  failures by kind (no_pod, invalid, api, host, timeout, internal);
+* ``hami_deviceplugin_devices{health}``: GPUs by health (healthy / unhealthy);
+* ``hami_deviceplugin_device_health{node,device_uuid,device_index,device_type}``: 1 healthy, 0 not.
+
+HAMi's node-side names (its vGPU monitor), filled only where the backend has real values:
+
+* ``hami_host_gpu_memory_used_bytes{node,device_index,device_uuid,device_type}`` (NVML
+  ``nvmlDeviceGetMemoryInfo().used``);
+* ``hami_host_gpu_utilization_ratio{...}`` (NVML utilisation rates ``gpu``, 0-100);
+* ``hami_host_gpu_memory_controller_utilization_ratio{device_index,device_uuid,device_type}``
+  (NVML utilisation rates ``memory``, 0-100).
+
+The fake backend fills them only from the optional ``memory_used_mib`` / ``utilization`` /
+``memory_utilization`` fields of its file.  The per-container ``hami_vgpu_*`` and
+``hami_container_*`` series need HAMi-core's shared-memory cache files and are not exported.
+``hami_build_info`` has HAMi's label set with ``python_version`` in place of ``go_version``.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable, Iterator, Mapping
+from importlib import metadata
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from hami_deviceplugin.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.register import device_type
+
+__all__ = ["ZONE", "PluginMetrics", "plugin_version"]
+
+ZONE: Final = "vGPU"
+_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_HOST_LABELS: Final = ("node", "device_index", "device_uuid", "device_type")
+
+
+def plugin_version() -> str:
+    try:
+        return metadata.version("hami-deviceplugin")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class _ConstLabels(Collector):
+    """Re-emits another registry's samples with extra constant labels."""
+
+    def __init__(self, inner: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self._inner = inner
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._inner.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = [
+                sample._replace(labels={**sample.labels, **self._labels})
+                for sample in family.samples
+            ]
+            yield out
+
+
+class PluginMetrics:
+    """Every metric of one device plugin process; serve :attr:`registry`."""
+
+    def __init__(self, *, node: str) -> None:
+        self._node = node
+        inner = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_ConstLabels(inner, {"zone": ZONE}))
+        self.kubelet_registrations = Counter(
+            "hami_deviceplugin_kubelet_registrations",
+            "Register calls to the kubelet, by outcome.",
+            ["outcome"],
+            registry=inner,
+        )
+        self.register_syncs = Counter(
+            "hami_deviceplugin_node_register_syncs",
+            "Node registration passes, by outcome (unchanged, patched, error).",
+            ["outcome"],
+            registry=inner,
+        )
+        self.register_duration = Histogram(
+            "hami_deviceplugin_node_register_duration_seconds",
+            "Time of one node registration pass (read, decide, patch).",
+            buckets=_BUCKETS,
+            registry=inner,
+        )
+        self.allocate_requests = Counter(
+            "hami_deviceplugin_allocate_requests",
+            "Allocate calls from the kubelet, by outcome.",
+            ["outcome"],
+            registry=inner,
+        )
+        self.allocate_duration = Histogram(
+            "hami_deviceplugin_allocate_duration_seconds",
+            "Time to answer Allocate, API round trips included, by outcome.",
+            ["outcome"],
+            buckets=_BUCKETS,
+            registry=inner,
+        )
+        self.allocate_failures = Counter(
+            "hami_deviceplugin_allocate_failures",
+            "Failed Allocate calls, by reason.",
+            ["reason"],
+            registry=inner,
+        )
+        self.devices = Gauge(
+            "hami_deviceplugin_devices", "GPUs on this node, by health.", ["health"], registry=inner
+        )
+        self.device_health = Gauge(
+            "hami_deviceplugin_device_health",
+            "1 when the GPU is healthy, 0 when not.",
+            list(_HOST_LABELS),
+            registry=inner,
+        )
+        self.host_memory_used = Gauge(
+            "hami_host_gpu_memory_used_bytes",
+            "GPU memory in use on the host (NVML), bytes.",
+            list(_HOST_LABELS),
+            registry=inner,
+        )
+        self.host_utilization = Gauge(
+            "hami_host_gpu_utilization_ratio",
+            "GPU utilisation on the host (NVML), percent.",
+            list(_HOST_LABELS),
+            registry=inner,
+        )
+        self.host_memory_controller = Gauge(
+            "hami_host_gpu_memory_controller_utilization_ratio",
+            "GPU memory controller utilisation on the host (NVML), percent.",
+            ["device_index", "device_uuid", "device_type"],
+            registry=inner,
+        )
+        info = Gauge(
+            "hami_build_info",
+            "Build information (always 1).",
+            ["version", "revision", "build_date", "python_version", "compiler", "platform"],
+            registry=inner,
+        )
+        info.labels(
+            version=plugin_version(),
+            revision="",
+            build_date="",
+            python_version=platform.python_version(),
+            compiler=platform.python_implementation(),
+            platform=f"{platform.system().lower()}/{platform.machine()}",
+        ).set(1)
+        for outcome in ("success", "error"):
+            self.kubelet_registrations.labels(outcome=outcome)
+        for outcome in ("unchanged", "patched", "error"):
+            self.register_syncs.labels(outcome=outcome)
+        for outcome in ("success", "failed"):
+            self.allocate_requests.labels(outcome=outcome)
+            self.allocate_duration.labels(outcome=outcome)
+
+    def _labels(self, gpu: Gpu) -> dict[str, str]:
+        return {
+            "node": self._node,
+            "device_index": str(gpu.index),
+            "device_uuid": gpu.uuid,
+            "device_type": device_type(gpu.model),
+        }
+
+    def set_gpus(self, gpus: Iterable[Gpu]) -> None:
+        listed = list(gpus)
+        healthy = sum(1 for gpu in listed if gpu.healthy)
+        self.devices.labels(health="healthy").set(healthy)
+        self.devices.labels(health="unhealthy").set(len(listed) - healthy)
+        self.device_health.clear()
+        for gpu in listed:
+            self.device_health.labels(**self._labels(gpu)).set(1 if gpu.healthy else 0)
+
+    def set_usage(self, gpus: Iterable[Gpu], usage: Mapping[str, GpuUsage]) -> None:
+        """Replace the host gauges with ``usage`` (GPUs without a value get no series)."""
+        self.host_memory_used.clear()
+        self.host_utilization.clear()
+        self.host_memory_controller.clear()
+        for gpu in gpus:
+            figures = usage.get(gpu.uuid)
+            if figures is None:
+                continue
+            labels = self._labels(gpu)
+            if figures.memory_used_bytes is not None:
+                self.host_memory_used.labels(**labels).set(figures.memory_used_bytes)
+            if figures.utilization_percent is not None:
+                self.host_utilization.labels(**labels).set(figures.utilization_percent)
+            if figures.memory_utilization_percent is not None:
+                del labels["node"]
+                self.host_memory_controller.labels(**labels).set(figures.memory_utilization_percent)
+
+    def observe_allocate(self, *, ok: bool, seconds: float, reason: str = "") -> None:
+        outcome = "success" if ok else "failed"
+        self.allocate_requests.labels(outcome=outcome).inc()
+        self.allocate_duration.labels(outcome=outcome).observe(seconds)
+        if not ok:
+            self.allocate_failures.labels(reason=reason or "internal").inc()

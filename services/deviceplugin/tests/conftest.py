@@ -1,0 +1,37 @@
+"""Fixtures: a short plugin dir (unix socket paths are limited), a host root, an emulated node."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from hami_kubesim.cluster_config import NodeSpec
+from hami_kubesim.testing import RunningApiServer, running_apiserver
+
+from .helpers import NODE
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dp-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def host_root(tmp_path: Path) -> Path:
+    root = tmp_path / "host"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[RunningApiServer]:
+    async with running_apiserver() as running:
+        node = NodeSpec(name=NODE, address="10.9.0.1", pod_cidr="10.244.9.0/24")
+        await running.server.create("nodes", node.to_object())
+        yield running

@@ -1,0 +1,158 @@
+"""Test helpers: polling with a deadline, fake-device files, pods as the scheduler leaves them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami_deviceplugin.settings import Settings
+from hami_kube.config import KubeSettings
+from hami_protocol.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.keys import (
+    BIND_PHASE,
+    BIND_TIME,
+    NODE_LOCK,
+    NVIDIA_DEVICES_ALLOCATED,
+    NVIDIA_DEVICES_TO_ALLOCATE,
+    VGPU_NODE,
+)
+from hami_protocol.node_config import NodeSettings
+from hami_protocol.nodelock import NodeLock, encode_node_lock
+
+NODE = "gpu-node-1"
+RESOURCE = "nvidia.com/gpu"
+UUIDS = ("GPU-00000000-aaaa-0000-0000-000000000000", "GPU-11111111-bbbb-1111-1111-111111111111")
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
+) -> None:
+    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s: {what}")
+        await asyncio.sleep(0.02)
+
+
+def gpu(
+    uuid: str, index: int, *, memory_mib: int = 16384, healthy: bool = True, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "uuid": uuid,
+        "index": index,
+        "model": "Tesla T4",
+        "memory_mib": memory_mib,
+        "healthy": healthy,
+        **extra,
+    }
+
+
+def write_devices(path: Path, gpus: Sequence[Mapping[str, Any]]) -> None:
+    """Write the fake-devices file atomically (a reader never sees half a file)."""
+    staging = path.with_suffix(".tmp")
+    staging.write_text(yaml.safe_dump({"gpus": [dict(g) for g in gpus], "nics": []}))
+    staging.replace(path)
+
+
+def plugin_settings(
+    *,
+    url: str,
+    plugin_dir: Path,
+    devices: Path,
+    host_root: Path | None,
+    node: NodeSettings | None = None,
+    **overrides: Any,
+) -> Settings:
+    values: dict[str, Any] = {
+        "node_name": NODE,
+        "node": node or NodeSettings(device_split_count=4, enable_numa_topology=True),
+        "kubelet_socket": plugin_dir / "kubelet.sock",
+        "device_backend": "fake",
+        "fake_devices": devices,
+        "sysfs_root": plugin_dir / "no-sysfs",
+        "host_root": host_root,
+        "kube": KubeSettings(kube_url=url, request_timeout_s=10.0),
+        "metrics_bind_address": "127.0.0.1:0",
+        "register_interval_s": 30.0,
+        "register_retry_interval_s": 0.2,
+        "kubelet_poll_interval_s": 0.05,
+        "fake_poll_interval_s": 0.05,
+        "usage_interval_s": 0.1,
+        "allocate_timeout_s": 3.0,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def devices_value(*containers: Sequence[tuple[str, int, int]]) -> str:
+    """The ``-devices-to-allocate`` value for ``(uuid, MiB, cores)`` lists, one per container."""
+    return encode_pod_devices(
+        tuple(
+            tuple(ContainerDevice(uuid, "NVIDIA", mem, cores) for uuid, mem, cores in container)
+            for container in containers
+        )
+    )
+
+
+def container(name: str, gpus: int = 0, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": name, "image": "cuda"}
+    if gpus:
+        spec["resources"] = {"limits": {RESOURCE: str(gpus)}}
+    if env:
+        spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return spec
+
+
+def scheduled_pod(
+    name: str,
+    containers: Sequence[dict[str, Any]],
+    *,
+    to_allocate: str,
+    init: Sequence[dict[str, Any]] = (),
+    bind_time: int | None = None,
+    namespace: str = "default",
+    extra_annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod as the scheduler leaves it after filter and bind's first patch (not yet bound)."""
+    annotations = {
+        VGPU_NODE: NODE,
+        NVIDIA_DEVICES_TO_ALLOCATE: to_allocate,
+        NVIDIA_DEVICES_ALLOCATED: to_allocate,
+        BIND_PHASE: "allocating",
+        BIND_TIME: str(bind_time if bind_time is not None else int(datetime.now(UTC).timestamp())),
+        **(extra_annotations or {}),
+    }
+    spec: dict[str, Any] = {"containers": list(containers), "schedulerName": "hami-scheduler"}
+    if init:
+        spec["initContainers"] = list(init)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": annotations,
+            "labels": {VGPU_NODE: NODE},
+        },
+        "spec": spec,
+    }
+
+
+def lock_value(namespace: str, name: str) -> str:
+    return encode_node_lock(NodeLock(datetime.now(UTC), namespace, name))
+
+
+def lock_annotation(namespace: str, name: str) -> dict[str, str]:
+    return {NODE_LOCK: lock_value(namespace, name)}

@@ -1,0 +1,198 @@
+"""Bad input and failures on the Allocate path, end to end through the kubelet stand-in.
+
+Every failure must give the kubelet a gRPC error with the reason (the pod then fails with
+UnexpectedAdmissionError), write bind-phase ``failed``, release the node lock, record an Event,
+and leave the to-allocate list as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hami_deviceplugin.allocator import EVENT_REASON
+from hami_kubesim.testing import RunningApiServer
+from hami_protocol.keys import BIND_PHASE, NODE_LOCK, NVIDIA_DEVICES_TO_ALLOCATE
+
+from .helpers import (
+    NODE,
+    UUIDS,
+    container,
+    devices_value,
+    eventually,
+    gpu,
+    lock_annotation,
+    scheduled_pod,
+    write_devices,
+)
+from .test_kubelet_integration import annotations_of, node_stack, phase, submit
+
+
+@pytest.fixture
+def devices(tmp_path: Path) -> Path:
+    path = tmp_path / "gpus.yaml"
+    write_devices(path, [gpu(UUIDS[0], 0), gpu(UUIDS[1], 1)])
+    return path
+
+
+def status_message(sim: RunningApiServer, name: str) -> str:
+    pod = sim.server.get("pods", name, namespace="default")
+    return str((pod.get("status") or {}).get("message", ""))
+
+
+def events_for(sim: RunningApiServer, name: str) -> list[dict[str, Any]]:
+    return [
+        event
+        for event in sim.server.list("events")
+        if event.get("reason") == EVENT_REASON
+        and (event.get("involvedObject") or {}).get("name") == name
+    ]
+
+
+async def expect_failure(sim: RunningApiServer, name: str, reason_text: str) -> None:
+    await eventually(lambda: phase(sim, name) == "Failed", what=f"{name} rejected by the kubelet")
+    assert reason_text in status_message(sim, name)
+    assert (
+        sim.server.get("pods", name, namespace="default")["status"].get("reason")
+        == "UnexpectedAdmissionError"
+    )
+    assert annotations_of(sim, "pods", name)[BIND_PHASE] == "failed"
+    await eventually(lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE), what="unlocked")
+    await eventually(lambda: bool(events_for(sim, name)), what="event recorded")
+    assert reason_text in events_for(sim, name)[0]["message"]
+    assert events_for(sim, name)[0]["type"] == "Warning"
+
+
+@pytest.mark.parametrize(
+    ("to_allocate", "gpus", "reason_text"),
+    [
+        ("GPU-x,NVIDIA,notanumber,0:;", 1, "memory and cores must be integers"),
+        ("GPU-x,NVIDIA:;", 1, "missing fields"),
+        (devices_value([(UUIDS[0], 1000, 0)]), 2, "device number not matched"),
+        (devices_value([("GPU-not-here", 1000, 0)]), 1, "is not a GPU of node"),
+        (devices_value([]), 1, "is waiting for devices"),
+    ],
+    ids=["garbage", "missing-fields", "count-mismatch", "unknown-uuid", "nothing-pending"],
+)
+async def test_bad_annotations_fail_cleanly(
+    sim: RunningApiServer,
+    plugin_dir: Path,
+    host_root: Path,
+    devices: Path,
+    to_allocate: str,
+    gpus: int,
+    reason_text: str,
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices) as (_, plugin):
+        pod = scheduled_pod("bad", [container("main", gpus)], to_allocate=to_allocate)
+        await submit(sim, pod)
+        await expect_failure(sim, "bad", reason_text)
+        # Nothing half-written: the list is as the scheduler wrote it.
+        assert annotations_of(sim, "pods", "bad")[NVIDIA_DEVICES_TO_ALLOCATE] == to_allocate
+        assert plugin.metrics.allocate_failures.labels(reason="invalid")._value.get() == 1
+
+
+async def test_missing_annotation(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices):
+        pod = scheduled_pod("bare", [container("main", 1)], to_allocate="")
+        del pod["metadata"]["annotations"][NVIDIA_DEVICES_TO_ALLOCATE]
+        await submit(sim, pod)
+        await expect_failure(sim, "bare", f"pod has no {NVIDIA_DEVICES_TO_ALLOCATE} annotation")
+
+
+async def test_lock_naming_a_vanished_pod(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices) as (_, plugin):
+        value = devices_value([(UUIDS[0], 1000, 0)])
+        pod = scheduled_pod("orphan", [container("main", 1)], to_allocate=value)
+        await sim.server.create("pods", pod)
+        await sim.server.patch(
+            "nodes",
+            NODE,
+            {"metadata": {"annotations": lock_annotation("default", "gone")}},
+            patch_type="merge",
+        )
+        await sim.server.bind("default", "orphan", NODE)
+        await eventually(lambda: phase(sim, "orphan") == "Failed", what="rejected")
+        assert "names pod default/gone, which does not exist" in status_message(sim, "orphan")
+        await eventually(
+            lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE), what="unlocked"
+        )
+        await eventually(lambda: bool(events_for(sim, NODE)), what="event on the node")
+        # The pod we could not identify is left alone.
+        assert annotations_of(sim, "pods", "orphan")[BIND_PHASE] == "allocating"
+        assert plugin.metrics.allocate_failures.labels(reason="no_pod")._value.get() == 1
+
+
+async def test_no_pod_to_allocate(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices):
+        # Bound without any of the scheduler's annotations and without a lock.
+        pod = scheduled_pod("stray", [container("main", 1)], to_allocate="")
+        pod["metadata"]["annotations"] = {}
+        await submit(sim, pod, lock=False)
+        await eventually(lambda: phase(sim, "stray") == "Failed", what="rejected")
+        assert f"no binding pod found on node {NODE}" in status_message(sim, "stray")
+
+
+async def test_api_error_on_commit_marks_failed(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices) as (_, plugin):
+        value = devices_value([(UUIDS[0], 1000, 0)])
+        sim.server.inject_error("patch", "pods", code=500, times=1, message="etcd is down")
+        await submit(sim, scheduled_pod("flaky", [container("main", 1)], to_allocate=value))
+        await expect_failure(sim, "flaky", "etcd is down")
+        assert annotations_of(sim, "pods", "flaky")[NVIDIA_DEVICES_TO_ALLOCATE] == value
+        assert plugin.metrics.allocate_failures.labels(reason="api")._value.get() == 1
+
+
+async def test_deadline(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices, allocate_timeout_s=0.3) as (
+        _,
+        plugin,
+    ):
+        value = devices_value([(UUIDS[0], 1000, 0)])
+        await sim.server.create(
+            "pods", scheduled_pod("slow", [container("main", 1)], to_allocate=value)
+        )
+        await sim.server.patch(
+            "nodes",
+            NODE,
+            {"metadata": {"annotations": lock_annotation("default", "slow")}},
+            patch_type="merge",
+        )
+        sim.server.inject_latency(1.0, "get", "pods")
+        await sim.server.bind("default", "slow", NODE)
+        await eventually(lambda: phase(sim, "slow") == "Failed", what="rejected")
+        sim.server.clear_faults()
+        assert "did not finish within 0.3s" in status_message(sim, "slow")
+        await eventually(lambda: annotations_of(sim, "pods", "slow")[BIND_PHASE] == "failed")
+        await eventually(
+            lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE), what="unlocked"
+        )
+        assert plugin.metrics.allocate_failures.labels(reason="timeout")._value.get() == 1
+
+
+async def test_write_conflicts_are_retried(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    async with node_stack(sim, plugin_dir, host_root, devices) as (_, plugin):
+        value = devices_value([(UUIDS[1], 1000, 0)])
+        # The commit is the first pod patch over HTTP; a 409 makes the plugin re-read the pod
+        # and decide again instead of failing the pod.
+        sim.server.inject_error("patch", "pods", code=409, times=1)
+        await submit(sim, scheduled_pod("busy", [container("main", 1)], to_allocate=value))
+        await eventually(lambda: phase(sim, "busy") == "Running", what="pod running")
+        assert annotations_of(sim, "pods", "busy")[BIND_PHASE] == "success"
+        await eventually(lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE))
+        assert plugin.metrics.allocate_requests.labels(outcome="failed")._value.get() == 0
+        assert [e["fired"] for e in sim.server.faults.to_dict()["errors"]] == [1]

@@ -1,0 +1,161 @@
+"""Flags, environment and config files → Settings, with the documented precedence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hami_deviceplugin.backends.nvml import HealthChecks
+from hami_deviceplugin.settings import Settings, parse_settings, socket_name_for
+from hami_protocol.node_config import FilterDevices, NodeSettings
+
+BASE = ["--node-name", "n1", "--node-config-file", ""]
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "device-config.yaml"
+    path.write_text(
+        "nvidia:\n"
+        "  resourceCountName: example.com/vgpu\n"
+        "  deviceSplitCount: 5\n"
+        "  deviceMemoryScaling: 2\n"
+        "  disableCoreLimit: true\n"
+        "  libCudaLogLevel: 3\n"
+    )
+    return path
+
+
+@pytest.fixture
+def node_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config.json"
+    entries = [
+        {"name": "n1", "devicesplitcount": 7, "filterdevices": {"uuid": ["GPU-x"], "index": [3]}},
+        {"name": "other", "devicesplitcount": 99},
+        {"name": "n1", "enablegetpreferredallocation": True, "devicecorescaling": 1.5},
+    ]
+    path.write_text(json.dumps({"nodeconfig": entries}))
+    return path
+
+
+def test_defaults() -> None:
+    settings = parse_settings(BASE, {})
+    assert settings.node == NodeSettings()
+    assert settings.node.device_split_count == 10
+    assert settings.resource_name == "nvidia.com/gpu"
+    assert settings.socket_path == Path("/var/lib/kubelet/device-plugins/nvidia-gpu.sock")
+    assert settings.hook_path == "/usr/local"
+    assert settings.host_root == Path("/")
+    assert settings.device_backend == "nvml"
+    assert settings.health == HealthChecks()
+    assert settings.fail_on_init_error
+    assert settings.register_interval_s == 30.0
+    assert settings.register_retry_interval_s == 5.0
+
+
+def test_config_file_then_flags_then_node_entry(config_file: Path, node_file: Path) -> None:
+    from_file = parse_settings([*BASE, "--config-file", str(config_file)], {})
+    assert from_file.node.device_split_count == 5
+    assert from_file.node.device_memory_scaling == 2.0
+    assert from_file.node.lib_cuda_log_level == "3"
+    assert from_file.disable_core_limit
+    assert from_file.resource_name == "example.com/vgpu"
+    assert from_file.socket_path.name == "example-vgpu.sock"
+
+    flags = [
+        "--config-file", str(config_file),
+        "--device-split-count", "3",
+        "--device-memory-scaling", "1.25",
+        "--device-cores-scaling", "2",
+        "--disable-core-limit=false",
+        "--resource-name", "nvidia.com/gpu",
+    ]  # fmt: skip
+    with_flags = parse_settings([*BASE, *flags], {})
+    assert with_flags.node.device_split_count == 3
+    assert with_flags.node.device_memory_scaling == 1.25
+    assert with_flags.node.device_core_scaling == 2.0
+    assert not with_flags.disable_core_limit
+    assert with_flags.resource_name == "nvidia.com/gpu"
+
+    with_node = parse_settings(
+        ["--node-name", "n1", "--node-config-file", str(node_file), *flags], {}
+    )
+    assert with_node.node.device_split_count == 7  # node entry beats the flag
+    assert with_node.node.device_core_scaling == 1.5
+    assert with_node.node.device_memory_scaling == 1.25  # not set per node: the flag stays
+    assert with_node.node.enable_get_preferred_allocation
+    assert with_node.node.filter_devices == FilterDevices(uuids=("GPU-x",), indexes=(3,))
+
+
+def test_environment_and_command_line(config_file: Path) -> None:
+    env = {
+        "NODE_NAME": "from-env",
+        "DEVICE_SPLIT_COUNT": "6",
+        "DISABLE_CORE_LIMIT": "true",
+        "HOOK_PATH": "/opt/hami",
+        "HAMI_DEVICE_BACKEND": "fake",
+        "HAMI_FAKE_DEVICES": "/tmp/gpus.yaml",
+        "HAMI_HOST_ROOT": "none",
+        "DP_DISABLE_HEALTHCHECKS": "48",
+        "NODE_CONFIG_FILE": "",
+    }
+    settings = parse_settings(["--config-file", str(config_file)], env)
+    assert settings.node_name == "from-env"
+    assert settings.node.device_split_count == 6  # env counts as given: beats the file
+    assert settings.disable_core_limit
+    assert settings.hook_path == "/opt/hami"
+    assert settings.device_backend == "fake"
+    assert settings.fake_devices == Path("/tmp/gpus.yaml")
+    assert settings.host_root is None
+    assert 48 in settings.health.ignored_xids
+    overridden = parse_settings(["--device-split-count", "2", "--node-name", "cli"], env)
+    assert overridden.node.device_split_count == 2
+    assert overridden.node_name == "cli"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--node-name", ""], {}, "--node-name"),
+        (["--mig-strategy", "mixed"], {}, "MIG strategy 'mixed' is not supported"),
+        (["--device-list-strategy", "cdi-cri"], {}, "not supported"),
+        (["--device-split-count", "0"], {}, "must be at least 1"),
+        (["--device-memory-scaling", "-1"], {}, "positive"),
+        (["--device-backend", "fake"], {}, "needs --fake-devices"),
+        (["--device-backend", "rocm"], {}, "invalid choice"),
+        (["--config-file", "/nonexistent.yaml"], {}, "cannot read"),
+        (["--node-config-file", "/nonexistent.json"], {}, "cannot read"),
+        (["--unknown-flag"], {}, "unrecognized arguments"),
+        (["--hook-path", "relative"], {}, "must be absolute"),
+        ([], {"DEVICE_SPLIT_COUNT": "many"}, "DEVICE_SPLIT_COUNT"),
+        ([], {"DP_ENABLE_HEALTHCHECKS": "x"}, "not an Xid"),
+    ],
+)
+def test_refused_loudly(
+    argv: list[str], env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_settings([*BASE, *argv], env)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["mig", "mps"])
+def test_unsupported_operating_mode(
+    tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"nodeconfig": [{"name": "n1", "operatingmode": mode}]}))
+    with pytest.raises(SystemExit):
+        parse_settings(["--node-name", "n1", "--node-config-file", str(path)], {})
+    assert f"operating mode '{mode}' is not supported" in capsys.readouterr().err
+
+
+def test_socket_names() -> None:
+    assert socket_name_for("nvidia.com/gpu") == "nvidia-gpu.sock"
+    assert socket_name_for("example.com/vgpu") == "example-vgpu.sock"
+    settings = Settings(node_name="n", socket_name="custom.sock")
+    assert settings.socket_path.name == "custom.sock"
+    with pytest.raises(ValueError, match="too long"):
+        Settings(node_name="n", kubelet_socket=Path("/" + "x" * 120) / "kubelet.sock")
