@@ -16,14 +16,16 @@ from aiohttp import web
 from kubernetes_asyncio.client import CoreV1Api, V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from hami_kube.config import KubeSettings
+from hami_kube.errors import ApiError
+from hami_kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, PODS
+from hami_kube.rest import KubeClient, open_client
 from hami_kubesim.admission import AdmissionDispatcher
 from hami_kubesim.certs import ServerCertificate, ca_bundle_b64, generate_ca
-from hami_kubesim.scheduling_kubeapi import ApiError, KubeApi
 from hami_kubesim.testing import running_apiserver
 
 pytestmark = pytest.mark.timeout(60)
 
-MWC_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 SERVICE_HOST = "hami-webhook.kube-system.svc"
 
 Behaviour = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -84,14 +86,14 @@ async def serve(server: WebhookServer, cert: ServerCertificate | None) -> AsyncI
 
 @dataclass
 class Cluster:
-    api: KubeApi
+    api: KubeClient
     dispatcher: AdmissionDispatcher
     url: str
     core: CoreV1Api
 
     async def add_webhooks(self, name: str, *hooks: dict[str, Any]) -> None:
-        await self.api.post(
-            MWC_PATH,
+        await self.api.create(
+            MUTATING_WEBHOOK_CONFIGURATIONS,
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "MutatingWebhookConfiguration",
@@ -111,7 +113,7 @@ class Cluster:
             "metadata": {"name": name, "labels": labels or {}},
             "spec": {"containers": [{"name": "main", "image": "busybox"}]},
         }
-        return await self.api.post(f"/api/v1/namespaces/{namespace}/pods", body)
+        return await self.api.create(PODS, body, namespace=namespace)
 
 
 async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
@@ -133,14 +135,12 @@ def tls() -> tuple[ServerCertificate, ServerCertificate]:
 @pytest.fixture
 async def cluster() -> AsyncIterator[Cluster]:
     dispatcher = AdmissionDispatcher()
-    async with running_apiserver(admission=dispatcher) as sim, dispatcher.connected(sim.url):
-        api = KubeApi(sim.url)
-        try:
-            yield Cluster(
-                api=api, dispatcher=dispatcher, url=sim.url, core=CoreV1Api(sim.api_client())
-            )
-        finally:
-            await api.close()
+    async with (
+        running_apiserver(admission=dispatcher) as sim,
+        dispatcher.connected(sim.url),
+        open_client(KubeSettings(kube_url=sim.url)) as api,
+    ):
+        yield Cluster(api=api, dispatcher=dispatcher, url=sim.url, core=CoreV1Api(sim.api_client()))
 
 
 def hook(name: str, url: str, ca: bytes | None = None, **overrides: Any) -> dict[str, Any]:
@@ -308,7 +308,7 @@ async def test_denial_reaches_the_client_as_4xx(cluster: Cluster, tls: Any) -> N
         == 'admission webhook "deny.hami.io" denied the request: no vGPU quota left'
     )
     with pytest.raises(ApiError) as missing:
-        await cluster.api.get("/api/v1/namespaces/default/pods/p6")
+        await cluster.api.get(PODS, "p6", namespace="default")
     assert missing.value.status == 404
 
 
@@ -413,11 +413,10 @@ async def test_namespace_and_object_selectors(cluster: Cluster, tls: Any) -> Non
     cert, _ = tls
     ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     server = WebhookServer(add_annotation)
-    await cluster.api.post(
-        "/api/v1/namespaces",
-        {"metadata": {"name": "skipped", "labels": {"hami.io/webhook": "ignore"}}},
+    await cluster.api.create(
+        NAMESPACES, {"metadata": {"name": "skipped", "labels": {"hami.io/webhook": "ignore"}}}
     )
-    await cluster.api.post("/api/v1/namespaces", {"metadata": {"name": "gpu-team"}})
+    await cluster.api.create(NAMESPACES, {"metadata": {"name": "gpu-team"}})
     async with serve(server, cert) as url:
         await cluster.add_webhooks(
             "selectors",
@@ -441,7 +440,7 @@ async def test_namespace_and_object_selectors(cluster: Cluster, tls: Any) -> Non
 async def test_namespace_selector_on_the_metadata_name_label(cluster: Cluster, tls: Any) -> None:
     cert, _ = tls
     server = WebhookServer(add_annotation)
-    await cluster.api.post("/api/v1/namespaces", {"metadata": {"name": "team-a"}})
+    await cluster.api.create(NAMESPACES, {"metadata": {"name": "team-a"}})
     selector = {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}
     async with serve(server, cert) as url:
         await cluster.add_webhooks(
@@ -470,7 +469,7 @@ async def test_dispatcher_follows_configuration_deletes(cluster: Cluster, tls: A
     server = WebhookServer(add_annotation)
     async with serve(server, cert) as url:
         await cluster.add_webhooks("temp", hook("temp.hami.io", url, cert.ca_pem))
-        await cluster.api._request("DELETE", f"{MWC_PATH}/temp")
+        await cluster.api.delete(MUTATING_WEBHOOK_CONFIGURATIONS, "temp")
         await until(lambda: not cluster.dispatcher.webhooks)
         pod = await cluster.create_pod("after-delete")
     assert server.received == []
@@ -479,18 +478,18 @@ async def test_dispatcher_follows_configuration_deletes(cluster: Cluster, tls: A
 
 async def test_calls_before_sync_are_refused() -> None:
     dispatcher = AdmissionDispatcher(sync_timeout=0.05)
-    async with running_apiserver(admission=dispatcher) as sim:
-        api = KubeApi(sim.url)
-        try:
-            with pytest.raises(ApiError) as info:
-                await api.post(
-                    "/api/v1/namespaces/default/pods",
-                    {
-                        "metadata": {"name": "early"},
-                        "spec": {"containers": [{"name": "c", "image": "x"}]},
-                    },
-                )
-        finally:
-            await api.close()
+    async with (
+        running_apiserver(admission=dispatcher) as sim,
+        open_client(KubeSettings(kube_url=sim.url)) as api,
+    ):
+        with pytest.raises(ApiError) as info:
+            await api.create(
+                PODS,
+                {
+                    "metadata": {"name": "early"},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+                namespace="default",
+            )
     assert info.value.status == 403
     assert "not yet ready" in info.value.message

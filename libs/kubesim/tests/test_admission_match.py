@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from hami_kubesim.admission_match import (
     RequestAttributes,
     parse_configuration,
-    parse_label_selector,
     webhooks_in_order,
 )
 from hami_protocol.errors import ConfigError
@@ -139,7 +138,9 @@ def test_no_rules_never_match() -> None:
     ],
 )
 def test_label_selectors(selector: Any, labels: dict[str, str], expected: bool) -> None:
-    assert parse_label_selector(selector, "s").matches(labels) is expected
+    (hook,), errors = parse_configuration(config("c", webhook(objectSelector=selector)))
+    assert errors == []
+    assert hook.matches_object({"metadata": {"labels": labels}}, None) is expected
 
 
 def test_object_selector_matches_new_or_old() -> None:
@@ -177,8 +178,16 @@ def test_order_is_by_configuration_name_then_position() -> None:
         ({"clientConfig": {"service": {"name": "s"}}}, "clientConfig.service.namespace"),
         ({"rules": [{"operations": ["PATCH"]}]}, "rules[0].operations"),
         ({"rules": [{"operations": ["CREATE"], "scope": "Galaxy"}]}, "rules[0].scope"),
-        ({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, "values"),
-        ({"objectSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}, "operator"),
+        (
+            {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+            "namespaceSelector",
+        ),
+        (
+            {"objectSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}},
+            "objectSelector",
+        ),
+        ({"objectSelector": {"matchLabels": {"a": "not valid"}}}, "objectSelector"),
+        ({"namespaceSelector": {"matchLabels": {"-a": "b"}}}, "namespaceSelector"),
         ({"sideEffects": "Maybe"}, "sideEffects"),
     ],
 )

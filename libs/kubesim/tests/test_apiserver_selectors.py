@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hami_kubesim.errors import ApiError, BadRequestError
 from hami_kubesim.resources import NODES, PODS
-from hami_kubesim.selectors import field_value, parse_field_selector, parse_label_selector
+from hami_kubesim.selectors import field_value, label_selector_from_query, parse_field_selector
 
 LABELS = {"app": "web", "tier": "gpu", "n": "5"}
 
@@ -41,7 +41,7 @@ LABELS = {"app": "web", "tier": "gpu", "n": "5"}
     ],
 )
 def test_label_selector(selector: str, matches: bool) -> None:
-    assert parse_label_selector(selector).matches(LABELS) is matches
+    assert label_selector_from_query(selector).matches(LABELS) is matches
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,14 @@ def test_label_selector(selector: str, matches: bool) -> None:
 )
 def test_label_selector_errors(selector: str) -> None:
     with pytest.raises(BadRequestError):
-        parse_label_selector(selector)
+        label_selector_from_query(selector)
+
+
+def test_label_selector_error_messages() -> None:
+    with pytest.raises(BadRequestError, match=r"^unable to parse requirement: .*'app in web'\)$"):
+        label_selector_from_query("app in web")
+    with pytest.raises(BadRequestError, match=r"invalid label key.*: 'app@'"):
+        label_selector_from_query("app@=1")
 
 
 POD: dict[str, Any] = {
@@ -112,7 +119,7 @@ def error_code(call: Callable[[], object]) -> int | None:
 
 @given(st.text(max_size=40))
 def test_garbage_label_selectors_only_raise_api_errors(text: str) -> None:
-    assert error_code(lambda: parse_label_selector(text).matches(LABELS)) in (None, 400)
+    assert error_code(lambda: label_selector_from_query(text).matches(LABELS)) in (None, 400)
 
 
 @given(st.text(max_size=40))
@@ -125,6 +132,6 @@ def test_garbage_field_selectors_only_raise_api_errors(text: str) -> None:
     st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y", ""]), max_size=3)
 )
 def test_equality_selector_agrees_with_dict_semantics(labels: dict[str, str]) -> None:
-    assert parse_label_selector("a=x").matches(labels) == (labels.get("a") == "x")
-    assert parse_label_selector("a!=x").matches(labels) == (labels.get("a") != "x")
-    assert parse_label_selector("!b").matches(labels) == ("b" not in labels)
+    assert label_selector_from_query("a=x").matches(labels) == (labels.get("a") == "x")
+    assert label_selector_from_query("a!=x").matches(labels) == (labels.get("a") != "x")
+    assert label_selector_from_query("!b").matches(labels) == ("b" not in labels)

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from hami_kubesim.errors import ApiError
 from hami_kubesim.patching import MERGE_PATCH as MERGE
 from hami_kubesim.resources import CONFIG_MAPS
-from hami_kubesim.selectors import FieldSelector, LabelSelector
+from hami_kubesim.selectors import FieldSelector
 from hami_kubesim.server import ApiServer, LocalWatch, WatchEvent
 from hami_kubesim.store import Store
 from hami_kubesim.watch import Watcher
+from hami_protocol.selectors import LabelSelector
 
 
 def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

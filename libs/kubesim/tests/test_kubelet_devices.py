@@ -95,11 +95,21 @@ def test_container_demands_order_kinds_and_filtering() -> None:
     )
 
 
-@pytest.mark.parametrize("value", ["1.5", "2k", "-1", True, "abc"])
+@pytest.mark.parametrize("value", ["1.5", "500m", "1e-3", "-1", True, "abc", None])
 def test_container_demands_rejects_bad_counts(value: object) -> None:
     pod = {"spec": {"containers": [_container("c", limits={"nvidia.com/gpu": value})]}}
     with pytest.raises(DeviceAllocationError, match=r"invalid quantity"):
         container_demands(pod, lambda _: True)
+
+
+@pytest.mark.parametrize(
+    ("value", "count"), [("2", 2), (2, 2), ("2k", 2000), ("1e1", 10), ("3000m", 3)]
+)
+def test_container_demands_read_counts_as_quantities(value: object, count: int) -> None:
+    pod = {"spec": {"containers": [_container("c", limits={"nvidia.com/gpu": value})]}}
+    assert container_demands(pod, lambda _: True) == (
+        ContainerDemand("c", "app", (("nvidia.com/gpu", count),)),
+    )
 
 
 def test_selection_uses_reusable_devices_first_without_asking() -> None:

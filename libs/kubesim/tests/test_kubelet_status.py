@@ -19,7 +19,6 @@ from hami_kubesim.kubelet_status import (
     grpc_error_text,
     next_pod_ip,
     rejected_status,
-    rejection_event,
     running_status,
     start_failed_status,
 )
@@ -184,19 +183,6 @@ def test_allocation_annotation_json() -> None:
     assert container is not None
     assert container.envs == {"B": "2", "A": "1"}
     assert allocation.container("missing") is None
-
-
-def test_rejection_event() -> None:
-    event = rejection_event(
-        _pod(), node="n1", reason="UnexpectedAdmissionError", message="m", now=NOW, suffix="abc"
-    )
-    assert event["metadata"] == {"name": "p.abc", "namespace": "ns"}
-    assert event["involvedObject"]["uid"] == "u1"
-    assert (event["type"], event["reason"], event["source"]["host"]) == (
-        "Warning",
-        "UnexpectedAdmissionError",
-        "n1",
-    )
 
 
 def test_next_pod_ip() -> None:

@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from hami_kube.config import KubeSettings
+from hami_kube.errors import ApiError
+from hami_kube.resources import EVENTS, NODES, PODS
+from hami_kube.rest import KubeClient, open_client
 from hami_kubesim.certs import generate_ca
 from hami_kubesim.scheduling_config import parse_scheduler_config
-from hami_kubesim.scheduling_kubeapi import ApiError, KubeApi
 from hami_kubesim.scheduling_loop import SchedulingLoop
 from hami_kubesim.testing import running_apiserver
 
@@ -89,21 +92,19 @@ class Extender:
         return web.json_response([])
 
     async def post_binding(self, args: dict[str, Any]) -> dict[str, Any]:
-        api = KubeApi(self.api_url)
-        try:
-            await api.post(
-                f"/api/v1/namespaces/{args['PodNamespace']}/pods/{args['PodName']}/binding",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Binding",
-                    "metadata": {"name": args["PodName"], "uid": args["PodUID"]},
-                    "target": {"kind": "Node", "name": args["Node"]},
-                },
-            )
-        except ApiError as exc:
-            return {"Error": str(exc)}
-        finally:
-            await api.close()
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": args["PodName"], "uid": args["PodUID"]},
+            "target": {"kind": "Node", "name": args["Node"]},
+        }
+        async with open_client(KubeSettings(kube_url=self.api_url)) as client:
+            try:
+                await client.post_subresource(
+                    PODS, args["PodName"], "binding", binding, namespace=args["PodNamespace"]
+                )
+            except ApiError as exc:
+                return {"Error": str(exc)}
         return {"Error": ""}
 
 
@@ -127,7 +128,7 @@ async def serve_extender(extender: Extender, *, https: bool = False) -> AsyncIte
 
 @dataclass
 class Cluster:
-    api: KubeApi
+    api: KubeClient
     url: str
 
     async def add_node(
@@ -140,8 +141,8 @@ class Cluster:
         taints: list[dict[str, str]] | None = None,
     ) -> None:
         allocatable = {"cpu": cpu, "memory": "16Gi", "pods": "110", GPU: gpus}
-        await self.api.post(
-            "/api/v1/nodes",
+        await self.api.create(
+            NODES,
             {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -161,8 +162,8 @@ class Cluster:
         **spec: Any,
     ) -> dict[str, Any]:
         limits = {GPU: str(gpus)} if gpus else {}
-        return await self.api.post(
-            "/api/v1/namespaces/default/pods",
+        return await self.api.create(
+            PODS,
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -179,10 +180,11 @@ class Cluster:
                     **spec,
                 },
             },
+            namespace="default",
         )
 
     async def node_of(self, pod: str) -> str | None:
-        obj = await self.api.get(f"/api/v1/namespaces/default/pods/{pod}")
+        obj = await self.api.get(PODS, pod, namespace="default")
         node = obj["spec"].get("nodeName")
         return str(node) if node else None
 
@@ -195,7 +197,7 @@ class Cluster:
         return node
 
     async def events(self, pod: str, reason: str) -> list[dict[str, Any]]:
-        items, _ = await self.api.list("/api/v1/namespaces/default/events")
+        items = (await self.api.list(EVENTS, namespace="default"))["items"]
         return [
             e for e in items if e["involvedObject"]["name"] == pod and e.get("reason") == reason
         ]
@@ -211,12 +213,8 @@ class Cluster:
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    async with running_apiserver() as sim:
-        api = KubeApi(sim.url)
-        try:
-            yield Cluster(api=api, url=sim.url)
-        finally:
-            await api.close()
+    async with running_apiserver() as sim, open_client(KubeSettings(kube_url=sim.url)) as api:
+        yield Cluster(api=api, url=sim.url)
 
 
 def scheduling_loop(cluster: Cluster, yaml_text: str, **kw: Any) -> SchedulingLoop:
@@ -431,7 +429,7 @@ async def test_failed_scheduling_event_then_retry_when_a_node_arrives(cluster: C
         )
         assert event["source"]["component"] == "hami-scheduler"
         assert await cluster.node_of("waiting") is None
-        pod = await cluster.api.get("/api/v1/namespaces/default/pods/waiting")
+        pod = await cluster.api.get(PODS, "waiting", namespace="default")
         assert {
             "type": "PodScheduled",
             "status": "False",

@@ -254,6 +254,10 @@ def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
             },
             False,
         ),
+        # a requirement kube-scheduler cannot parse makes its term select no node
+        ({"affinity": _affinity({"matchExpressions": [_expr("zone", "Near", "a")]})}, False),
+        ({"affinity": _affinity({"matchExpressions": [_expr("gpu", "NotIn")]})}, False),
+        ({"affinity": _affinity({"matchExpressions": [_expr("-gpu", "DoesNotExist")]})}, False),
         ({"affinity": _affinity({})}, False),  # an empty term matches nothing
         ({"affinity": _affinity()}, False),  # no terms: nothing
         (

@@ -15,10 +15,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hami_kube.config import KubeSettings
+from hami_kube.config import KubeSettings, create_api_client
+from hami_kube.errors import ApiError
+from hami_kube.rest import KubeClient
 from hami_kubesim.admission import AdmissionDispatcher
 from hami_kubesim.certs import ca_bundle_b64, client_ssl_context
-from hami_kubesim.scheduling_kubeapi import ApiError, KubeApi
 from hami_kubesim.server import ApiServer
 from hami_kubesim.testing import running_apiserver
 from hami_webhook.app import RunningWebhook, serving
@@ -35,7 +36,7 @@ WEBHOOK = "vgpu.hami.io"
 @dataclass
 class Cluster:
     url: str
-    api: KubeApi
+    api: KubeClient
     dispatcher: AdmissionDispatcher
     server: ApiServer
 
@@ -67,9 +68,10 @@ class Cluster:
             "namespaceSelector": ignore,
             "objectSelector": ignore,
         }
-        await self.api.post(
+        await self.api.request(
+            "POST",
             MWC_PATH,
-            {
+            body={
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "MutatingWebhookConfiguration",
                 "metadata": {"name": "hami-webhook"},
@@ -82,7 +84,7 @@ class Cluster:
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         namespace = obj["metadata"].get("namespace", "default")
-        return await self.api.post(f"/api/v1/namespaces/{namespace}/pods", obj)
+        return await self.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=obj)
 
 
 def sample(running: RunningWebhook, name: str, **labels: str) -> float | None:
@@ -93,11 +95,12 @@ def sample(running: RunningWebhook, name: str, **labels: str) -> float | None:
 async def cluster() -> AsyncIterator[Cluster]:
     dispatcher = AdmissionDispatcher()
     async with running_apiserver(admission=dispatcher) as sim, dispatcher.connected(sim.url):
-        api = KubeApi(sim.url)
+        api_client = await create_api_client(KubeSettings(kube_url=sim.url))
+        api = KubeClient(api_client)
         try:
             yield Cluster(sim.url, api, dispatcher, sim.server)
         finally:
-            await api.close()
+            await api_client.close()
 
 
 @asynccontextmanager
@@ -128,7 +131,7 @@ async def test_pods_are_mutated_through_admission(
         )
         created = await cluster.create(pod(container(limits=gpu()), container("side"), name="gpu"))
         plain = await cluster.create(pod(container(), name="plain"))
-        stored = await cluster.api.get("/api/v1/namespaces/default/pods/gpu")
+        stored = await cluster.api.request("GET", "/api/v1/namespaces/default/pods/gpu")
     assert created["spec"]["schedulerName"] == "hami-scheduler"
     assert stored["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"
     assert not (stored["spec"]["containers"][1].get("resources") or {}).get("limits")
@@ -157,7 +160,7 @@ async def test_denied_pods_are_refused_with_the_webhook_message(
         "invalid nvidia.com/gpumem-percentage value 150 in container main" in bad_pct.value.message
     )
     with pytest.raises(ApiError) as missing:
-        await cluster.api.get("/api/v1/namespaces/default/pods/pinned")
+        await cluster.api.request("GET", "/api/v1/namespaces/default/pods/pinned")
     assert missing.value.status == 404
 
 
@@ -177,13 +180,14 @@ async def test_ignore_label_skips_the_webhook(cluster: Cluster, tls: WebhookTls)
 
 
 async def test_namespace_quota_from_watched_objects(cluster: Cluster, tls: WebhookTls) -> None:
-    await cluster.api.post("/api/v1/namespaces", {"metadata": {"name": "team"}})
+    await cluster.api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "team"}})
     async with webhook(cluster, tls) as running:
         assert running.quota is not None
         await cluster.register(running.url(), tls.cert.ca_pem, failure_policy="Fail")
-        await cluster.api.post(
+        await cluster.api.request(
+            "POST",
             "/api/v1/namespaces/team/resourcequotas",
-            {
+            body={
                 "metadata": {"name": "gpu-quota", "namespace": "team"},
                 "spec": {
                     "hard": {

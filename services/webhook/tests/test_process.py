@@ -13,9 +13,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from hami_kube.config import KubeSettings, create_api_client
+from hami_kube.errors import ApiError
+from hami_kube.rest import KubeClient
 from hami_kubesim.admission import AdmissionDispatcher
 from hami_kubesim.certs import ca_bundle_b64, client_ssl_context
-from hami_kubesim.scheduling_kubeapi import ApiError, KubeApi
 from hami_kubesim.testing import running_apiserver
 
 from .helpers import WebhookTls, container, eventually, gpu, pod
@@ -52,7 +54,8 @@ async def test_service_process_mutates_denies_and_stops_on_sigterm(
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        api = KubeApi(sim.url)
+        api_client = await create_api_client(KubeSettings(kube_url=sim.url))
+        api = KubeClient(api_client)
         context = client_ssl_context(tls.cert.ca_pem)
         try:
             async with aiohttp.ClientSession() as http:
@@ -68,9 +71,10 @@ async def test_service_process_mutates_denies_and_stops_on_sigterm(
                         return False
 
                 await eventually(ready, within=30, what="the webhook process is ready")
-            await api.post(
+            await api.request(
+                "POST",
                 "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-                {
+                body={
                     "metadata": {"name": "hami-webhook"},
                     "webhooks": [
                         {
@@ -95,16 +99,19 @@ async def test_service_process_mutates_denies_and_stops_on_sigterm(
                 },
             )
             await eventually(lambda: bool(dispatcher.webhooks), what="webhook registered")
-            created = await api.post(
-                "/api/v1/namespaces/default/pods", pod(container(limits=gpu()), name="gpu")
+            created = await api.request(
+                "POST",
+                "/api/v1/namespaces/default/pods",
+                body=pod(container(limits=gpu()), name="gpu"),
             )
             with pytest.raises(ApiError) as denied:
-                await api.post(
+                await api.request(
+                    "POST",
                     "/api/v1/namespaces/default/pods",
-                    pod(container(limits=gpu()), name="pinned", nodeName="n1"),
+                    body=pod(container(limits=gpu()), name="pinned", nodeName="n1"),
                 )
         finally:
-            await api.close()
+            await api_client.close()
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
             _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)

@@ -2,10 +2,10 @@
 
 ``AdmissionDispatcher`` is handed to the API server, which awaits it on every pod CREATE.  It keeps
 the stored MutatingWebhookConfigurations and Namespaces cached through the API server's own HTTP
-API (list + watch, like the real plugin's informers), picks the webhooks whose rules and selectors
-match, and calls them in order over HTTP(S): AdmissionReview v1 (or v1beta1), ``?timeout=Ns``,
-``caBundle`` verification, ``failurePolicy``, JSON Patch application and ``IfNeeded``
-reinvocation.
+API (list + watch with :class:`hami_kube.reflector.Reflector`, like the real plugin's informers),
+picks the webhooks whose rules and selectors match, and calls them in order over HTTP(S):
+AdmissionReview v1 (or v1beta1), ``?timeout=Ns``, ``caBundle`` verification, ``failurePolicy``,
+JSON Patch application and ``IfNeeded`` reinvocation.
 
 There is no cluster networking, so a ``clientConfig.service`` reference is resolved through the
 ``service_urls`` mapping ``{(namespace, name): "https://127.0.0.1:PORT"}``; the service's ``path``
@@ -32,6 +32,10 @@ from typing import Any
 import aiohttp
 import structlog
 
+from hami_kube.errors import KubeError
+from hami_kube.reflector import EventHandlers, Reflector
+from hami_kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, JsonObject
+from hami_kube.rest import KubeClient
 from hami_kubesim.admission_match import MutatingWebhook, RequestAttributes, webhooks_in_order
 from hami_kubesim.admission_review import (
     CallingError,
@@ -47,16 +51,16 @@ from hami_kubesim.admission_review import (
     rejection_from_status,
     verify_response,
 )
+from hami_kubesim.apiserver_access import connect, reflector_config
+from hami_kubesim.background_tasks import start, stop
 from hami_kubesim.certs import client_ssl_context
 from hami_kubesim.hooks import AdmissionDenied
-from hami_kubesim.scheduling_kubeapi import ApiError, Informer, KubeApi, until_ready
 
 __all__ = ["AdmissionDispatcher"]
 
 log = structlog.get_logger(__name__)
 
-_WEBHOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-_NAMESPACES_PATH = "/api/v1/namespaces"
+_COMPONENT = "kubesim-admission"
 _NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 _NO_DRY_RUN_SIDE_EFFECTS = frozenset({"None", "NoneOnDryRun"})
 _OK_STATUSES = range(200, 207)  # what the API server's REST client accepts as success
@@ -93,9 +97,9 @@ class AdmissionDispatcher:
         self.calls = 0
         self._sync_timeout = sync_timeout
         self._ready = asyncio.Event()
-        self._api: KubeApi | None = None
-        self._namespaces: Informer | None = None
-        self._configurations: Informer | None = None
+        self._client: KubeClient | None = None
+        self._namespaces: Reflector | None = None
+        self._configurations: Reflector | None = None
         self._http: aiohttp.ClientSession | None = None
         self._ssl_contexts: dict[bytes, ssl.SSLContext] = {}
 
@@ -110,38 +114,51 @@ class AdmissionDispatcher:
         The block starts once the caches are synced; ``TimeoutError`` if that takes longer than
         ``ready_timeout`` seconds.
         """
-        task = asyncio.create_task(self.run(api_url), name="kubesim-admission")
+        task = await start(
+            self.run(api_url),
+            self._ready,
+            name="kubesim-admission",
+            limit=ready_timeout,
+            what="admission caches",
+        )
         try:
-            await until_ready(task, self._ready, limit=ready_timeout, what="admission caches")
             yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop(task)
 
     async def run(self, api_url: str) -> None:
         """Keep the caches current until cancelled."""
-        api = KubeApi(api_url)
-        configurations = Informer(
-            api, _WEBHOOKS_PATH, name="mutatingwebhookconfigurations", on_event=self._on_config
-        )
-        namespaces = Informer(api, _NAMESPACES_PATH, name="namespaces")
-        self._api, self._namespaces, self._configurations = api, namespaces, configurations
-        self._http = aiohttp.ClientSession()
-        self.webhooks = []
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(configurations.run(), name="kubesim-admission-webhooks")
-                group.create_task(namespaces.run(), name="kubesim-admission-namespaces")
-                await configurations.synced.wait()
-                await namespaces.synced.wait()
-                self._ready.set()
-        finally:
-            self._ready.clear()
-            self._api = self._namespaces = self._configurations = None
-            http, self._http = self._http, None
-            await http.close()
-            await api.close()
+        async with (
+            connect(api_url, component=_COMPONENT) as client,
+            aiohttp.ClientSession() as http,
+        ):
+            changed = EventHandlers(
+                on_add=self._on_config, on_update=self._on_config, on_delete=self._on_config
+            )
+            configurations = Reflector(
+                client,
+                MUTATING_WEBHOOK_CONFIGURATIONS,
+                config=reflector_config(),
+                handlers=[changed],
+                name=f"{_COMPONENT}-webhooks",
+            )
+            namespaces = Reflector(
+                client, NAMESPACES, config=reflector_config(), name=f"{_COMPONENT}-namespaces"
+            )
+            self._client, self._http = client, http
+            self._namespaces, self._configurations = namespaces, configurations
+            self.webhooks = []
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(configurations.run(), name=f"{_COMPONENT}-webhooks")
+                    group.create_task(namespaces.run(), name=f"{_COMPONENT}-namespaces")
+                    await configurations.wait_synced()
+                    await namespaces.wait_synced()
+                    self._ready.set()
+            finally:
+                self._ready.clear()
+                self._client = self._http = None
+                self._namespaces = self._configurations = None
 
     # -- the MutatingAdmission seam --------------------------------------------------------
 
@@ -208,11 +225,9 @@ class AdmissionDispatcher:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _on_config(
-        self, _event: str, _old: dict[str, Any] | None, _new: dict[str, Any] | None
-    ) -> None:
-        # The informer updates its items before it reports, so they are the current set.
-        stored = self._configurations.items.values() if self._configurations else ()
+    def _on_config(self, *_changed: JsonObject) -> None:
+        # The reflector updates its store before it reports, so the store is the current set.
+        stored = self._configurations.store.objects() if self._configurations else ()
         webhooks, errors = webhooks_in_order(stored)
         for error in errors:
             log.error(
@@ -252,10 +267,10 @@ class AdmissionDispatcher:
         return True
 
     async def _namespace_labels(self, namespace: str) -> dict[str, str]:
-        cached = self._namespaces.items.get(namespace) if self._namespaces else None
-        if cached is None and self._api is not None:
-            with contextlib.suppress(ApiError, aiohttp.ClientError):
-                cached = await self._api.get(f"{_NAMESPACES_PATH}/{namespace}")
+        cached = self._namespaces.store.get(namespace) if self._namespaces else None
+        if cached is None and self._client is not None:
+            with contextlib.suppress(KubeError):
+                cached = await self._client.get(NAMESPACES, namespace)
         labels = dict(((cached or {}).get("metadata") or {}).get("labels") or {})
         labels.setdefault(_NAMESPACE_NAME_LABEL, namespace)
         return {str(k): str(v) for k, v in labels.items()}

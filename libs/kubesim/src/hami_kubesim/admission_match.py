@@ -4,7 +4,7 @@ Holds the parsed form of ``admissionregistration.k8s.io/v1`` MutatingWebhookConf
 (frozen dataclasses, defaults applied as the API server's defaulting would) and the pure matching
 rules the API server applies before calling a webhook: ``rules`` (operations, API groups and
 versions, resources with subresource wildcards, scope), ``namespaceSelector`` and
-``objectSelector`` (Kubernetes label selectors).
+``objectSelector`` (label selectors, compiled by :mod:`hami_protocol.selectors`).
 """
 
 from __future__ import annotations
@@ -15,18 +15,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hami_protocol.errors import ConfigError
+from hami_protocol.errors import ConfigError, ProtocolError
+from hami_protocol.selectors import EVERYTHING, LabelSelector, parse_label_selector
 
 __all__ = [
     "ClientConfig",
-    "LabelRequirement",
-    "LabelSelector",
     "MutatingWebhook",
     "RequestAttributes",
     "Rule",
     "ServiceReference",
     "parse_configuration",
-    "parse_label_selector",
     "webhooks_in_order",
 ]
 
@@ -35,7 +33,6 @@ ReinvocationPolicy = Literal["Never", "IfNeeded"]
 
 _OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT", "*"})
 _SCOPES = frozenset({"Cluster", "Namespaced", "*"})
-_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 _SIDE_EFFECTS = frozenset({"None", "NoneOnDryRun", "Some", "Unknown"})
 _DEFAULT_TIMEOUT_SECONDS = 10
 _MAX_TIMEOUT_SECONDS = 30
@@ -51,38 +48,6 @@ class RequestAttributes:
     resource: str
     subresource: str = ""
     namespaced: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class LabelRequirement:
-    """One ``matchExpressions`` entry of a label selector."""
-
-    key: str
-    operator: str
-    values: frozenset[str]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        if self.operator == "NotIn":
-            return not present or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return present
-        return not present  # DoesNotExist
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """A parsed ``metav1.LabelSelector``; the empty selector matches everything."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    requirements: tuple[LabelRequirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(key) != value for key, value in self.match_labels):
-            return False
-        return all(requirement.matches(labels) for requirement in self.requirements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +117,8 @@ class MutatingWebhook:
     client_config: ClientConfig
     rules: tuple[Rule, ...]
     failure_policy: FailurePolicy = "Fail"
-    namespace_selector: LabelSelector = LabelSelector()
-    object_selector: LabelSelector = LabelSelector()
+    namespace_selector: LabelSelector = EVERYTHING
+    object_selector: LabelSelector = EVERYTHING
     side_effects: str = "None"
     timeout_seconds: int = _DEFAULT_TIMEOUT_SECONDS
     review_versions: tuple[str, ...] = ("v1",)
@@ -212,48 +177,14 @@ def parse_configuration(
     return webhooks, errors
 
 
-def parse_label_selector(raw: object, field: str) -> LabelSelector:
-    """Parse a ``metav1.LabelSelector``; ``None`` is the empty selector (matches everything)."""
+def _label_selector(raw: object, field: str) -> LabelSelector:
+    """A ``metav1.LabelSelector``; ``None`` (absent) is the empty selector, matching everything."""
     if raw is None:
-        return LabelSelector()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(field, raw, "a label selector must be an object")
-    match_labels = raw.get("matchLabels") or {}
-    if not isinstance(match_labels, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in match_labels.items()
-    ):
-        raise ConfigError(f"{field}.matchLabels", match_labels, "must map strings to strings")
-    expressions = raw.get("matchExpressions") or []
-    if not isinstance(expressions, list):
-        raise ConfigError(f"{field}.matchExpressions", expressions, "must be a list")
-    requirements = tuple(
-        _parse_requirement(item, f"{field}.matchExpressions[{i}]")
-        for i, item in enumerate(expressions)
-    )
-    return LabelSelector(
-        match_labels=tuple(sorted(match_labels.items())), requirements=requirements
-    )
-
-
-def _parse_requirement(raw: object, field: str) -> LabelRequirement:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(field, raw, "must be an object")
-    key = raw.get("key")
-    operator = raw.get("operator")
-    values = raw.get("values") or []
-    if not isinstance(key, str) or not key:
-        raise ConfigError(f"{field}.key", key, "must be a non-empty string")
-    if operator not in _SELECTOR_OPERATORS:
-        raise ConfigError(
-            f"{field}.operator", operator, "must be In, NotIn, Exists or DoesNotExist"
-        )
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise ConfigError(f"{field}.values", values, "must be a list of strings")
-    if operator in {"In", "NotIn"} and not values:
-        raise ConfigError(f"{field}.values", values, f"must be non-empty for operator {operator}")
-    if operator in {"Exists", "DoesNotExist"} and values:
-        raise ConfigError(f"{field}.values", values, f"must be empty for operator {operator}")
-    return LabelRequirement(key=key, operator=str(operator), values=frozenset(values))
+        return EVERYTHING
+    try:
+        return parse_label_selector(raw, annotation=field, path=field)
+    except ProtocolError as exc:
+        raise ConfigError(field, exc.value, exc.reason) from exc
 
 
 def _parse_webhook(configuration: str, index: int, raw: object) -> MutatingWebhook:
@@ -290,10 +221,10 @@ def _parse_webhook(configuration: str, index: int, raw: object) -> MutatingWebho
         client_config=_parse_client_config(raw.get("clientConfig"), f"{field}.clientConfig"),
         rules=_parse_rules(raw.get("rules"), f"{field}.rules"),
         failure_policy=failure_policy,
-        namespace_selector=parse_label_selector(
+        namespace_selector=_label_selector(
             raw.get("namespaceSelector"), f"{field}.namespaceSelector"
         ),
-        object_selector=parse_label_selector(raw.get("objectSelector"), f"{field}.objectSelector"),
+        object_selector=_label_selector(raw.get("objectSelector"), f"{field}.objectSelector"),
         side_effects=side_effects,
         timeout_seconds=_parse_timeout(raw.get("timeoutSeconds"), f"{field}.timeoutSeconds"),
         review_versions=_parse_review_versions(

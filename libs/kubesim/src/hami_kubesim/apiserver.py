@@ -19,7 +19,7 @@ from hami_kubesim.listing import ListPage
 from hami_kubesim.patching import APPLY_PATCH, PATCH_TYPES, media_type
 from hami_kubesim.resources import ResourceType
 from hami_kubesim.routing import Discovery, Target, parse
-from hami_kubesim.selectors import parse_field_selector, parse_label_selector
+from hami_kubesim.selectors import label_selector_from_query, parse_field_selector
 from hami_kubesim.server import ApiServer
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ class Handlers:
             page = store.select(
                 rt,
                 namespace=ns,
-                labels=parse_label_selector(request.query.get("labelSelector")),
+                labels=label_selector_from_query(request.query.get("labelSelector")),
                 fields=parse_field_selector(request.query.get("fieldSelector"), rt.field_labels),
             )
             with store.dry_run(dry):
@@ -246,7 +246,7 @@ class Handlers:
         page = self.server.store.select(
             rt,
             namespace=target.namespace,
-            labels=parse_label_selector(query.get("labelSelector")),
+            labels=label_selector_from_query(query.get("labelSelector")),
             fields=parse_field_selector(query.get("fieldSelector"), rt.field_labels),
             limit=max(0, limit),
             continue_token=query.get("continue") or "",

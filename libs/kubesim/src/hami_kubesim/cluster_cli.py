@@ -22,7 +22,6 @@ from pathlib import Path
 
 import structlog
 
-from hami_kubesim.cluster import running_cluster
 from hami_kubesim.cluster_config import ClusterConfigError, load_cluster_config
 
 
@@ -38,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def serve_cluster(args: argparse.Namespace) -> None:
     """Run the cluster in ``args.config`` until a stop signal arrives."""
+    # Imported here: the stand-ins load the Kubernetes client library (about a second), which
+    # every other subcommand, and a bad cluster file, can do without.
+    from hami_kubesim.cluster import running_cluster
+
     config = load_cluster_config(args.config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ from hami_kubesim.errors import BadRequestError
 from hami_kubesim.history import BOOKMARK, Entry, encode
 from hami_kubesim.resources import ResourceType
 from hami_kubesim.routing import Target
-from hami_kubesim.selectors import parse_field_selector, parse_label_selector
+from hami_kubesim.selectors import label_selector_from_query, parse_field_selector
 
 if TYPE_CHECKING:
     from hami_kubesim.server import ApiServer
@@ -65,7 +65,7 @@ async def serve_watch(
     request: web.Request, server: ApiServer, target: Target
 ) -> web.StreamResponse:
     rt, query = target.rt, request.query
-    labels = parse_label_selector(query.get("labelSelector"))
+    labels = label_selector_from_query(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"), rt.field_labels)
     timeout: float | None = None
     if query.get("timeoutSeconds"):

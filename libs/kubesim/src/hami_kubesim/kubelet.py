@@ -31,29 +31,39 @@ to the emulator's own pod annotation ``kubesim.hami.io/container-allocations`` a
 marked ``Running``. A failing ``PreStartContainer`` leaves the pod ``Pending`` with that
 container waiting in ``CreateContainerConfigError`` (no retry). Status writes are retried on
 5xx/429 and lost connections.
+
+It talks to the API server through :mod:`hami_kube`: a ``Reflector`` follows the node's pods
+(``fieldSelector=spec.nodeName=<node>``), writes go through ``KubeClient`` (retried with
+``with_retries``), and the rejection Event through ``EventRecorder``, which bumps the count of a
+repeated one as the kubelet's recorder does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import aiohttp
 import structlog
 
+from hami_kube.backoff import Backoff
 from hami_kube.deviceplugin_api.constants import (
     ENDPOINT_STOP_GRACE_PERIOD_SECONDS,
     KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS,
 )
-from hami_kubesim.errors import ApiError
-from hami_kubesim.kubelet_client import KubeApi, WatchEvent, node_path, pod_path
+from hami_kube.errors import KubeError, NotFoundError
+from hami_kube.events import EventRecorder, EventType
+from hami_kube.patch import patch_metadata, with_retries
+from hami_kube.reflector import EventHandlers, Reflector
+from hami_kube.resources import NODES, PODS, JsonObject
+from hami_kube.rest import KubeClient
+from hami_kube.timefmt import format_time, utc_now
+from hami_kubesim.apiserver_access import RECONNECT_BACKOFF, connect, reflector_config
+from hami_kubesim.background_tasks import start, stop
 from hami_kubesim.kubelet_devicemanager import AdmissionError, DeviceManager, PreStartError
 from hami_kubesim.kubelet_devices import ResourceDevices
 from hami_kubesim.kubelet_registration import RegistrationServer
@@ -65,7 +75,6 @@ from hami_kubesim.kubelet_status import (
     capacity_patch,
     next_pod_ip,
     rejected_status,
-    rejection_event,
     running_status,
     start_failed_status,
 )
@@ -73,10 +82,8 @@ from hami_kubesim.kubelet_status import (
 log = structlog.get_logger(__name__)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+_WRITE_ATTEMPTS = 10
+_COMPONENT = "kubelet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,7 @@ class KubeletStandIn:
         self._pod_ips: dict[str, str] = {}
         self._ready = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
+        self._client: KubeClient | None = None
         self.restarts = 0
 
     # ----- public views ------------------------------------------------------------------
@@ -164,12 +172,13 @@ class KubeletStandIn:
     # ----- lifecycle ---------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._runner = asyncio.create_task(self.run(), name=f"kubelet-{self.node_name}")
-        ready = asyncio.create_task(self._ready.wait(), name=f"kubelet-{self.node_name}-ready")
-        done, _ = await asyncio.wait({self._runner, ready}, return_when=asyncio.FIRST_COMPLETED)
-        if self._runner in done:
-            ready.cancel()
-            await self._runner
+        self._runner = await start(
+            self.run(),
+            self._ready,
+            name=f"kubelet-{self.node_name}",
+            limit=None,
+            what=f"kubelet {self.node_name}",
+        )
         return self
 
     async def __aexit__(
@@ -179,10 +188,7 @@ class KubeletStandIn:
         tb: TracebackType | None,
     ) -> None:
         runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
+        await stop(runner)
 
     async def wait_ready(self) -> None:
         """Until kubelet.sock is served and the first pod list has been read."""
@@ -191,19 +197,37 @@ class KubeletStandIn:
     async def run(self) -> None:
         """Serve until cancelled."""
         self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
+        component = f"{_COMPONENT}/{self.node_name}"
         try:
-            async with KubeApi(base_url=self.settings.api_url) as api:
-                self._remove_sockets()
-                await self._registration.start()
-                async with asyncio.TaskGroup() as group:
-                    name = self.node_name
-                    group.create_task(self._publish_loop(api), name=f"kubelet-{name}-node-status")
-                    group.create_task(self._admit_loop(api), name=f"kubelet-{name}-admission")
-                    group.create_task(self._watch_loop(api), name=f"kubelet-{name}-pod-watch")
+            async with connect(self.settings.api_url, component=component) as client:
+                self._client = client
+                await self._serve(client)
         finally:
             self._ready.clear()
+            self._client = None
             await self._registration.stop()
             await self._devices.aclose()
+
+    async def _serve(self, client: KubeClient) -> None:
+        name = self.node_name
+        events = EventRecorder(client, component=_COMPONENT, host=name)
+        pods = Reflector(
+            client,
+            PODS,
+            config=reflector_config(field_selector=f"spec.nodeName={name}"),
+            handlers=[
+                EventHandlers(on_add=self._observe, on_update=self._replaced, on_delete=self._gone)
+            ],
+            name=f"kubelet-{name}-pods",
+        )
+        self._remove_sockets()
+        await self._registration.start()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
+            group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
+            group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
+            await pods.wait_synced()
+            self._ready.set()
 
     async def restart(self) -> None:
         """Simulate a kubelet restart as the plugins see it.
@@ -228,45 +252,33 @@ class KubeletStandIn:
 
     # ----- node status -------------------------------------------------------------------
 
-    async def _publish_loop(self, api: KubeApi) -> None:
-        backoff = 0.05
+    async def _publish_loop(self, client: KubeClient) -> None:
+        backoff = Backoff(RECONNECT_BACKOFF)
         while True:
             await self._wake_publisher.wait()
             self._wake_publisher.clear()
             patch = capacity_patch(self._devices.capacity_view())
             try:
-                await api.merge_patch(node_path(self.node_name, "status"), patch)
-                backoff = 0.05
-            except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as error:
+                await client.patch(NODES, self.node_name, patch, subresource="status")
+                backoff.reset()
+            except KubeError as error:
                 log.warning("node status patch failed", node=self.node_name, error=str(error))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                await asyncio.sleep(backoff.next_delay())
                 self._wake_publisher.set()
 
     # ----- pods --------------------------------------------------------------------------
 
-    async def _watch_loop(self, api: KubeApi) -> None:
-        selector = f"spec.nodeName={self.node_name}"
-        async for event in api.list_and_watch("/api/v1/pods", field_selector=selector):
-            await self._on_event(api, event)
-            if event.type == "SYNC":
-                self._ready.set()
+    async def _replaced(self, old: JsonObject, new: JsonObject) -> None:
+        if _uid(old) != _uid(new):  # deleted and created again under the same name
+            self._forget(_uid(old))
+        await self._observe(new)
 
-    async def _on_event(self, api: KubeApi, event: WatchEvent) -> None:
-        if event.type == "SYNC":
-            current = {str((o.get("metadata") or {}).get("uid", "")): o for o in event.objects}
-            for uid in set(self._pods) - set(current):
-                self._forget(uid)
-            for pod in current.values():
-                await self._observe(api, pod)
-        elif event.type == "DELETED":
-            self._forget(str((event.obj.get("metadata") or {}).get("uid", "")))
-        elif event.type in {"ADDED", "MODIFIED"}:
-            await self._observe(api, event.obj)
+    def _gone(self, pod: JsonObject) -> None:
+        self._forget(_uid(pod))
 
-    async def _observe(self, api: KubeApi, pod: dict[str, Any]) -> None:
+    async def _observe(self, pod: JsonObject) -> None:
         meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
+        uid = _uid(pod)
         if (pod.get("spec") or {}).get("nodeName") != self.node_name:
             self._forget(uid)
             return
@@ -274,7 +286,7 @@ class KubeletStandIn:
         phase = (pod.get("status") or {}).get("phase")
         if meta.get("deletionTimestamp"):
             self._free(uid)
-            await self._finalize(api, pod)
+            await self._finalize(pod)
         elif phase in _TERMINAL:
             self._free(uid)
             self._handled.add(uid)
@@ -301,45 +313,39 @@ class KubeletStandIn:
             if found is not None and found.uid == uid:
                 del self._allocations[key]
 
-    async def _finalize(self, api: KubeApi, pod: Mapping[str, Any]) -> None:
+    async def _finalize(self, pod: Mapping[str, Any]) -> None:
         """Confirm a graceful deletion: the containers are 'stopped', delete with grace 0."""
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        if uid in self._finalizing:
+        uid = _uid(pod)
+        if uid in self._finalizing or self._client is None:
             return
         self._finalizing.add(uid)
-        options = {
-            "kind": "DeleteOptions",
-            "apiVersion": "v1",
-            "gracePeriodSeconds": 0,
-            "preconditions": {"uid": uid},
-        }
-        path = pod_path(str(meta.get("namespace", "default")), str(meta.get("name", "")))
-        with contextlib.suppress(ApiError, aiohttp.ClientError, OSError, TimeoutError):
-            await api.delete(path, options)
+        namespace, name = _namespaced_name(pod)
+        with contextlib.suppress(KubeError):
+            await self._client.delete(
+                PODS, name, namespace=namespace, uid=uid, grace_period_seconds=0
+            )
 
-    async def _admit_loop(self, api: KubeApi) -> None:
+    async def _admit_loop(self, client: KubeClient, events: EventRecorder) -> None:
         while True:
             uid = await self._queue.get()
             pod = self._pods.get(uid)
             if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
                 continue
             try:
-                await self._admit(api, pod)
-            except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as error:
+                await self._admit(client, events, pod)
+            except KubeError as error:
                 log.warning("pod admission write failed", node=self.node_name, error=str(error))
             except Exception:
                 # One bad pod must not stop the node's pod worker.
                 log.exception("pod admission crashed", node=self.node_name)
 
-    async def _admit(self, api: KubeApi, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+    async def _admit(self, client: KubeClient, events: EventRecorder, pod: dict[str, Any]) -> None:
+        uid = _uid(pod)
+        namespace, name = _namespaced_name(pod)
         try:
             allocation = await self._devices.admit(pod)
         except AdmissionError as error:
-            await self._reject(api, pod, admission_failure_message(str(error)))
+            await self._reject(client, events, pod, admission_failure_message(str(error)))
             return
         if uid not in self._pods:  # deleted while the plugins were answering
             self._free(uid)
@@ -347,48 +353,41 @@ class KubeletStandIn:
         self._allocations[(namespace, name)] = allocation
         if allocation.has_devices:
             annotations = {ALLOCATIONS_ANNOTATION: allocation.annotation_value()}
-            patch = {"metadata": {"annotations": annotations}}
-            if await api.merge_patch_retrying(pod_path(namespace, name), patch) is None:
+            written = await _write(
+                lambda: patch_metadata(
+                    client, PODS, name, namespace=namespace, annotations=annotations
+                )
+            )
+            if written is None:
                 self._forget(uid)
                 return
         try:
             await self._devices.pre_start(allocation)
         except PreStartError as error:
             status = start_failed_status(pod, error.container, str(error))
-            await api.merge_patch_retrying(pod_path(namespace, name, "status"), {"status": status})
+            await _patch_status(client, pod, status)
             return
-        host_ip = await self._host_ip(api)
+        host_ip = await self._host_ip(client)
         spec = pod.get("spec") or {}
         pod_ip = host_ip if spec.get("hostNetwork") else self._pod_ip(uid)
-        status = running_status(pod, host_ip=host_ip, pod_ip=pod_ip, now=_now())
-        status_path = pod_path(namespace, name, "status")
-        if await api.merge_patch_retrying(status_path, {"status": status}) is not None:
+        status = running_status(pod, host_ip=host_ip, pod_ip=pod_ip, now=format_time(utc_now()))
+        if await _patch_status(client, pod, status) is not None:
             log.info("pod running", node=self.node_name, pod=f"{namespace}/{name}")
         else:
             self._forget(uid)
 
-    async def _reject(self, api: KubeApi, pod: Mapping[str, Any], message: str) -> None:
-        meta = pod.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+    async def _reject(
+        self, client: KubeClient, events: EventRecorder, pod: Mapping[str, Any], message: str
+    ) -> None:
+        namespace, name = _namespaced_name(pod)
         log.info("pod rejected", node=self.node_name, pod=f"{namespace}/{name}", message=message)
-        await api.merge_patch_retrying(
-            pod_path(namespace, name, "status"), {"status": rejected_status(pod, message)}
-        )
-        event = rejection_event(
-            pod,
-            node=self.node_name,
-            reason=REASON_UNEXPECTED_ADMISSION,
-            message=message,
-            now=_now(),
-            suffix=secrets.token_hex(8),
-        )
-        with contextlib.suppress(ApiError, aiohttp.ClientError, OSError, TimeoutError):
-            await api.create(f"/api/v1/namespaces/{namespace}/events", event)
+        await _patch_status(client, pod, rejected_status(pod, message))
+        await events.record(pod, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
 
-    async def _host_ip(self, api: KubeApi) -> str:
+    async def _host_ip(self, client: KubeClient) -> str:
         try:
-            node = await api.get(node_path(self.node_name))
-        except (ApiError, aiohttp.ClientError, OSError, TimeoutError):
+            node = await client.get(NODES, self.node_name)
+        except KubeError:
             return self.settings.host_ip
         for address in (node.get("status") or {}).get("addresses") or []:
             if address.get("type") == "InternalIP" and address.get("address"):
@@ -400,3 +399,31 @@ class KubeletStandIn:
             taken = frozenset(self._pod_ips.values())
             self._pod_ips[uid] = next_pod_ip(self.settings.pod_cidr, taken, node=self.node_name)
         return self._pod_ips[uid]
+
+
+async def _write(operation: Callable[[], Awaitable[JsonObject]]) -> JsonObject | None:
+    """``operation()``, retried as the kubelet's status manager retries (5xx, 429, lost
+    connections) with backoff; ``None`` when the pod is gone (404)."""
+    try:
+        return await with_retries(operation, attempts=_WRITE_ATTEMPTS, backoff=RECONNECT_BACKOFF)
+    except NotFoundError:
+        return None
+
+
+async def _patch_status(
+    client: KubeClient, pod: Mapping[str, Any], status: Mapping[str, Any]
+) -> JsonObject | None:
+    namespace, name = _namespaced_name(pod)
+    body = {"status": status}
+    return await _write(
+        lambda: client.patch(PODS, name, body, namespace=namespace, subresource="status")
+    )
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
+
+
+def _namespaced_name(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "default")), str(meta.get("name", ""))

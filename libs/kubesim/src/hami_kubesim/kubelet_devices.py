@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hami_kube.deviceplugin_api.constants import HEALTHY, SUPPORTED_VERSIONS
+from hami_kubesim.json_quantities import read_quantity
+from hami_protocol.errors import RequestError
+from hami_protocol.quantity import as_integer
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
@@ -99,17 +102,16 @@ class ContainerDemand:
 
 
 def _device_count(resource: str, container: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise DeviceAllocationError(f"invalid quantity {value!r} for {resource} in {container}")
-    if isinstance(value, int):
-        count = value
-    else:
-        text = str(value).strip()
-        if not re.fullmatch(r"[0-9]+", text):
-            raise DeviceAllocationError(
-                f"invalid quantity {text!r} for {resource} in container {container}"
-            )
-        count = int(text)
+    # The kubelet reads the quantity's Value(); the API server has made sure it is a whole,
+    # non-negative number for an extended resource, so anything else is refused here.
+    try:
+        count = as_integer(read_quantity(value, key=resource))
+    except RequestError:
+        count = None
+    if count is None or count < 0:
+        raise DeviceAllocationError(
+            f"invalid quantity {value!r} for {resource} in container {container}"
+        )
     return count
 
 

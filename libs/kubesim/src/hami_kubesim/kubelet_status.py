@@ -4,8 +4,8 @@ Holds the allocation records (what each container was given by the device plugin
 JSON form stored in the emulator's own pod annotation ``kubesim.hami.io/container-allocations``,
 the pod status of an admitted (Running) pod, of a pod the kubelet rejected
 (``Failed``/``UnexpectedAdmissionError``) and of a pod whose container could not start, the
-node-status patch for device capacity, the Event the kubelet posts on rejection, and the Go-style
-text of a gRPC error as the kubelet prints it.
+node-status patch for device capacity, and the Go-style text of a gRPC error as the kubelet
+prints it.
 """
 
 from __future__ import annotations
@@ -282,36 +282,6 @@ def capacity_patch(resources: Mapping[str, ResourceDevices | None]) -> dict[str,
     capacity = {name: str(d.capacity if d else 0) for name, d in sorted(resources.items())}
     allocatable = {name: str(d.allocatable if d else 0) for name, d in sorted(resources.items())}
     return {"status": {"capacity": capacity, "allocatable": allocatable}}
-
-
-def rejection_event(
-    pod: Mapping[str, Any], *, node: str, reason: str, message: str, now: str, suffix: str
-) -> dict[str, Any]:
-    """The Warning Event the kubelet records when it rejects a pod (named ``<pod>.<suffix>``)."""
-    meta = pod.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    namespace = str(meta.get("namespace", "default"))
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{suffix}", "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": name,
-            "namespace": namespace,
-            "uid": str(meta.get("uid", "")),
-        },
-        "reason": reason,
-        "message": message,
-        "type": "Warning",
-        "source": {"component": "kubelet", "host": node},
-        "reportingComponent": "kubelet",
-        "reportingInstance": node,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
 
 
 def next_pod_ip(pod_cidr: str, taken: frozenset[str], *, node: str) -> str:

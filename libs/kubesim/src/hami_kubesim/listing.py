@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from hami_kubesim.errors import BadRequestError
 from hami_kubesim.history import Entry
 from hami_kubesim.resources import ResourceType
-from hami_kubesim.selectors import FieldSelector, LabelSelector, field_value
+from hami_kubesim.selectors import FieldSelector, field_value
+from hami_protocol.selectors import EVERYTHING, LabelSelector
 
 if TYPE_CHECKING:
     from hami_kubesim.store import Store
@@ -111,7 +112,7 @@ class Listing:
     ) -> ListPage:
         """Matching objects in (namespace, name) order.  Later pages are read from the current
         state and report the first page's resourceVersion."""
-        labels = labels or LabelSelector()
+        labels = labels or EVERYTHING
         fields = fields or FieldSelector()
         rv = self._store.rv
         after: tuple[str, str] | None = None
@@ -135,7 +136,7 @@ class Listing:
             if entry is None:
                 continue
             obj = entry.obj
-            if not labels.empty and not labels.matches(obj["metadata"].get("labels")):
+            if not labels.is_everything and not labels.matches(obj["metadata"].get("labels") or {}):
                 continue
             if not fields.empty and not fields.matches(obj):
                 continue
@@ -147,6 +148,6 @@ class Listing:
         if not more or last is None:
             return ListPage(out, rv)
         remaining = None
-        if labels.empty and fields.empty:
+        if labels.is_everything and fields.empty:
             remaining = sum(1 for k in self._keys(rt, namespace) if k > last)
         return ListPage(out, rv, encode_continue(rv, last), remaining)

@@ -3,11 +3,13 @@ resources and of updates, and the binding subresource."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from hami_kubesim.errors import ApiError, BadRequestError, ConflictError, precondition_failed
-from hami_kubesim.quantity import parse_quantity
+from hami_kubesim.json_quantities import read_quantity
 from hami_kubesim.validation import Cause, forbidden, invalid, is_dns_label, required
+from hami_protocol.errors import RequestError
 
 _CONTAINER_GROUPS = ("containers", "initContainers")
 _DEFAULT_TOLERATIONS = (
@@ -87,7 +89,7 @@ def qos_class(spec: dict[str, Any]) -> str:
                 req, lim = requests.get(name), limits.get(name)
                 if req is not None or lim is not None:
                     any_set = True
-                if lim is None or (req is not None and parse_quantity(req) != parse_quantity(lim)):
+                if lim is None or (req is not None and not _same_quantity(req, lim)):
                     guaranteed = False
     if not any_set:
         return "BestEffort"
@@ -104,6 +106,19 @@ def _overcommit_allowed(name: str) -> bool:
     return native and not name.startswith("hugepages-")
 
 
+def _quantity_or_none(value: object) -> Fraction | None:
+    try:
+        return read_quantity(value)
+    except RequestError:
+        return None
+
+
+def _same_quantity(a: object, b: object) -> bool:
+    """Equal values (``1000m`` and ``1``); values that do not parse compare as given."""
+    qa, qb = _quantity_or_none(a), _quantity_or_none(b)
+    return a == b if qa is None or qb is None else qa == qb
+
+
 def _validate_resources(where: str, resources: Any) -> list[Cause]:
     if resources is None:
         return []
@@ -114,19 +129,19 @@ def _validate_resources(where: str, resources: Any) -> list[Cause]:
     limits = resources.get("limits") or {}
     for part, values in (("requests", requests), ("limits", limits)):
         for name, value in values.items():
-            quantity = parse_quantity(value)
+            quantity = _quantity_or_none(value)
             if quantity is None:
                 causes.append(invalid(f"{where}.{part}[{name}]", value, "must be a quantity"))
             elif quantity < 0:
                 causes.append(
                     invalid(f"{where}.{part}[{name}]", value, "must be greater than or equal to 0")
                 )
-            elif not _overcommit_allowed(name) and quantity != quantity.to_integral_value():
+            elif not _overcommit_allowed(name) and quantity.denominator != 1:
                 causes.append(invalid(f"{where}.{part}[{name}]", value, "must be an integer"))
     for name, value in requests.items():
         if _overcommit_allowed(name):
-            if name in limits and (parse_quantity(value) or 0) > (
-                parse_quantity(limits[name]) or 0
+            if name in limits and (_quantity_or_none(value) or 0) > (
+                _quantity_or_none(limits[name]) or 0
             ):
                 causes.append(
                     invalid(
@@ -140,7 +155,7 @@ def _validate_resources(where: str, resources: Any) -> list[Cause]:
             causes.append(
                 forbidden(f"{where}.limits", "Limit must be set for non overcommitable resources")
             )
-        elif parse_quantity(value) != parse_quantity(limits[name]):
+        elif _quantity_or_none(value) != _quantity_or_none(limits[name]):
             causes.append(
                 invalid(
                     f"{where}.requests", value, f"must be equal to {name} limit of {limits[name]}"

@@ -1,7 +1,7 @@
 """The kube-scheduler stand-in: schedules pending pods and calls HTTP extenders.
 
-``SchedulingLoop`` follows nodes and pods through the API server (list + watch), queues pending
-pods whose ``spec.schedulerName`` is one of its profiles, and for each, one at a time:
+``SchedulingLoop`` follows nodes and pods through the API server (``hami_kube`` reflectors), queues
+pending pods whose ``spec.schedulerName`` is one of its profiles, and for each, one at a time:
 
 1. runs the in-tree filters (:mod:`hami_kubesim.scheduling_predicates`) over every node;
 2. calls each interested extender's filter verb in order on the survivors (``NodeNames`` when
@@ -12,15 +12,15 @@ pods whose ``spec.schedulerName`` is one of its profiles, and for each, one at a
    background, through the extender's bind verb when one is configured and interested, else by
    POSTing the Binding subresource.
 
-A failure records a ``FailedScheduling`` Warning Event (``0/3 nodes are available: ...``), sets the
-pod's ``PodScheduled=False`` condition and puts the pod back into the queue with exponential
-backoff; pods no node fits wait for a node or pod change (see :mod:`scheduling_queue`).
+A failure records a ``FailedScheduling`` Warning Event (``0/3 nodes are available: ...``; repeats
+bump its count, see ``hami_kube.events.EventRecorder``), sets the pod's ``PodScheduled=False``
+condition and puts the pod back into the queue with exponential backoff; pods no node fits wait
+for a node or pod change (see :mod:`scheduling_queue`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -30,11 +30,18 @@ from typing import Any, Self
 import aiohttp
 import structlog
 
+from hami_kube.errors import KubeError
+from hami_kube.events import EventRecorder, EventType
+from hami_kube.reflector import EventHandlers, Reflector
+from hami_kube.resources import NODES, PODS, JsonObject, object_key
+from hami_kube.rest import KubeClient, PatchType
+from hami_kube.store import Store
+from hami_kube.timefmt import format_time, utc_now
+from hami_kubesim.apiserver_access import connect, reflector_config
+from hami_kubesim.background_tasks import start, stop
 from hami_kubesim.scheduling_config import DEFAULT_SCHEDULER_NAME, Profile, SchedulerConfig
-from hami_kubesim.scheduling_events import EventRecorder, rfc3339_now
 from hami_kubesim.scheduling_extender import HttpExtender
 from hami_kubesim.scheduling_extender_wire import ExtenderError
-from hami_kubesim.scheduling_kubeapi import ApiError, Informer, KubeApi, object_key, until_ready
 from hami_kubesim.scheduling_predicates import (
     NO_NODES_AVAILABLE,
     NodeUsage,
@@ -110,11 +117,11 @@ class SchedulingLoop:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._group: asyncio.TaskGroup | None = None
-        self._api: KubeApi | None = None
+        self._client: KubeClient | None = None
         self._events: EventRecorder | None = None
         self._extenders: list[HttpExtender] = []
-        self._nodes: dict[str, dict[str, Any]] = {}
-        self._pods: dict[str, dict[str, Any]] = {}
+        self._nodes = Store()
+        self._pods = Store()
         self._bound: dict[str, tuple[str, dict[str, int]]] = {}
         self._assumed: dict[str, tuple[str, dict[str, int]]] = {}
         self._assume_timers: dict[str, asyncio.TimerHandle] = {}
@@ -122,17 +129,13 @@ class SchedulingLoop:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._task = asyncio.create_task(self.run(), name="kubesim-scheduler")
-        try:
-            await until_ready(
-                self._task, self._ready, limit=self._ready_timeout, what="scheduling loop"
-            )
-        except BaseException:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
-            raise
+        self._task = await start(
+            self.run(),
+            self._ready,
+            name="kubesim-scheduler",
+            limit=self._ready_timeout,
+            what="scheduling loop",
+        )
         return self
 
     async def __aexit__(
@@ -141,68 +144,93 @@ class SchedulingLoop:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await stop(task)
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
 
     async def run(self) -> None:
         """Follow the cluster and schedule until cancelled."""
-        api = KubeApi(self.api_url)
-        http = aiohttp.ClientSession()
-        self._api = api
-        self._events = EventRecorder(
-            api,
-            component=self._component_name(),
-            instance=self._instance,
-        )
-        self._extenders = [HttpExtender(c, session=http) for c in self.config.ordered_extenders()]
-        nodes = Informer(api, "/api/v1/nodes", name="nodes", on_event=self._on_node)
-        pods = Informer(api, "/api/v1/pods", name="pods", on_event=self._on_pod)
-        self._nodes, self._pods = nodes.items, pods.items
-        self._bound.clear()
-        self._assumed.clear()
-        try:
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                group.create_task(nodes.run(), name="kubesim-scheduler-nodes")
-                group.create_task(pods.run(), name="kubesim-scheduler-pods")
-                await nodes.synced.wait()
-                await pods.synced.wait()
-                self._ready.set()
-                log.info("scheduling loop ready", profiles=sorted(self.config.scheduler_names))
-                while True:
-                    key = await self.queue.pop()
-                    await self._schedule_one(key)
-        finally:
-            self._ready.clear()
-            self._group = None
-            for timer in self._assume_timers.values():
-                timer.cancel()
-            self._assume_timers.clear()
-            await http.close()
-            await api.close()
+        async with (
+            connect(self.api_url, component=self._instance) as client,
+            aiohttp.ClientSession() as http,
+        ):
+            events = EventRecorder(client, component=self._component_name(), host=self._instance)
+            self._client, self._events = client, events
+            self._extenders = [
+                HttpExtender(c, session=http) for c in self.config.ordered_extenders()
+            ]
+            nodes = Reflector(
+                client,
+                NODES,
+                config=reflector_config(),
+                handlers=[
+                    EventHandlers(on_add=self._on_node_added, on_update=self._on_node_updated)
+                ],
+                name="kubesim-scheduler-nodes",
+            )
+            pods = Reflector(
+                client,
+                PODS,
+                config=reflector_config(),
+                handlers=[
+                    EventHandlers(
+                        on_add=self._on_pod_added,
+                        on_update=self._on_pod_updated,
+                        on_delete=self._on_pod_deleted,
+                    )
+                ],
+                name="kubesim-scheduler-pods",
+            )
+            self._nodes, self._pods = nodes.store, pods.store
+            self._bound.clear()
+            self._assumed.clear()
+            try:
+                async with asyncio.TaskGroup() as group:
+                    self._group = group
+                    group.create_task(nodes.run(), name="kubesim-scheduler-nodes")
+                    group.create_task(pods.run(), name="kubesim-scheduler-pods")
+                    group.create_task(events.run(), name="kubesim-scheduler-events")
+                    await nodes.wait_synced()
+                    await pods.wait_synced()
+                    self._ready.set()
+                    log.info("scheduling loop ready", profiles=sorted(self.config.scheduler_names))
+                    while True:
+                        key = await self.queue.pop()
+                        await self._schedule_one(key)
+            finally:
+                self._ready.clear()
+                self._group = None
+                self._client = self._events = None
+                for timer in self._assume_timers.values():
+                    timer.cancel()
+                self._assume_timers.clear()
 
     # -- watch handlers --------------------------------------------------------------------
 
-    def _on_node(self, event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        if event == "ADDED" or (event == "MODIFIED" and _node_changed(old, new)):
+    def _on_node_added(self, _node: JsonObject) -> None:
+        self.queue.move_all_unschedulable()
+
+    def _on_node_updated(self, old: JsonObject, new: JsonObject) -> None:
+        if _node_changed(old, new):
             self.queue.move_all_unschedulable()
 
-    def _on_pod(self, event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        if new is None:
-            return
+    def _on_pod_deleted(self, pod: JsonObject) -> None:
+        key = object_key(pod)
+        self.queue.delete(key)
+        self._forget_assumed(key)
+        if self._bound.pop(key, None) is not None:
+            self.queue.move_all_unschedulable()
+
+    def _on_pod_added(self, pod: JsonObject) -> None:
+        self._on_pod(None, pod)
+
+    def _on_pod_updated(self, old: JsonObject, new: JsonObject) -> None:
+        self._on_pod(old, new)
+
+    def _on_pod(self, old: JsonObject | None, new: JsonObject) -> None:
         key = object_key(new)
-        if event == "DELETED":
-            self.queue.delete(key)
-            self._forget_assumed(key)
-            if self._bound.pop(key, None) is not None:
-                self.queue.move_all_unschedulable()
-            return
         node_name = (new.get("spec") or {}).get("nodeName")
         if node_name:
             self._on_assigned_pod(key, str(node_name), new)
@@ -212,7 +240,7 @@ class SchedulingLoop:
             return
         if key in self._assumed:
             return  # binding in flight; the outcome decides what happens next
-        if event == "ADDED" or key not in self.queue or _pod_changed(old, new):
+        if old is None or key not in self.queue or _pod_changed(old, new):
             self.queue.add(key, priority=_priority(new), created=_created(new))
 
     def _on_assigned_pod(self, key: str, node_name: str, pod: dict[str, Any]) -> None:
@@ -252,14 +280,15 @@ class SchedulingLoop:
     async def _find_host(
         self, pod: dict[str, Any], requests: dict[str, int], profile: Profile
     ) -> str:
-        nodes = [self._nodes[name] for name in sorted(self._nodes)]
+        nodes = sorted(self._nodes.objects(), key=_name)
         if not nodes:
             raise _Failure(NO_NODES_AVAILABLE, unschedulable=True)
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        if nominated and nominated in self._nodes:
-            feasible, _ = await self._filter(pod, requests, profile, [self._nodes[nominated]])
+        nominated_node = self._nodes.get(nominated) if isinstance(nominated, str) else None
+        if nominated_node is not None:
+            feasible, _ = await self._filter(pod, requests, profile, [nominated_node])
             if feasible:
-                return str(nominated)
+                return _name(nominated_node)
         feasible, reasons = await self._filter(pod, requests, profile, nodes)
         if not feasible:
             raise _Failure(fit_error_message(len(nodes), reasons), unschedulable=True)
@@ -358,7 +387,7 @@ class SchedulingLoop:
                     raise
                 log.warning("ignorable extender bind failed", extender=binder.url, error=str(exc))
                 await self._default_bind(pod, host)
-        except (ExtenderError, ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        except (ExtenderError, KubeError) as exc:
             self._assumed.pop(key, None)
             self.stats.bind_failures += 1
             self._record_failure(
@@ -371,13 +400,9 @@ class SchedulingLoop:
         log.info("pod scheduled", pod=key, node=host)
         self._emit_event(
             pod,
-            event_type="Normal",
-            reason="Scheduled",
-            message=(
-                f"Successfully assigned {metadata.get('namespace')}/{metadata.get('name')} "
-                f"to {host}"
-            ),
-            action="Binding",
+            EventType.NORMAL,
+            "Scheduled",
+            f"Successfully assigned {metadata.get('namespace')}/{metadata.get('name')} to {host}",
         )
         if key in self._assumed:
             self._assume_timers[key] = asyncio.get_running_loop().call_later(
@@ -385,16 +410,16 @@ class SchedulingLoop:
             )
 
     async def _default_bind(self, pod: dict[str, Any], host: str) -> None:
-        assert self._api is not None
+        assert self._client is not None
         metadata = pod.get("metadata") or {}
-        namespace, name = metadata.get("namespace") or "default", metadata.get("name")
+        namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name"))
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, "uid": metadata.get("uid")},
             "target": {"apiVersion": "v1", "kind": "Node", "name": host},
         }
-        await self._api.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+        await self._client.post_subresource(PODS, name, "binding", binding, namespace=namespace)
 
     def _expire_assumed(self, key: str, host: str) -> None:
         self._assume_timers.pop(key, None)
@@ -426,9 +451,7 @@ class SchedulingLoop:
             unschedulable=failure.unschedulable,
             backoff_s=backoff,
         )
-        self._emit_event(
-            pod, event_type="Warning", reason="FailedScheduling", message=failure.message
-        )
+        self._emit_event(pod, EventType.WARNING, "FailedScheduling", failure.message)
         condition_reason = "Unschedulable" if failure.unschedulable else "SchedulerError"
         self._spawn(
             self._set_condition(pod, condition_reason, failure.message),
@@ -436,7 +459,8 @@ class SchedulingLoop:
         )
 
     async def _set_condition(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        assert self._api is not None
+        if self._client is None:
+            return
         metadata = pod.get("metadata") or {}
         conditions = list((pod.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
@@ -454,36 +478,29 @@ class SchedulingLoop:
                 "reason": reason,
                 "message": message,
                 "lastProbeTime": None,
-                "lastTransitionTime": rfc3339_now(),
+                "lastTransitionTime": format_time(utc_now()),
             }
         )
-        path = f"/api/v1/namespaces/{metadata.get('namespace')}/pods/{metadata.get('name')}/status"
         try:
-            await self._api.patch(
-                path,
+            await self._client.patch(
+                PODS,
+                str(metadata.get("name")),
                 {"status": {"conditions": updated}},
-                content_type="application/merge-patch+json",
+                namespace=str(metadata.get("namespace") or "default"),
+                patch_type=PatchType.MERGE,
+                subresource="status",
             )
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            log.debug("could not update PodScheduled condition", path=path, error=str(exc))
+        except KubeError as exc:
+            log.debug(
+                "could not update PodScheduled condition", pod=object_key(pod), error=str(exc)
+            )
 
     def _emit_event(
-        self,
-        pod: dict[str, Any],
-        *,
-        event_type: str,
-        reason: str,
-        message: str,
-        action: str = "Scheduling",
+        self, pod: Mapping[str, Any], event_type: EventType, reason: str, message: str
     ) -> None:
-        if self._events is None:
-            return
-        self._spawn(
-            self._events.record(
-                pod, event_type=event_type, reason=reason, message=message, action=action
-            ),
-            name=f"kubesim-scheduler-event-{object_key(pod)}",
-        )
+        # Queued, never awaited: the recorder's own task writes (or bumps) the Event.
+        if self._events is not None:
+            self._events.emit(pod, event_type, reason, message)
 
     # -- helpers ---------------------------------------------------------------------------
 

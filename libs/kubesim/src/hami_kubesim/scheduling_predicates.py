@@ -13,15 +13,16 @@ allocatable has no ``pods`` entry is treated as having no pod-count limit.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
-from hami_kubesim.quantity import parse_quantity
+from hami_kubesim.json_quantities import read_quantity
+from hami_protocol.errors import ProtocolError, RequestError
+from hami_protocol.quantity import to_int_ceil, to_milli
+from hami_protocol.selectors import Operator, requirement
 
 __all__ = [
     "NO_NODES_AVAILABLE",
@@ -44,6 +45,14 @@ _CPU = "cpu"
 _PODS = "pods"
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 _FILTERED_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+_NODE_SELECTOR_OPERATORS = {
+    "In": Operator.IN,
+    "NotIn": Operator.NOT_IN,
+    "Exists": Operator.EXISTS,
+    "DoesNotExist": Operator.DOES_NOT_EXIST,
+    "Gt": Operator.GREATER_THAN,
+    "Lt": Operator.LESS_THAN,
+}
 
 Resources = Mapping[str, int]
 """Resource name -> amount in base units (cpu in millicores, the rest rounded up)."""
@@ -248,28 +257,18 @@ def _term_matches(
     )
 
 
-def _requirement_matches(requirement: Mapping[str, Any], values: Mapping[str, str]) -> bool:
-    key = requirement.get("key") or ""
-    operator = requirement.get("operator")
-    wanted = [str(v) for v in requirement.get("values") or []]
-    present = key in values
-    if operator == "In":
-        return present and values[key] in wanted
-    if operator == "NotIn":
-        return not present or values[key] not in wanted
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in {"Gt", "Lt"}:
-        if not present or len(wanted) != 1:
-            return False
-        try:
-            actual, bound = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return actual > bound if operator == "Gt" else actual < bound
-    return False  # an unknown operator never matches
+def _requirement_matches(raw: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    name = raw.get("operator")
+    operator = _NODE_SELECTOR_OPERATORS.get(name) if isinstance(name, str) else None
+    if operator is None:
+        return False  # an unknown operator never matches
+    try:
+        compiled = requirement(
+            str(raw.get("key") or ""), operator, [str(v) for v in raw.get("values") or []]
+        )
+    except ProtocolError:
+        return False  # kube-scheduler skips a term it cannot parse: it selects no node
+    return compiled.matches(values)
 
 
 def _container_requests(container: Mapping[str, Any] | None) -> dict[str, int]:
@@ -283,16 +282,13 @@ def _container_requests(container: Mapping[str, Any] | None) -> dict[str, int]:
 def _quantities(raw: Mapping[str, Any], where: str) -> dict[str, int]:
     result: dict[str, int] = {}
     for name, value in raw.items():
-        quantity = parse_quantity(value)
-        if quantity is None:
-            raise ResourceParseError(f"{where}.{name}", value)
-        result[str(name)] = _base_units(str(name), quantity)
+        try:
+            quantity = read_quantity(value, key=f"{where}.{name}")
+        except RequestError as exc:
+            raise ResourceParseError(f"{where}.{name}", value) from exc
+        # kube-scheduler counts cpu with MilliValue() and everything else with Value().
+        result[str(name)] = to_milli(quantity) if name == _CPU else to_int_ceil(quantity)
     return result
-
-
-def _base_units(name: str, quantity: Decimal) -> int:
-    scaled = quantity * 1000 if name == _CPU else quantity
-    return math.ceil(scaled)
 
 
 def _add(total: dict[str, int], extra: Mapping[str, int]) -> None:

@@ -17,14 +17,10 @@ from hami_kubesim.history import ADDED, BOOKMARK, Entry, clone
 from hami_kubesim.hooks import AdmissionDenied, MutatingAdmission
 from hami_kubesim.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from hami_kubesim.resources import PODS, ResourceType
-from hami_kubesim.selectors import (
-    FieldSelector,
-    LabelSelector,
-    parse_field_selector,
-    parse_label_selector,
-)
+from hami_kubesim.selectors import FieldSelector, label_selector_from_query, parse_field_selector
 from hami_kubesim.store import Store
 from hami_kubesim.watch import Watcher
+from hami_protocol.selectors import EVERYTHING, LabelSelector
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 PATCH_TYPES = {"merge": MERGE_PATCH, "strategic": STRATEGIC_PATCH, "json": JSON_PATCH}
@@ -159,7 +155,7 @@ class ApiServer:
         watcher = Watcher(
             rt,
             namespace=namespace,
-            labels=labels or LabelSelector(),
+            labels=labels or EVERYTHING,
             fields=fields or FieldSelector(),
             limit=self.watch_queue_limit,
         )
@@ -250,7 +246,7 @@ class ApiServer:
         page = self.store.select(
             rt,
             namespace=namespace,
-            labels=parse_label_selector(label_selector),
+            labels=label_selector_from_query(label_selector),
             fields=parse_field_selector(field_selector, rt.field_labels),
         )
         return [self.wire(rt, e) for e in page.entries]
@@ -326,7 +322,7 @@ class ApiServer:
         watcher = self.open_watch(
             rt,
             namespace=namespace,
-            labels=parse_label_selector(label_selector),
+            labels=label_selector_from_query(label_selector),
             fields=parse_field_selector(field_selector, rt.field_labels),
             resource_version=resource_version,
         )

@@ -8,7 +8,7 @@ from typing import Any
 from hami_kubesim import pod_strategy
 from hami_kubesim.errors import BadRequestError
 from hami_kubesim.history import clone
-from hami_kubesim.quantity import stringify
+from hami_kubesim.json_quantities import stringify
 from hami_kubesim.resources import (
     MUTATING_WEBHOOKS,
     NAMESPACES,

@@ -16,7 +16,8 @@ from typing import Any
 from hami_kubesim.errors import ApiError, ExpiredError
 from hami_kubesim.history import ADDED, DELETED, MODIFIED, Change, Entry
 from hami_kubesim.resources import ResourceType
-from hami_kubesim.selectors import FieldSelector, LabelSelector, field_value
+from hami_kubesim.selectors import FieldSelector, field_value
+from hami_protocol.selectors import LabelSelector
 
 Event = tuple[str, Entry]
 
@@ -49,7 +50,8 @@ class Watcher:
     def matches(self, obj: dict[str, Any]) -> bool:
         if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
             return False
-        if not self.labels.empty and not self.labels.matches(obj["metadata"].get("labels")):
+        labels = obj["metadata"].get("labels") or {}
+        if not self.labels.is_everything and not self.labels.matches(labels):
             return False
         return self.fields.empty or self.fields.matches(obj)
 
