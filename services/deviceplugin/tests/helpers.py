@@ -59,10 +59,13 @@ def gpu(
     }
 
 
-def write_devices(path: Path, gpus: Sequence[Mapping[str, Any]]) -> None:
+def write_devices(
+    path: Path, gpus: Sequence[Mapping[str, Any]], nics: Sequence[Mapping[str, Any]] = ()
+) -> None:
     """Write the fake-devices file atomically (a reader never sees half a file)."""
     staging = path.with_suffix(".tmp")
-    staging.write_text(yaml.safe_dump({"gpus": [dict(g) for g in gpus], "nics": []}))
+    document = {"gpus": [dict(g) for g in gpus], "nics": [dict(n) for n in nics]}
+    staging.write_text(yaml.safe_dump(document))
     staging.replace(path)
 
 

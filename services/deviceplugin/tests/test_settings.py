@@ -159,3 +159,53 @@ def test_socket_names() -> None:
     assert settings.socket_path.name == "custom.sock"
     with pytest.raises(ValueError, match="too long"):
         Settings(node_name="n", kubelet_socket=Path("/" + "x" * 120) / "kubelet.sock")
+
+
+def test_rdma_defaults_and_flags(tmp_path: Path) -> None:
+    settings = parse_settings(BASE, {})
+    assert settings.enable_rdma is None  # auto: when NICs are found
+    assert settings.rdma_resource_name == "koordinator.sh/rdma"
+    assert settings.rdma_socket_path == Path(
+        "/var/lib/kubelet/device-plugins/koordinator-rdma.sock"
+    )
+    assert settings.nic_source == "sysfs"
+    assert settings.rdma_poll_interval_s == 10.0
+    fake = tmp_path / "devices.yaml"
+    fake_args = ["--device-backend", "fake", "--fake-devices", str(fake)]
+    assert parse_settings([*BASE, *fake_args], {}).nic_source == "fake"
+    assert parse_settings([*BASE, *fake_args, "--rdma-discovery", "sysfs"], {}).nic_source == (
+        "sysfs"
+    )
+    assert parse_settings([*BASE, "--enable-rdma"], {}).enable_rdma is True
+    assert parse_settings([*BASE, "--enable-rdma=false"], {}).enable_rdma is False
+    assert parse_settings(BASE, {"HAMI_ENABLE_RDMA": "true"}).enable_rdma is True
+    assert (
+        parse_settings([*BASE, "--enable-rdma", "auto"], {"HAMI_ENABLE_RDMA": "0"}).enable_rdma
+        is None
+    )
+    custom = parse_settings(
+        [*BASE, "--rdma-resource-name", "example.com/ib", "--rdma-poll-interval", "2"], {}
+    )
+    assert custom.rdma_socket_path.name == "example-ib.sock"
+    assert custom.rdma_poll_interval_s == 2.0
+    named = parse_settings(BASE, {"HAMI_RDMA_SOCKET_NAME": "rdma.sock"})
+    assert named.rdma_socket_path.name == "rdma.sock"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rdma-resource-name", "rdma"], "needs a domain"),
+        (["--rdma-resource-name", "nvidia.com/gpu"], "must differ"),
+        (["--rdma-socket-name", "nvidia-gpu.sock"], "cannot share"),
+        (["--rdma-discovery", "fake"], "needs --fake-devices"),
+        (["--enable-rdma", "sometimes"], "invalid boolean"),
+        (["--rdma-poll-interval", "0"], "positive"),
+    ],
+)
+def test_rdma_settings_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_settings([*BASE, *argv], {})
+    assert message in capsys.readouterr().err

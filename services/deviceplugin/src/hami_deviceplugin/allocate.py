@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
+from hami_deviceplugin.pending import others_pending
 from hami_protocol import envs
 from hami_protocol.devices import (
     ContainerDevice,
@@ -47,7 +48,6 @@ from hami_protocol.keys import (
     NVIDIA_DEVICES_TO_ALLOCATE,
     VGPU_NODE,
 )
-from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA
 
 __all__ = [
     "VGPU_LOCK_DIR",
@@ -60,6 +60,7 @@ __all__ = [
     "HookLayout",
     "MountSpec",
     "PodView",
+    "check_pod",
     "container_grant",
     "next_entry_uuids",
     "plan_allocation",
@@ -125,6 +126,11 @@ class AllocateOptions:
 class ContainerView:
     name: str
     disable_control: bool = False
+    limits: tuple[tuple[str, str], ...] = ()
+    """Resource limits (requests where no limit is given), as written, sorted by name."""
+
+    def limit(self, resource: str) -> str | None:
+        return next((value for name, value in self.limits if name == resource), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +180,18 @@ def _disable_control(container: Mapping[str, Any]) -> bool:
     return False
 
 
+def _limits(container: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return ()
+    merged: dict[str, str] = {}
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, Mapping):
+            merged.update((str(k), str(v)) for k, v in values.items())
+    return tuple(sorted(merged.items()))
+
+
 def pod_view(pod: Mapping[str, Any]) -> PodView:
     """The parts of a pod object Allocate needs (tolerates missing fields)."""
     meta = pod.get("metadata") or {}
@@ -183,7 +201,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         str(k): v for k, v in raw_annotations.items() if isinstance(v, str)
     }  # a non-string value cannot come from a real API server; drop it
     containers = [
-        ContainerView(str(c.get("name", "")), _disable_control(c))
+        ContainerView(str(c.get("name", "")), _disable_control(c), _limits(c))
         for group in (spec.get("initContainers") or [], spec.get("containers") or [])
         for c in group
         if isinstance(c, Mapping)
@@ -213,17 +231,6 @@ def _decoded(pod: PodView) -> PodSingleDevice:
     return tuple(tuple(device for device in entry if device.uuid) for entry in entries)
 
 
-def _other_vendors_pending(annotations: Mapping[str, str]) -> bool:
-    # HAMi's test: another vendor's remaining list still names its common word.
-    for vendor in DEFAULT_VENDORS:
-        key = vendor.devices_to_allocate_key
-        if vendor.common_word == NVIDIA or key is None:
-            continue
-        if vendor.common_word in annotations.get(key, ""):
-            return True
-    return False
-
-
 def next_entry_uuids(pod: PodView) -> tuple[str, ...]:
     """GPU UUIDs of the next container waiting for devices; () when none or unreadable."""
     try:
@@ -236,7 +243,8 @@ def next_entry_uuids(pod: PodView) -> tuple[str, ...]:
 # --- deciding -----------------------------------------------------------------------------------
 
 
-def _check_pod(pod: PodView, node_name: str) -> None:
+def check_pod(pod: PodView, node_name: str) -> None:
+    """Refuse a pod placed on another node or whose allocation already failed."""
     placed = pod.annotations.get(VGPU_NODE)
     if placed is not None and placed != node_name:
         raise _invalid(f"pod was scheduled to node {placed!r}, not {node_name!r}")
@@ -319,7 +327,7 @@ def plan_allocation(
     """
     if len(cache_names) < len(requests):
         raise ValueError("one cache name per container request is needed")
-    _check_pod(pod, options.node_name)
+    check_pod(pod, options.node_name)
     current = _decoded(pod)
     grants: list[ContainerGrant] = []
     for number, device_ids in enumerate(requests):
@@ -361,7 +369,9 @@ def plan_allocation(
         remaining = encode_pod_devices(current)
     except ProtocolError as exc:
         raise _invalid(str(exc)) from None
-    done = not has_pending(current) and not _other_vendors_pending(pod.annotations)
+    done = not has_pending(current) and not others_pending(
+        pod.annotations, own_key=NVIDIA_DEVICES_TO_ALLOCATE
+    )
     return AllocationPlan(grants=tuple(grants), remaining=remaining, done=done)
 
 

@@ -1,70 +1,51 @@
-"""The Allocate path: find the pod, decide (pure), prepare host directories, commit, unlock.
+"""The GPU plugin's Allocate path: :class:`~hami_deviceplugin.allocation_flow.PodAllocationFlow`
+deciding from ``hami.io/vgpu-devices-to-allocate``.
 
-One allocation at a time per plugin (HAMi holds a process-wide mutex for the whole call), each
-under its own deadline (default 3 s).  Steps:
-
-1. read the node (its lock names the pod) and the pod (:mod:`hami_deviceplugin.podlookup`);
-2. :func:`~hami_deviceplugin.allocate.plan_allocation` decides every container's answer;
-3. the containers' host directories are created;
-4. one merge patch on the pod commits the decision: the rewritten ``-devices-to-allocate`` and,
-   when nothing is left, ``bind-phase: success`` — guarded by the pod's resourceVersion (a
-   concurrent change makes us re-read and decide again);
-5. when the pod is done the node lock is released (resourceVersion-guarded, only if the lock is
-   this pod's or a legacy one).
-
-Any failure before the commit — bad annotations, no pod, API errors, the deadline — writes
-``bind-phase: failed`` on the pod, releases the lock, records a Warning Event (``AllocateFailed``)
-on the pod (on the node when no pod is known) and raises :class:`AllocateError` for the gRPC
-layer.  Because the commit is a single patch, a failure never leaves the list half consumed.
-A lock that cannot be released after a successful commit is logged; the scheduler's lock expiry
-is the backstop.
+Per call: the host layout under ``HOOK_PATH`` is read and one fresh shared-cache name is made per
+container; :func:`~hami_deviceplugin.allocate.plan_allocation` decides every container's answer;
+the containers' host directories are created; the flow commits the consumed list (and
+``bind-phase: success`` when no list of any vendor, RDMA included, is left) and unlocks.
+``GetPreferredAllocation`` names replicas of the GPUs the next waiting container was given.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from hami_deviceplugin.allocate import (
     AllocateError,
     AllocateOptions,
-    AllocationPlan,
     ContainerGrant,
-    FailureKind,
+    HookLayout,
     next_entry_uuids,
     plan_allocation,
     pod_view,
     preferred_replicas,
 )
+from hami_deviceplugin.allocation_flow import (
+    EVENT_REASON,
+    Decision,
+    FlowConfig,
+    PodAllocationFlow,
+)
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.inventory import Inventory
 from hami_deviceplugin.metrics import PluginMetrics
-from hami_deviceplugin.podlookup import VanishedLockOwnerError, find_pod, lock_owner
-from hami_kube.errors import ConflictError, KubeError, NotFoundError
-from hami_kube.events import EventRecorder, EventType, ObjectReference
-from hami_kube.patch import patch_metadata
-from hami_kube.resources import NODES, PODS, JsonObject, resource_version_of
+from hami_deviceplugin.podlookup import find_pod
+from hami_kube.errors import KubeError
+from hami_kube.events import EventRecorder
+from hami_kube.resources import NODES, JsonObject
 from hami_kube.rest import KubeClient
-from hami_protocol.keys import (
-    BIND_PHASE,
-    BIND_PHASE_FAILED,
-    BIND_PHASE_SUCCESS,
-    NODE_LOCK,
-    NVIDIA_DEVICES_TO_ALLOCATE,
-)
-from hami_protocol.nodelock import ReleaseAction, decide_release
+from hami_protocol.keys import NVIDIA_DEVICES_TO_ALLOCATE
 
 __all__ = ["EVENT_REASON", "Allocator", "AllocatorConfig", "PreferredRequest"]
 
 log = structlog.get_logger(__name__)
-
-EVENT_REASON = "AllocateFailed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,26 +66,10 @@ class PreferredRequest:
     size: int
 
 
-@dataclass(slots=True)
-class _Attempt:
-    node: JsonObject | None = None
-    target: tuple[str, str] | None = None
-    """``(namespace, name)`` of the pod, known from the lock even before the pod is read."""
-    pod: JsonObject | None = None
-    committed: bool = False
+_Prepared = tuple[HookLayout, list[str]]
 
 
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    return annotations if isinstance(annotations, Mapping) else {}
-
-
-def _identity(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
-class Allocator:
+class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
     def __init__(
         self,
         *,
@@ -115,200 +80,52 @@ class Allocator:
         config: AllocatorConfig,
         recorder: EventRecorder | None = None,
         cache_name: Callable[[], str] = lambda: str(uuid.uuid4()),
+        lock: asyncio.Lock | None = None,
     ) -> None:
-        self._client = client
+        super().__init__(
+            client=client,
+            flow=FlowConfig(
+                node_name=config.node_name,
+                timeout_s=config.timeout_s,
+                failure_timeout_s=config.failure_timeout_s,
+                conflict_attempts=config.conflict_attempts,
+            ),
+            observe=metrics.observe_allocate,
+            recorder=recorder,
+            lock=lock,
+        )
         self._inventory = inventory
         self._host = host_dirs
-        self._metrics = metrics
         self._config = config
-        self._recorder = recorder
         self._cache_name = cache_name
-        self._lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
 
-    # --- Allocate -----------------------------------------------------------------------------
-    async def allocate(self, requests: Sequence[Sequence[str]]) -> tuple[ContainerGrant, ...]:
-        """Answer one Allocate call (one list of replica IDs per container)."""
-        async with self._lock:
-            started = time.perf_counter()
-            attempt = _Attempt()
-            try:
-                async with asyncio.timeout(self._config.timeout_s):
-                    plan = await self._commit(requests, attempt)
-            except AllocateError as exc:
-                failure = exc
-            except TimeoutError:
-                failure = AllocateError(
-                    FailureKind.TIMEOUT,
-                    f"allocation did not finish within {self._config.timeout_s:g}s",
-                )
-            except KubeError as exc:
-                failure = AllocateError(FailureKind.API, f"API server: {exc}")
-            except asyncio.CancelledError:
-                if not attempt.committed:
-                    cancelled = AllocateError(FailureKind.TIMEOUT, "Allocate was cancelled")
-                    self._spawn(self._fail(cancelled, attempt), "deviceplugin-allocate-cleanup")
-                raise
-            except Exception as exc:
-                # A bug must still leave the pod failed and the node unlocked.
-                log.exception("allocation crashed")
-                failure = AllocateError(FailureKind.INTERNAL, f"internal error: {exc!r}")
-            else:
-                if plan.done and attempt.pod is not None:
-                    await self._unlock_after_success(attempt)
-                self._metrics.observe_allocate(ok=True, seconds=time.perf_counter() - started)
-                return plan.grants
-            await self._fail(failure, attempt)
-            self._metrics.observe_allocate(
-                ok=False, seconds=time.perf_counter() - started, reason=failure.kind.value
-            )
-            raise failure
-
-    async def _commit(self, requests: Sequence[Sequence[str]], attempt: _Attempt) -> AllocationPlan:
-        node_name = self._config.node_name
-        attempt.node = await self._client.get(NODES, node_name)
-        lock = lock_owner(_annotations(attempt.node))
-        if lock is not None:
-            attempt.target = (lock.namespace, lock.pod)
-        found = await find_pod(self._client, node_name=node_name, node=attempt.node)
-        attempt.pod = found.pod
-        attempt.target = _identity(found.pod)
+    async def _prepare(self, requests: Sequence[Sequence[str]]) -> _Prepared:
         layout = await self._host.layout(self._config.hook_path)
-        names = [self._cache_name() for _ in requests]
-        for _ in range(self._config.conflict_attempts):
-            pod = attempt.pod
-            plan = plan_allocation(
-                pod_view(pod),
-                requests,
-                gpus=self._inventory.uuids(),
-                owners=self._inventory.replica_owners,
-                options=self._config.options,
-                layout=layout,
-                cache_names=names,
-            )
-            await self._host.prepare(plan.grants)
-            writes = {NVIDIA_DEVICES_TO_ALLOCATE: plan.remaining}
-            if plan.done:
-                writes[BIND_PHASE] = BIND_PHASE_SUCCESS
-            namespace, name = _identity(pod)
-            try:
-                attempt.pod = await patch_metadata(
-                    self._client,
-                    PODS,
-                    name,
-                    namespace=namespace,
-                    annotations=writes,
-                    resource_version=resource_version_of(pod),
-                )
-            except ConflictError:
-                attempt.pod = await self._client.get(PODS, name, namespace=namespace)
-                continue
-            attempt.committed = True
-            log.info(
-                "allocated",
-                pod=f"{namespace}/{name}",
-                via=found.via,
-                containers=[grant.container_name for grant in plan.grants],
-                devices=[[d.uuid for d in grant.devices] for grant in plan.grants],
-                done=plan.done,
-            )
-            return plan
-        raise AllocateError(FailureKind.API, "the pod kept changing while it was being allocated")
+        return layout, [self._cache_name() for _ in requests]
 
-    # --- the node lock ------------------------------------------------------------------------
-    async def _release_lock(
-        self, namespace: str, name: str, node: JsonObject | None = None
-    ) -> None:
-        """Release the node lock if it is ``namespace/name``'s (or a legacy one)."""
-        for _ in range(self._config.conflict_attempts):
-            if node is None:
-                node = await self._client.get(NODES, self._config.node_name)
-            value = _annotations(node).get(NODE_LOCK)
-            value = value if isinstance(value, str) else None
-            if decide_release(value, namespace=namespace, pod=name) is ReleaseAction.NOOP:
-                return
-            try:
-                await patch_metadata(
-                    self._client,
-                    NODES,
-                    self._config.node_name,
-                    annotations={NODE_LOCK: None},
-                    resource_version=resource_version_of(node),
-                )
-            except ConflictError:
-                node = None
-                continue
-            return
-        raise AllocateError(FailureKind.API, "the node kept changing while its lock was released")
-
-    async def _unlock_after_success(self, attempt: _Attempt) -> None:
-        assert attempt.pod is not None
-        namespace, name = _identity(attempt.pod)
-        try:
-            async with asyncio.timeout(self._config.failure_timeout_s):
-                await self._release_lock(namespace, name, attempt.node)
-        except (KubeError, AllocateError, TimeoutError) as exc:
-            log.error(
-                "node lock not released after a successful allocation; it expires on its own",
-                pod=f"{namespace}/{name}",
-                error=str(exc),
-            )
-
-    # --- failure ------------------------------------------------------------------------------
-    async def _fail(self, failure: AllocateError, attempt: _Attempt) -> None:
-        target = None if isinstance(failure, VanishedLockOwnerError) else attempt.target
-        log.warning(
-            "allocation failed",
-            reason=failure.kind.value,
-            error=failure.message,
-            pod="/".join(target) if target is not None else None,
+    async def _decide(
+        self, pod: JsonObject, requests: Sequence[Sequence[str]], prepared: _Prepared
+    ) -> Decision[tuple[ContainerGrant, ...]]:
+        layout, names = prepared
+        plan = plan_allocation(
+            pod_view(pod),
+            requests,
+            gpus=self._inventory.uuids(),
+            owners=self._inventory.replica_owners,
+            options=self._config.options,
+            layout=layout,
+            cache_names=names,
         )
-        owner = (
-            (failure.namespace, failure.name)
-            if isinstance(failure, VanishedLockOwnerError)
-            else target
+        await self._host.prepare(plan.grants)
+        return Decision(
+            result=plan.grants,
+            writes={NVIDIA_DEVICES_TO_ALLOCATE: plan.remaining},
+            done=plan.done,
+            summary={
+                "containers": [grant.container_name for grant in plan.grants],
+                "devices": [[d.uuid for d in grant.devices] for grant in plan.grants],
+            },
         )
-        try:
-            async with asyncio.timeout(self._config.failure_timeout_s):
-                if target is not None:
-                    await self._mark_failed(*target)
-                if owner is not None:
-                    await self._release_lock(*owner)
-        except (KubeError, AllocateError, TimeoutError) as exc:
-            log.error("cleanup after a failed allocation incomplete", error=str(exc))
-        if self._recorder is not None:
-            involved: ObjectReference | Mapping[str, Any]
-            if attempt.pod is not None and target is not None:
-                involved = attempt.pod
-            elif target is not None:
-                involved = ObjectReference(kind="Pod", namespace=target[0], name=target[1])
-            else:
-                involved = ObjectReference(kind="Node", name=self._config.node_name)
-            self._recorder.emit(involved, EventType.WARNING, EVENT_REASON, failure.message)
-
-    async def _mark_failed(self, namespace: str, name: str) -> None:
-        try:
-            await patch_metadata(
-                self._client,
-                PODS,
-                name,
-                namespace=namespace,
-                annotations={BIND_PHASE: BIND_PHASE_FAILED},
-            )
-        except NotFoundError:
-            return
-        except KubeError as exc:
-            log.error("cannot mark the pod failed", pod=f"{namespace}/{name}", error=str(exc))
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def drain(self) -> None:
-        """Wait for cleanups of cancelled allocations (shutdown)."""
-        if self._background:
-            await asyncio.wait(set(self._background), timeout=self._config.failure_timeout_s + 1)
 
     # --- GetPreferredAllocation ---------------------------------------------------------------
     async def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:

@@ -1,18 +1,24 @@
-"""Wiring: backend, inventory, gRPC server, kubelet link, registration loop, node watch, metrics.
+"""Wiring: backends, inventories, gRPC servers, kubelet links, registration loop, node watch,
+metrics.
+
+Two device plugins run in one process: the GPU plugin and, when enabled, the RDMA NIC plugin
+(its own socket, kubelet registration, ListAndWatch and Allocate; the same node lock, pod lookup
+and allocation lock as the GPU plugin).
 
 Lifecycle of :func:`run`:
 
-1. open the GPU backend (``--fail-on-init-error=false`` runs with no GPUs when it cannot start)
-   and the Kubernetes client; serve ``/metrics``, ``/healthz``, ``/readyz``;
-2. under one TaskGroup: the backend's health updates, the kubelet link (serves the plugin socket
-   *before* registering, re-registers after a kubelet restart), the registration loop and the node
-   watch, the Event writer, the usage sampler;
+1. open the GPU backend (``--fail-on-init-error=false`` runs with no GPUs when it cannot start),
+   the NIC source unless RDMA is off, and the Kubernetes client; serve ``/metrics``,
+   ``/healthz``, ``/readyz``;
+2. under one TaskGroup: the backend's health updates, the NIC rescans, the kubelet links (each
+   serves its plugin socket *before* registering, re-registers after a kubelet restart), the
+   registration loop and the node watch, the Event writer, the usage sampler;
 3. wait for the stop event (SIGTERM/SIGINT when run as a process);
 4. shut down in order: cancel the loops, stop the gRPC server (in-flight calls get a short grace,
    the socket is removed), let cancelled allocations clean up, flush queued Events, stop the
    metrics site, close the backend and the client.
 
-``/readyz`` answers 200 while the plugin serves its socket and is registered with the kubelet.
+``/readyz`` answers 200 while every plugin serves its socket and is registered with the kubelet.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import structlog
 
 from hami_deviceplugin.allocate import AllocateOptions
 from hami_deviceplugin.allocator import Allocator, AllocatorConfig
-from hami_deviceplugin.backends.base import Backend, BackendError, Gpu
+from hami_deviceplugin.backends.base import Backend, BackendError, Gpu, NicSource
 from hami_deviceplugin.backends.fake import FakeBackend
 from hami_deviceplugin.backends.nvml import NvmlBackend
 from hami_deviceplugin.grpc_server import DevicePluginService, PluginServer
@@ -34,6 +40,13 @@ from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.inventory import Inventory
 from hami_deviceplugin.kubelet_link import KubeletLink
 from hami_deviceplugin.metrics import PluginMetrics, plugin_version
+from hami_deviceplugin.rdma_wiring import (
+    RunningRdma,
+    follow_nics,
+    make_nic_source,
+    open_nics,
+    rdma_plugin,
+)
 from hami_deviceplugin.registrar import Registrar
 from hami_deviceplugin.settings import Settings
 from hami_kube.events import EventRecorder
@@ -41,7 +54,15 @@ from hami_kube.rest import open_client
 from hami_kube.runtime.shutdown import install_stop_signals
 from hami_kube.runtime.sites import metrics_app, start_site
 
-__all__ = ["EVENT_COMPONENT", "RunningPlugin", "make_backend", "run", "serving"]
+__all__ = [
+    "EVENT_COMPONENT",
+    "RunningPlugin",
+    "RunningRdma",
+    "make_backend",
+    "make_nic_source",
+    "run",
+    "serving",
+]
 
 log = structlog.get_logger("hami_deviceplugin")
 
@@ -60,9 +81,12 @@ class RunningPlugin:
     registrar: Registrar
     allocator: Allocator
     metrics: PluginMetrics
+    rdma: RunningRdma | None = None
+    """None when the RDMA plugin does not run."""
 
     def ready(self) -> bool:
-        return self.server.serving and self.link.registered
+        gpu_ready = self.server.serving and self.link.registered
+        return gpu_ready and (self.rdma is None or self.rdma.ready())
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -117,6 +141,7 @@ async def run(
     stop: asyncio.Event | None = None,
     on_started: Callable[[RunningPlugin], None] | None = None,
     backend: Backend | None = None,
+    nic_source: NicSource | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given)."""
     if stop is None:
@@ -129,7 +154,10 @@ async def run(
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(backend.close)
         gpus = await _open_backend(backend, settings)
+        nic_source = nic_source or make_nic_source(settings)
+        nics = await open_nics(nic_source, settings)
         client = await stack.enter_async_context(open_client(settings.kube))
+        allocation_lock = asyncio.Lock()
         node = settings.node
         inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
         inventory.subscribe(metrics.set_gpus)
@@ -152,6 +180,20 @@ async def run(
                     use_kubelet_devices=node.enable_get_preferred_allocation,
                 ),
             ),
+            lock=allocation_lock,
+        )
+        rdma = (
+            None
+            if nics is None
+            else rdma_plugin(
+                settings,
+                source=nic_source,
+                nics=nics,
+                client=client,
+                metrics=metrics,
+                recorder=recorder,
+                lock=allocation_lock,
+            )
         )
         service = DevicePluginService(
             inventory=inventory,
@@ -177,10 +219,12 @@ async def run(
             metrics=metrics,
             interval=settings.register_interval_s,
             retry_interval=settings.register_retry_interval_s,
+            nics=None if rdma is None else rdma.inventory,
         )
 
         def ready() -> bool:
-            return server.serving and link.registered
+            gpu_ready = server.serving and link.registered
+            return gpu_ready and (rdma is None or rdma.ready())
 
         metrics_runner, metrics_port = await start_site(
             metrics_app(metrics.registry, ready=ready), settings.metrics_bind_address
@@ -195,6 +239,7 @@ async def run(
             registrar=registrar,
             allocator=allocator,
             metrics=metrics,
+            rdma=rdma,
         )
         await _serve(
             settings,
@@ -216,9 +261,12 @@ async def _serve(
     on_started: Callable[[RunningPlugin], None] | None,
 ) -> None:
     node = settings.node_name
+    rdma = running.rdma
     try:
         # Serving before registering: the kubelet dials back inside Register.
         await running.server.start()
+        if rdma is not None:
+            await rdma.server.start()
         async with asyncio.TaskGroup() as group:
             events = group.create_task(recorder.run(), name="deviceplugin-events")
             loops = [
@@ -237,6 +285,15 @@ async def _serve(
                     name="deviceplugin-usage",
                 ),
             ]
+            if rdma is not None:
+                loops.append(
+                    group.create_task(
+                        follow_nics(rdma.source, rdma.inventory), name="deviceplugin-rdma-nics"
+                    )
+                )
+                loops.append(
+                    group.create_task(rdma.link.run(), name="deviceplugin-rdma-kubelet-link")
+                )
             log.info(
                 "device plugin started",
                 node=node,
@@ -246,6 +303,8 @@ async def _serve(
                 gpus=[g.uuid for g in running.inventory.gpus],
                 split=settings.node.device_split_count,
                 metrics_port=running.metrics_port,
+                rdma_resource=None if rdma is None else settings.rdma_resource_name,
+                rdma_nics=None if rdma is None else [n.id for n in rdma.inventory.nics],
             )
             if on_started is not None:
                 on_started(running)
@@ -256,18 +315,23 @@ async def _serve(
             # No new calls from the kubelet, then let failed allocations finish their clean-up
             # and their Events reach the API server.
             await running.server.stop()
+            if rdma is not None:
+                await rdma.server.stop()
+                await rdma.allocator.drain()
             await running.allocator.drain()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(recorder.flush(), timeout=2.0)
             events.cancel()
     finally:
         await running.server.stop()
+        if rdma is not None:
+            await rdma.server.stop()
     log.info("device plugin stopped", node=node)
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    settings: Settings, *, backend: Backend | None = None
+    settings: Settings, *, backend: Backend | None = None, nic_source: NicSource | None = None
 ) -> AsyncIterator[RunningPlugin]:
     """Run the service in this event loop for the duration of the block."""
     stop = asyncio.Event()
@@ -285,7 +349,8 @@ async def serving(
             )
 
     task = asyncio.create_task(
-        run(settings, stop=stop, on_started=on_started, backend=backend), name="hami-deviceplugin"
+        run(settings, stop=stop, on_started=on_started, backend=backend, nic_source=nic_source),
+        name="hami-deviceplugin",
     )
     task.add_done_callback(on_done)
     try:

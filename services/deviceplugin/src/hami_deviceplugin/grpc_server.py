@@ -30,7 +30,14 @@ from hami_deviceplugin.replicas import PluginDevice, plugin_devices
 from hami_kube.deviceplugin_api.constants import HEALTHY, UNHEALTHY
 from hami_kube.deviceplugin_api.v1beta1 import api_pb2, api_pb2_grpc
 
-__all__ = ["DevicePluginService", "PluginServer", "grant_response", "status_code"]
+__all__ = [
+    "DevicePluginService",
+    "PluginServer",
+    "StreamingService",
+    "device_message",
+    "grant_response",
+    "status_code",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +59,17 @@ def status_code(kind: FailureKind) -> grpc.StatusCode:
     return _CODES.get(kind, grpc.StatusCode.INTERNAL)
 
 
-def _device(device: PluginDevice) -> api_pb2.Device:
+class StreamingService(api_pb2_grpc.DevicePluginServicer):
+    """A ``v1beta1.DevicePlugin`` servicer whose ListAndWatch streams a server can end."""
+
+    def open_streams(self) -> None:
+        raise NotImplementedError
+
+    def close_streams(self) -> None:
+        raise NotImplementedError
+
+
+def device_message(device: PluginDevice) -> api_pb2.Device:
     topology = (
         None
         if device.numa is None
@@ -75,7 +92,7 @@ def grant_response(grant: ContainerGrant) -> api_pb2.ContainerAllocateResponse:
     )
 
 
-class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
+class DevicePluginService(StreamingService):
     def __init__(
         self,
         *,
@@ -101,7 +118,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
     def device_list(self) -> api_pb2.ListAndWatchResponse:
         devices = plugin_devices(self._inventory.gpus, split=self._split, numa_topology=self._numa)
-        return api_pb2.ListAndWatchResponse(devices=[_device(d) for d in devices])
+        return api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
 
     async def GetDevicePluginOptions(  # noqa: N802 - gRPC method name
         self, request: api_pb2.Empty, context: Context
@@ -164,7 +181,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 class PluginServer:
     """``v1beta1.DevicePlugin`` on ``socket_path``; start, stop, start again."""
 
-    def __init__(self, socket_path: Path, service: DevicePluginService) -> None:
+    def __init__(self, socket_path: Path, service: StreamingService) -> None:
         if len(str(socket_path).encode()) > MAX_SOCKET_PATH:
             raise ValueError(
                 f"{socket_path} is longer than a unix socket path may be ({MAX_SOCKET_PATH} bytes)"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import structlog
+from prometheus_client import Counter
 
 from hami_deviceplugin.grpc_server import PluginServer
 from hami_deviceplugin.metrics import PluginMetrics
@@ -47,12 +48,17 @@ class KubeletLink:
         metrics: PluginMetrics,
         poll_interval: float = 1.0,
         register_timeout: float = 10.0,
+        registrations_counter: Counter | None = None,
     ) -> None:
         self._server = server
         self._kubelet_socket = kubelet_socket
         self._resource = resource_name
         self._preferred = preferred_available
-        self._metrics = metrics
+        self._counter = (
+            metrics.kubelet_registrations
+            if registrations_counter is None
+            else registrations_counter
+        )
         self._poll = poll_interval
         self._timeout = register_timeout
         self._registered_with: _Stamp | None = None
@@ -93,6 +99,7 @@ class KubeletLink:
         if not own or kubelet_restarted:
             log.info(
                 "restarting the plugin server",
+                resource=self._resource,
                 kubelet_restarted=kubelet_restarted,
                 own_socket_present=own,
             )
@@ -101,13 +108,13 @@ class KubeletLink:
         try:
             await self.register()
         except (grpc.aio.AioRpcError, TimeoutError, OSError) as exc:
-            self._metrics.kubelet_registrations.labels(outcome="error").inc()
-            log.warning("kubelet registration failed", error=str(exc))
+            self._counter.labels(outcome="error").inc()
+            log.warning("kubelet registration failed", resource=self._resource, error=str(exc))
             return
         self._registered_with = stamp
         self.registered = True
         self.registrations += 1
-        self._metrics.kubelet_registrations.labels(outcome="success").inc()
+        self._counter.labels(outcome="success").inc()
         log.info("registered with the kubelet", resource=self._resource, times=self.registrations)
 
     async def run(self) -> None:

@@ -14,6 +14,16 @@ Ours:
 * ``hami_deviceplugin_devices{health}``: GPUs by health (healthy / unhealthy);
 * ``hami_deviceplugin_device_health{node,device_uuid,device_index,device_type}``: 1 healthy, 0 not.
 
+The RDMA plugin's (series appear once the RDMA plugin runs):
+
+* ``hami_deviceplugin_rdma_kubelet_registrations_total{outcome}``;
+* ``hami_deviceplugin_rdma_allocate_requests_total{outcome}``,
+  ``hami_deviceplugin_rdma_allocate_duration_seconds{outcome}`` and
+  ``hami_deviceplugin_rdma_allocate_failures_total{reason}``, as for GPUs;
+* ``hami_deviceplugin_rdma_nics{health}``: RDMA NICs by health;
+* ``hami_deviceplugin_rdma_nic_health{node,nic_id,nic_name}``: 1 healthy, 0 not;
+* ``hami_deviceplugin_rdma_nic_vfs{node,nic_id,nic_name}``: SR-IOV VFs of the NIC.
+
 HAMi's node-side names (its vGPU monitor), filled only where the backend has real values:
 
 * ``hami_host_gpu_memory_used_bytes{node,device_index,device_uuid,device_type}`` (NVML
@@ -40,6 +50,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami_deviceplugin.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.nics import Nic
 from hami_deviceplugin.register import device_type
 
 __all__ = ["ZONE", "PluginMetrics", "plugin_version"]
@@ -145,6 +156,7 @@ class PluginMetrics:
             ["device_index", "device_uuid", "device_type"],
             registry=inner,
         )
+        self._rdma_metrics(inner)
         info = Gauge(
             "hami_build_info",
             "Build information (always 1).",
@@ -166,6 +178,78 @@ class PluginMetrics:
         for outcome in ("success", "failed"):
             self.allocate_requests.labels(outcome=outcome)
             self.allocate_duration.labels(outcome=outcome)
+
+    def _rdma_metrics(self, inner: CollectorRegistry) -> None:
+        self.rdma_kubelet_registrations = Counter(
+            "hami_deviceplugin_rdma_kubelet_registrations",
+            "Register calls of the RDMA plugin to the kubelet, by outcome.",
+            ["outcome"],
+            registry=inner,
+        )
+        self.rdma_allocate_requests = Counter(
+            "hami_deviceplugin_rdma_allocate_requests",
+            "RDMA Allocate calls from the kubelet, by outcome.",
+            ["outcome"],
+            registry=inner,
+        )
+        self.rdma_allocate_duration = Histogram(
+            "hami_deviceplugin_rdma_allocate_duration_seconds",
+            "Time to answer an RDMA Allocate, API round trips included, by outcome.",
+            ["outcome"],
+            buckets=_BUCKETS,
+            registry=inner,
+        )
+        self.rdma_allocate_failures = Counter(
+            "hami_deviceplugin_rdma_allocate_failures",
+            "Failed RDMA Allocate calls, by reason.",
+            ["reason"],
+            registry=inner,
+        )
+        self.rdma_nics = Gauge(
+            "hami_deviceplugin_rdma_nics",
+            "RDMA NICs on this node, by health.",
+            ["health"],
+            registry=inner,
+        )
+        self.rdma_nic_health = Gauge(
+            "hami_deviceplugin_rdma_nic_health",
+            "1 when every port of the RDMA NIC is active, 0 when not.",
+            ["node", "nic_id", "nic_name"],
+            registry=inner,
+        )
+        self.rdma_nic_vfs = Gauge(
+            "hami_deviceplugin_rdma_nic_vfs",
+            "SR-IOV virtual functions of the RDMA NIC.",
+            ["node", "nic_id", "nic_name"],
+            registry=inner,
+        )
+
+    def enable_rdma(self) -> None:
+        """Create the RDMA plugin's fixed series (zero) once it runs."""
+        for outcome in ("success", "error"):
+            self.rdma_kubelet_registrations.labels(outcome=outcome)
+        for outcome in ("success", "failed"):
+            self.rdma_allocate_requests.labels(outcome=outcome)
+            self.rdma_allocate_duration.labels(outcome=outcome)
+
+    def set_nics(self, nics: Iterable[Nic]) -> None:
+        listed = list(nics)
+        healthy = sum(1 for nic in listed if nic.healthy)
+        self.rdma_nics.labels(health="healthy").set(healthy)
+        self.rdma_nics.labels(health="unhealthy").set(len(listed) - healthy)
+        self.rdma_nic_health.clear()
+        self.rdma_nic_vfs.clear()
+        for nic in listed:
+            labels = {"node": self._node, "nic_id": nic.id, "nic_name": nic.name}
+            self.rdma_nic_health.labels(**labels).set(1 if nic.healthy else 0)
+            self.rdma_nic_vfs.labels(**labels).set(len(nic.info.vfs))
+
+    def observe_rdma_allocate(self, *, ok: bool, seconds: float, reason: str = "") -> None:
+        outcome = "success" if ok else "failed"
+        self.rdma_allocate_requests.labels(outcome=outcome).inc()
+        self.rdma_allocate_duration.labels(outcome=outcome).observe(seconds)
+        if not ok:
+            self.rdma_allocate_failures.labels(reason=reason or "internal").inc()
 
     def _labels(self, gpu: Gpu) -> dict[str, str]:
         return {

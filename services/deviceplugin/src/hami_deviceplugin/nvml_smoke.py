@@ -3,8 +3,10 @@
 It touches no cluster: it discovers the GPUs through NVML exactly as the plugin does, prints each
 GPU (UUID, index, model, memory, PCI bus id, NUMA node, PCIe switch/root, health), the live
 usage figures the metrics endpoint would export, the replicas the kubelet would be offered and
-the ``hami.io/node-nvidia-register`` value the plugin would write.  With ``--watch N`` it then
-listens for NVML health events for N seconds and prints every change.
+the ``hami.io/node-nvidia-register`` value the plugin would write; then the RDMA NICs sysfs
+discovery finds (PCIe switch and root from the same walk as the GPUs, health, VFs, uverbs
+devices) and the ``hami.io/node-rdma-register`` value.  With ``--watch N`` it then listens for
+NVML health events for N seconds and prints every change.
 
 Exit status: 0 when at least one GPU was found, 1 when NVML works but finds none, 2 when the
 backend cannot start (no driver, no libnvidia-ml).  ``scripts/nvml_smoke.sh`` runs it.
@@ -24,6 +26,8 @@ from typing import Any
 
 from hami_deviceplugin.backends.base import BackendError, Gpu
 from hami_deviceplugin.backends.nvml import NvmlBackend, parse_health_env
+from hami_deviceplugin.nics import Nic, rdma_register_value
+from hami_deviceplugin.rdma_sysfs import discover_nics
 from hami_deviceplugin.register import register_value
 from hami_deviceplugin.replicas import plugin_devices
 from hami_protocol.node_config import NodeSettings
@@ -63,6 +67,10 @@ async def smoke(
         replicas = plugin_devices(gpus, split=node.device_split_count, numa_topology=True)
         _print("replicas", [dataclasses.asdict(r) for r in replicas])
         _print("register", json.loads(register_value(gpus, node)))
+        nics = await asyncio.to_thread(discover_nics, sysfs_root)
+        for nic in nics:
+            _print("nic", _nic(nic))
+        _print("rdma_register", json.loads(rdma_register_value(nics)))
         if watch_s > 0:
             await _watch(backend, watch_s)
     finally:
@@ -77,6 +85,25 @@ async def _watch(backend: NvmlBackend, seconds: float) -> None:
 
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(follow(), seconds)
+
+
+def _nic(nic: Nic) -> dict[str, object]:
+    info = nic.info
+    return {
+        "id": info.id,
+        "name": info.name,
+        "minor": info.minor,
+        "numa": info.numa,
+        "pcie_switch": info.pcie_switch,
+        "pcie_root": info.pcie_root,
+        "healthy": info.healthy,
+        "reason": nic.reason,
+        "uverbs": nic.uverbs,
+        "vfs": [
+            {"bus_id": vf.bus_id, "minor": vf.minor, "uverbs": nic.vf_uverbs.get(vf.bus_id, "")}
+            for vf in info.vfs
+        ],
+    }
 
 
 def _health(gpu: Gpu) -> dict[str, object]:

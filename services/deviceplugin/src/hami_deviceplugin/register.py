@@ -1,5 +1,5 @@
 """Pure: the GPUs a node registers, the ``hami.io/node-nvidia-register`` value, and which node
-annotations need writing.
+annotations need writing (the RDMA register included).
 
 Per GPU (HAMi's ``plugin/register.go``): ``id`` = UUID, ``index`` = NVML index, ``count`` =
 split count, ``devmem`` = ⌊MiB × memory scaling⌋, ``devcore`` = int(core scaling × 100),
@@ -10,7 +10,9 @@ UUID or index) are not registered at all, nor advertised to the kubelet.
 
 Writes: the register value when it differs from the node's; the handshake ``Reported <now>``
 whenever the node's handshake is not a ``Reported`` value (absent, or rewritten by the scheduler
-to ``Requesting_<ts>``).  Nothing else, so an unchanged node costs no write.
+to ``Requesting_<ts>``); ``hami.io/node-rdma-register`` when the RDMA plugin runs and its value
+differs, or its removal when the RDMA plugin does not run and the node still has one.  Nothing
+else, so an unchanged node costs no write.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from datetime import datetime
 
 from hami_deviceplugin.backends.base import Gpu
 from hami_protocol.handshake import format_reported, parse_handshake
-from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER
+from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER, RDMA_REGISTER
 from hami_protocol.node_config import FilterDevices, NodeSettings
 from hami_protocol.registry import DeviceInfo, encode_node_devices_json
 
@@ -79,12 +81,22 @@ def handshake_needs_answer(value: str | None) -> bool:
 
 
 def annotations_to_write(
-    current: Mapping[str, str], *, register: str, now: datetime
-) -> dict[str, str]:
-    """The node annotations to patch (empty when the node already says it all)."""
-    writes: dict[str, str] = {}
+    current: Mapping[str, str],
+    *,
+    register: str,
+    now: datetime,
+    rdma_register: str | None = None,
+) -> dict[str, str | None]:
+    """The node annotations to patch (empty when the node already says it all).
+
+    ``rdma_register`` is the RDMA register value, or None when the node must not have one (the
+    value None in the result removes the annotation).
+    """
+    writes: dict[str, str | None] = {}
     if current.get(NVIDIA_REGISTER) != register:
         writes[NVIDIA_REGISTER] = register
     if handshake_needs_answer(current.get(NVIDIA_HANDSHAKE)):
         writes[NVIDIA_HANDSHAKE] = format_reported(now)
+    if current.get(RDMA_REGISTER) != rdma_register:
+        writes[RDMA_REGISTER] = rdma_register
     return writes

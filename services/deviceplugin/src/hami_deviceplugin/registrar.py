@@ -1,9 +1,10 @@
-"""The node registration loop: keep ``hami.io/node-nvidia-register`` and the handshake current.
+"""The node registration loop: keep ``hami.io/node-nvidia-register``, the handshake and
+``hami.io/node-rdma-register`` current.
 
 A pass reads the node, asks :func:`~hami_deviceplugin.register.annotations_to_write` what is
 missing and merge-patches only that.  Passes run every ``interval`` (30 s) after success and
-``retry_interval`` (5 s) after an error, and at once when the GPU inventory changes or when the
-node watch shows something to answer: the scheduler rewrote the handshake to
+``retry_interval`` (5 s) after an error, and at once when the GPU or NIC inventory changes or
+when the node watch shows something to answer: the scheduler rewrote the handshake to
 ``Requesting_<ts>``, or the register value differs from ours.  So a ``Requesting`` handshake is
 answered within a watch round trip, not at the next tick.
 """
@@ -22,6 +23,8 @@ import structlog
 from hami_deviceplugin.backends.base import Gpu
 from hami_deviceplugin.inventory import Inventory
 from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.nic_inventory import NicInventory
+from hami_deviceplugin.nics import Nic, rdma_register_value
 from hami_deviceplugin.register import annotations_to_write, register_value
 from hami_kube.errors import KubeError
 from hami_kube.patch import patch_metadata
@@ -54,7 +57,10 @@ class Registrar:
         interval: float = 30.0,
         retry_interval: float = 5.0,
         now: Callable[[], datetime] = utc_now,
+        nics: NicInventory | None = None,
     ) -> None:
+        """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
+        register."""
         self._client = client
         self._node_name = node_name
         self._inventory = inventory
@@ -65,25 +71,45 @@ class Registrar:
         self._now = now
         self._wake = asyncio.Event()
         self._register = register_value(inventory.gpus, node)
+        self._rdma_register: str | None = None
         self.passes = 0
         self.patches = 0
         inventory.subscribe(self._on_inventory)
+        if nics is not None:
+            nics.subscribe(self._on_nics)
 
     @property
     def register(self) -> str:
         """The register value we want on the node."""
         return self._register
 
+    @property
+    def rdma_register(self) -> str | None:
+        """The RDMA register value we want on the node (None: no annotation)."""
+        return self._rdma_register
+
     def _on_inventory(self, gpus: tuple[Gpu, ...]) -> None:
         self._register = register_value(gpus, self._node)
         self._wake.set()
+
+    def _on_nics(self, nics: tuple[Nic, ...]) -> None:
+        self._rdma_register = rdma_register_value(nics)
+        self._wake.set()
+
+    def _writes(self, node: Mapping[str, Any]) -> dict[str, str | None]:
+        return annotations_to_write(
+            _annotations(node),
+            register=self._register,
+            now=self._now(),
+            rdma_register=self._rdma_register,
+        )
 
     def wake(self) -> None:
         self._wake.set()
 
     def observe_node(self, node: Mapping[str, Any]) -> None:
         """A node watch event: wake the loop when the node needs an answer."""
-        if annotations_to_write(_annotations(node), register=self._register, now=self._now()):
+        if self._writes(node):
             self._wake.set()
 
     async def sync_once(self) -> bool:
@@ -92,9 +118,7 @@ class Registrar:
         self.passes += 1
         try:
             node = await self._client.get(NODES, self._node_name)
-            writes = annotations_to_write(
-                _annotations(node), register=self._register, now=self._now()
-            )
+            writes = self._writes(node)
             if writes:
                 await patch_metadata(self._client, NODES, self._node_name, annotations=writes)
                 self.patches += 1

@@ -20,6 +20,13 @@ Where the node's settings come from, later wins:
    exists): the entries named like this node override split count, scaling, operating mode,
    ``filterdevices``, ``enablegetpreferredallocation``, ... for this node only.
 
+RDMA (a second plugin in the same process, see the README): ``--enable-rdma`` (``auto``, the
+default, serves it when NICs are found at start; ``true``; ``false``), ``--rdma-resource-name``
+(default ``koordinator.sh/rdma``), ``--rdma-socket-name`` (default from the resource name,
+``koordinator-rdma.sock``), ``--rdma-discovery`` (``sysfs``, or ``fake``: the ``nics`` of
+``--fake-devices``; default ``fake`` with the fake backend, else ``sysfs``),
+``--rdma-poll-interval`` (seconds between rescans, default 10).
+
 Refused loudly rather than ignored: an operating mode other than ``hami-core`` (MIG and MPS are
 not implemented), a MIG strategy other than ``none`` (flag or ``migstrategy``), a device-list
 strategy other than ``envvar``, unknown flags, unreadable config files.  Health checks follow the
@@ -50,7 +57,9 @@ __all__ = [
     "DEFAULT_HOOK_PATH",
     "DEFAULT_METRICS_BIND",
     "DEFAULT_NODE_CONFIG_FILE",
+    "DEFAULT_RDMA_RESOURCE",
     "BackendKind",
+    "NicSourceKind",
     "Settings",
     "build_parser",
     "parse_settings",
@@ -58,7 +67,9 @@ __all__ = [
 ]
 
 BackendKind = Literal["nvml", "fake"]
+NicSourceKind = Literal["sysfs", "fake"]
 DEFAULT_HOOK_PATH: Final = "/usr/local"
+DEFAULT_RDMA_RESOURCE: Final = "koordinator.sh/rdma"
 DEFAULT_METRICS_BIND: Final = ":9397"
 DEFAULT_NODE_CONFIG_FILE: Final = "/config/config.json"
 _MAX_SOCKET_PATH: Final = 107
@@ -103,6 +114,14 @@ class Settings:
     usage_interval_s: float = 10.0
     allocate_timeout_s: float = 3.0
     config_warnings: tuple[str, ...] = ()
+    enable_rdma: bool | None = None
+    """Serve the RDMA plugin: True, False, or None = when NICs are found at start."""
+    rdma_resource_name: str = DEFAULT_RDMA_RESOURCE
+    rdma_socket_name: str = ""
+    """The RDMA plugin's socket file ("" = derived from its resource)."""
+    rdma_discovery: NicSourceKind | None = None
+    """Where NICs come from; None = ``fake`` with the fake backend, else ``sysfs``."""
+    rdma_poll_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -126,6 +145,7 @@ class Settings:
             "fake_poll_interval_s",
             "usage_interval_s",
             "allocate_timeout_s",
+            "rdma_poll_interval_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
@@ -133,6 +153,22 @@ class Settings:
             raise ValueError(f"HOOK_PATH must be absolute, got {self.hook_path!r}")
         if len(str(self.socket_path).encode()) > _MAX_SOCKET_PATH:
             raise ValueError(f"plugin socket path {self.socket_path} is too long for a socket")
+        self._check_rdma()
+
+    def _check_rdma(self) -> None:
+        if "/" not in self.rdma_resource_name.strip("/"):
+            raise ValueError(
+                f"--rdma-resource-name {self.rdma_resource_name!r} needs a domain "
+                "(like koordinator.sh/rdma)"
+            )
+        if self.rdma_resource_name == self.resource_name:
+            raise ValueError("the RDMA resource name must differ from the GPU resource name")
+        if self.rdma_socket_path == self.socket_path:
+            raise ValueError(f"the GPU and RDMA plugins cannot share {self.socket_path}")
+        if len(str(self.rdma_socket_path).encode()) > _MAX_SOCKET_PATH:
+            raise ValueError(f"RDMA socket path {self.rdma_socket_path} is too long for a socket")
+        if self.nic_source == "fake" and self.fake_devices is None:
+            raise ValueError("--rdma-discovery fake needs --fake-devices FILE")
 
     @property
     def resource_name(self) -> str:
@@ -150,6 +186,17 @@ class Settings:
     def socket_path(self) -> Path:
         return self.plugin_dir / (self.socket_name or socket_name_for(self.resource_name))
 
+    @property
+    def rdma_socket_path(self) -> Path:
+        name = self.rdma_socket_name or socket_name_for(self.rdma_resource_name)
+        return self.plugin_dir / name
+
+    @property
+    def nic_source(self) -> NicSourceKind:
+        if self.rdma_discovery is not None:
+            return self.rdma_discovery
+        return "fake" if self.device_backend == "fake" else "sysfs"
+
 
 # --- flags ----------------------------------------------------------------------------------------
 
@@ -161,6 +208,13 @@ def parse_bool(text: str) -> bool:
     if text in {"0", "f", "F", "FALSE", "false", "False"}:
         return False
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def parse_tristate(text: str) -> bool | str:
+    """``auto`` or a Go boolean."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return parse_bool(text)
 
 
 def _positive_int(text: str) -> int:
@@ -327,6 +381,38 @@ _FLAGS: Final = (
         "10",
     ),
     _Flag(
+        "enable-rdma",
+        _ours("enable-rdma"),
+        "serve the RDMA NIC plugin: auto (when NICs are found at start), true or false",
+        parse_tristate,
+        "auto",
+        is_bool=True,
+    ),
+    _Flag(
+        "rdma-resource-name",
+        _ours("rdma-resource-name"),
+        "resource the RDMA plugin advertises (100 units per NIC)",
+        default=DEFAULT_RDMA_RESOURCE,
+    ),
+    _Flag(
+        "rdma-socket-name",
+        _ours("rdma-socket-name"),
+        "RDMA plugin socket file name (default from its resource)",
+    ),
+    _Flag(
+        "rdma-discovery",
+        _ours("rdma-discovery"),
+        "where RDMA NICs come from (default fake with the fake backend, else sysfs)",
+        choices=("sysfs", "fake"),
+    ),
+    _Flag(
+        "rdma-poll-interval",
+        _ours("rdma-poll-interval"),
+        "seconds between RDMA NIC rescans",
+        _positive_float,
+        "10",
+    ),
+    _Flag(
         "allocate-timeout",
         _ours("allocate-timeout"),
         "deadline of one Allocate, API calls included",
@@ -433,6 +519,10 @@ def _host_root(text: str) -> Path | None:
     return None if text.strip().lower() in {"", "none"} else Path(text)
 
 
+def _enable_rdma(value: bool | str) -> bool | None:
+    return None if value == "auto" else bool(value)
+
+
 def parse_settings(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -487,6 +577,11 @@ def parse_settings(
             usage_interval_s=float(pick("usage_interval")),
             allocate_timeout_s=float(pick("allocate_timeout")),
             config_warnings=warnings,
+            enable_rdma=_enable_rdma(pick("enable_rdma")),
+            rdma_resource_name=str(pick("rdma_resource_name")),
+            rdma_socket_name=str(given.get("rdma_socket_name") or ""),
+            rdma_discovery=cast("NicSourceKind | None", given.get("rdma_discovery")),
+            rdma_poll_interval_s=float(pick("rdma_poll_interval")),
         )
     except (ConfigError, ValueError) as exc:
         parser.error(str(exc))

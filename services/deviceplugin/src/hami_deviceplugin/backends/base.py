@@ -1,18 +1,21 @@
-"""What every GPU backend reports, and the small interface the service drives it through.
+"""What every GPU backend reports, and the small interfaces the service drives backends through.
 
 A backend discovers the node's GPUs once (:meth:`Backend.open`), then reports every later change
 (health above all) as a new complete list from :meth:`Backend.updates`, and can sample live usage
-for the metrics endpoint.  Backends never block the event loop: blocking library calls run in
-threads.
+for the metrics endpoint.  A :class:`NicSource` does the same for RDMA NICs.  Backends never
+block the event loop: blocking library calls run in threads.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["Backend", "BackendError", "Gpu", "GpuUsage"]
+if TYPE_CHECKING:
+    from hami_deviceplugin.nics import Nic
+
+__all__ = ["Backend", "BackendError", "Gpu", "GpuUsage", "NicSource"]
 
 
 class BackendError(Exception):
@@ -68,3 +71,18 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class NicSource(Protocol):
+    """Where the node's RDMA NICs come from (sysfs, or the fake devices file)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def open(self) -> tuple[Nic, ...]:
+        """Discover the NICs; raises :class:`BackendError` when the source cannot work."""
+        ...
+
+    def updates(self) -> AsyncIterator[tuple[Nic, ...]]:
+        """Every later complete NIC list that differs from the previous one, until cancelled."""
+        ...

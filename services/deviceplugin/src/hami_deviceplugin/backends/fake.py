@@ -15,7 +15,7 @@ File shape (unknown keys are refused, so a typo cannot pass silently)::
         memory_used_mib: 1024       # optional: exported as hami_host_gpu_memory_used_bytes
         utilization: 35             # optional: hami_host_gpu_utilization_ratio
         memory_utilization: 10      # optional: hami_host_gpu_memory_controller_utilization_ratio
-    nics: []                        # accepted and not used yet (RDMA NICs)
+    nics: []                        # RDMA NICs, read by the fake NIC source (backends.fake_nics)
 
 The file is re-read every ``poll_interval`` seconds; when its content changes the new list is
 reported, so a test flips ``healthy`` by rewriting the file.  A rewrite that does not parse is

@@ -1,0 +1,70 @@
+"""The RDMA plugin's Allocate path: :class:`~hami_deviceplugin.allocation_flow.PodAllocationFlow`
+deciding from ``hami.io/rdma-devices-to-allocate`` with
+:func:`~hami_deviceplugin.rdma_allocate.plan_rdma_allocation`.
+
+It shares the GPU plugin's lock, pod lookup, commit, unlock and failure handling; it prepares no
+host directories (device nodes are the container runtime's business).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from hami_deviceplugin.allocate import pod_view
+from hami_deviceplugin.allocation_flow import Decision, FlowConfig, PodAllocationFlow
+from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.nic_inventory import NicInventory
+from hami_deviceplugin.rdma_allocate import RdmaGrant, plan_rdma_allocation
+from hami_kube.events import EventRecorder
+from hami_kube.resources import JsonObject
+from hami_kube.rest import KubeClient
+from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
+
+__all__ = ["RdmaAllocator"]
+
+
+class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        inventory: NicInventory,
+        metrics: PluginMetrics,
+        flow: FlowConfig,
+        resource_name: str,
+        recorder: EventRecorder | None = None,
+        lock: asyncio.Lock | None = None,
+    ) -> None:
+        super().__init__(
+            client=client,
+            flow=flow,
+            observe=metrics.observe_rdma_allocate,
+            recorder=recorder,
+            lock=lock,
+        )
+        self._inventory = inventory
+        self._resource = resource_name
+
+    async def _prepare(self, requests: Sequence[Sequence[str]]) -> None:
+        return None
+
+    async def _decide(
+        self, pod: JsonObject, requests: Sequence[Sequence[str]], prepared: None
+    ) -> Decision[tuple[RdmaGrant, ...]]:
+        plan = plan_rdma_allocation(
+            pod_view(pod),
+            requests,
+            functions=self._inventory.functions,
+            resource_name=self._resource,
+            node_name=self._flow.node_name,
+        )
+        return Decision(
+            result=plan.grants,
+            writes={RDMA_DEVICES_TO_ALLOCATE: plan.remaining},
+            done=plan.done,
+            summary={
+                "containers": [grant.container_name for grant in plan.grants],
+                "rdma": [[f.bus_id for f in grant.functions] for grant in plan.grants],
+            },
+        )

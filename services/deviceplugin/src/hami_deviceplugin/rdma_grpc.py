@@ -1,0 +1,115 @@
+"""The RDMA plugin's ``v1beta1.DevicePlugin`` service (served by its own
+:class:`~hami_deviceplugin.grpc_server.PluginServer` on its own socket).
+
+* ``GetDevicePluginOptions``: no PreStartContainer, no GetPreferredAllocation (the kubelet's
+  devices are interchangeable units; the pod's annotation says which NIC a container gets).
+* ``ListAndWatch``: 100 units per NIC (:func:`~hami_deviceplugin.nics.rdma_plugin_devices`) now
+  and after every NIC inventory change, until the server stops.
+* ``Allocate``: delegated to the :class:`~hami_deviceplugin.rdma_allocator.RdmaAllocator`; the
+  answer is device specs only.  A failure is a gRPC error carrying the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from hami_deviceplugin.allocate import AllocateError
+from hami_deviceplugin.grpc_server import Context, StreamingService, device_message, status_code
+from hami_deviceplugin.nic_inventory import NicInventory
+from hami_deviceplugin.nics import rdma_plugin_devices
+from hami_deviceplugin.rdma_allocate import RdmaGrant
+from hami_deviceplugin.rdma_allocator import RdmaAllocator
+from hami_kube.deviceplugin_api.v1beta1 import api_pb2
+
+__all__ = ["RdmaPluginService", "rdma_grant_response"]
+
+
+def rdma_grant_response(grant: RdmaGrant) -> api_pb2.ContainerAllocateResponse:
+    return api_pb2.ContainerAllocateResponse(
+        devices=[
+            api_pb2.DeviceSpec(
+                container_path=spec.container_path,
+                host_path=spec.host_path,
+                permissions=spec.permissions,
+            )
+            for spec in grant.devices
+        ]
+    )
+
+
+class RdmaPluginService(StreamingService):
+    def __init__(
+        self, *, inventory: NicInventory, allocator: RdmaAllocator, numa_topology: bool
+    ) -> None:
+        self._inventory = inventory
+        self._allocator = allocator
+        self._numa = numa_topology
+        self._closing = asyncio.Event()
+
+    def open_streams(self) -> None:
+        self._closing = asyncio.Event()
+
+    def close_streams(self) -> None:
+        """End every ListAndWatch stream (before a stop, so the stop need not wait for them)."""
+        self._closing.set()
+
+    def device_list(self) -> api_pb2.ListAndWatchResponse:
+        devices = rdma_plugin_devices(self._inventory.nics, numa_topology=self._numa)
+        return api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
+
+    async def GetDevicePluginOptions(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.Empty, context: Context
+    ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=False
+        )
+
+    async def ListAndWatch(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.Empty, context: Context
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        closing = self._closing
+        while not closing.is_set():
+            changed = self._inventory.changed
+            yield self.device_list()
+            waits = {
+                asyncio.ensure_future(changed.wait()),
+                asyncio.ensure_future(closing.wait()),
+            }
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+
+    async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.PreferredAllocationRequest, context: Context
+    ) -> api_pb2.PreferredAllocationResponse:
+        # Not advertised; answer the kubelet's own order if asked anyway.
+        responses = []
+        for r in request.container_requests:
+            chosen = list(dict.fromkeys(r.must_include_deviceIDs))
+            chosen += [d for d in r.available_deviceIDs if d not in chosen]
+            responses.append(
+                api_pb2.ContainerPreferredAllocationResponse(
+                    deviceIDs=chosen[: int(r.allocation_size)]
+                )
+            )
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    async def Allocate(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.AllocateRequest, context: Context
+    ) -> api_pb2.AllocateResponse:
+        requests = [tuple(r.devices_ids) for r in request.container_requests]
+        try:
+            grants = await self._allocator.allocate(requests)
+        except AllocateError as exc:
+            await context.abort(status_code(exc.kind), exc.message)
+        return api_pb2.AllocateResponse(
+            container_responses=[rdma_grant_response(g) for g in grants]
+        )
+
+    async def PreStartContainer(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.PreStartContainerRequest, context: Context
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
