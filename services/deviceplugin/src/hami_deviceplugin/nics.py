@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from hami_deviceplugin.replicas import PluginDevice
-from hami_protocol.topology import RdmaNic, encode_rdma_register
+from hami_protocol.topology import RDMA_UNITS_PER_NIC, RdmaNic, encode_rdma_register
 
 __all__ = [
     "RDMA_CM_DEVICE",
@@ -40,7 +40,6 @@ __all__ = [
     "uverbs_name_ok",
 ]
 
-RDMA_UNITS_PER_NIC: Final = 100
 """Kubelet devices (and ``koordinator.sh/rdma`` units) per NIC: Koordinator's capacity."""
 RDMA_CM_DEVICE: Final = "/dev/infiniband/rdma_cm"
 _MELLANOX_RE: Final = re.compile(r"mlx\d+_(\d+)")

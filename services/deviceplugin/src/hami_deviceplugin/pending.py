@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from typing import Final
 
 from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
+from hami_protocol.topology import RDMA_DEVICE_TYPE
 from hami_protocol.vendors import DEFAULT_VENDORS
 
 __all__ = ["RDMA_DEVICE_TYPE", "device_lists", "others_pending"]
 
-RDMA_DEVICE_TYPE: Final = "RDMA"
 """The type field of every entry of ``hami.io/rdma-devices-to-allocate``."""
 
 

@@ -26,7 +26,6 @@ devices it holds, so a rebuilt cache claims exactly what the decision claimed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
 
 from hami_protocol import keys
 from hami_protocol.devices import (
@@ -49,7 +48,12 @@ from hami_protocol.koordinator import (
     parse_device_allocate_hints,
 )
 from hami_protocol.quantity import parse_quantity, to_int_ceil
-from hami_protocol.topology import bus_id_from_list_device_id, list_device_id, normalize_pci_bus_id
+from hami_protocol.topology import (
+    RDMA_DEVICE_TYPE,
+    bus_id_from_list_device_id,
+    list_device_id,
+    normalize_pci_bus_id,
+)
 from hami_scheduler.core.decide import decision_usage
 from hami_scheduler.core.hints import (
     KOORD_GPU_CORE,
@@ -74,7 +78,6 @@ __all__ = [
     "rdma_pod_devices",
 ]
 
-RDMA_DEVICE_TYPE: Final = "RDMA"
 """The type word of every entry of ``hami.io/rdma-devices-…``."""
 
 

@@ -35,7 +35,7 @@ from typing import Final, TypeVar
 from hami_protocol.errors import ProtocolError
 from hami_protocol.koordinator import DEVICE_TYPE_GPU, DEVICE_TYPE_RDMA
 from hami_protocol.registry import DeviceInfo
-from hami_protocol.topology import GPUTopology, RdmaNic, gpu_topology
+from hami_protocol.topology import RDMA_UNITS_PER_NIC, GPUTopology, RdmaNic, gpu_topology
 
 __all__ = [
     "RDMA_UNITS_PER_NIC",
@@ -54,7 +54,6 @@ __all__ = [
     "unknown_nics",
 ]
 
-RDMA_UNITS_PER_NIC: Final = 100
 
 _K = TypeVar("_K")
 
