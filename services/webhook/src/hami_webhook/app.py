@@ -92,9 +92,10 @@ async def run(
             )
 
         def ready() -> bool:
-            synced = watcher is None or watcher.synced
-            metrics.quota_synced.set(1 if synced else 0)
-            return synced
+            return watcher is None or watcher.synced
+
+        # Evaluated at scrape time, so the gauge is right even when nothing probes /readyz.
+        metrics.quota_synced.set_function(lambda: 1.0 if ready() else 0.0)
 
         state = WebhookState(rules=settings.rules, metrics=metrics, quota=quota, ready=ready)
         await _serve(
