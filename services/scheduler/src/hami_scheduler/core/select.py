@@ -116,6 +116,32 @@ class FailureReasons(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._names)
 
+    def resolved(self) -> dict[str, str]:
+        """Every reason at once, as a plain dict (what a ``FailedNodes`` reply carries).
+
+        Equal to ``dict(self)``, without a method call per node: a filter refusing thousands
+        of unchanged nodes pays a dictionary lookup each.
+        """
+        done, table, plan = self._done, self._table, self._plan
+        result: dict[str, str] = {}
+        for name, node in self._nodes.items():
+            text = done.get(name)
+            if text is None:
+                if node is None:
+                    text = why.NODE_UNREGISTERED
+                else:
+                    answer = None if table is None else table.get(name)
+                    current = answer is not None and answer.node is node
+                    decision = answer.decision if answer is not None and current else None
+                    if decision is None:
+                        decision = decide_node(node, plan)
+                        if answer is not None and current:
+                            answer.decision = decision
+                    text = decision.reason
+                done[name] = text
+            result[name] = text
+        return result
+
 
 @dataclass(frozen=True, slots=True)
 class Selection:

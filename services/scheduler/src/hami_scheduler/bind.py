@@ -1,0 +1,325 @@
+"""Bind: node lock, bind-phase, Binding — and on any failure, undo and say why.
+
+:meth:`BindService.bind`, as HAMi's ``Bind``:
+
+1. not the leader → ``Error``; the pod read fresh from the API server (gone → its reservation is
+   dropped, ``Error``; a different UID than asked → ``Error``; already bound to that node → done,
+   to another → ``Error``, its reservation untouched; in single mode, filtered onto another
+   node or not at all → ``Error``); the node read (gone → ``BindingFailed`` Event, reservation
+   dropped, ``Error``);
+2. the node lock (:class:`~hami_scheduler.locks.NodeLocker`) when the pod's app containers ask a
+   vendor that uses ``hami.io/mutex.lock``; PodGroup members retry a contended lock;
+3. ``--filter-mode all`` only: the decision for the node kube-scheduler chose is made now from
+   the cache (the pod's previous reservation dropped first) and assumed at once;
+4. one merge patch on the pod: ``hami.io/bind-phase: allocating``, ``hami.io/bind-time`` (and in
+   ``all`` mode the decision's annotations and the ``hami.io/vgpu-node`` label);
+5. POST ``pods/<name>/binding``.
+
+Any failure after the lock releases the lock and the pod's reservation, records
+``BindingFailed`` and answers ``Error``; success records ``BindingSucceed``.  Binds for one node
+are serialised in this process (HAMi's per-node mutex) so they meet the lock one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import structlog
+
+from hami_kube.errors import KubeError, NotFoundError
+from hami_kube.patch import patch_metadata
+from hami_kube.resources import NODES, PODS, JsonObject
+from hami_kube.rest import KubeClient
+from hami_protocol import keys
+from hami_protocol.errors import ProtocolError
+from hami_protocol.requests import PodDeviceRequests
+from hami_scheduler.caches import SchedulerCache
+from hami_scheduler.core import decide_node
+from hami_scheduler.events import SchedulerEvents
+from hami_scheduler.filter import not_leader_message
+from hami_scheduler.locks import LockContendedError, LockError, NodeLocker
+from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.planning import Planner, PodIdentity, decision_record, identify
+from hami_scheduler.pod_state import AllocationKey
+from hami_scheduler.settings import FilterMode
+from hami_scheduler.wire import BindingArgs
+
+__all__ = ["BindService"]
+
+log = structlog.get_logger("hami_scheduler")
+
+_MISSING_ARGS: Final = "extender binding args missing PodName, PodNamespace or Node"
+
+
+class _BindError(Exception):
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+class _NodeGates:
+    """One asyncio lock per node, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._gates: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, node: str) -> AsyncIterator[None]:
+        gate, users = self._gates.get(node, (asyncio.Lock(), 0))
+        self._gates[node] = (gate, users + 1)
+        try:
+            async with gate:
+                yield
+        finally:
+            gate, users = self._gates[node]
+            if users <= 1:
+                del self._gates[node]
+            else:
+                self._gates[node] = (gate, users - 1)
+
+
+class BindService:
+    """Answers ``/bind`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        cache: SchedulerCache,
+        planner: Planner,
+        locker: NodeLocker,
+        events: SchedulerEvents,
+        metrics: SchedulerMetrics,
+        mode: FilterMode = "single",
+        is_leader: Callable[[], bool] = lambda: True,
+        leader: Callable[[], str] = lambda: "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._cache = cache
+        self._planner = planner
+        self._locker = locker
+        self._events = events
+        self._metrics = metrics
+        self._mode = mode
+        self._is_leader = is_leader
+        self._leader = leader
+        self._clock = clock
+        self._gates = _NodeGates()
+
+    async def bind(self, args: BindingArgs) -> str:
+        """Bind the pod; returns ``""`` on success, else the error text."""
+        started = time.perf_counter()
+        outcome, reason, error = "bound", "", ""
+        try:
+            await self._bind(args)
+        except _BindError as exc:
+            outcome, reason, error = "error", exc.reason, exc.message
+            log.info(
+                "bind_failed",
+                pod=f"{args.pod_namespace}/{args.pod_name}",
+                node=args.node,
+                error=error,
+            )
+        self._metrics.observe("bind", outcome, time.perf_counter() - started, reason)
+        return error
+
+    async def _bind(self, args: BindingArgs) -> None:
+        if not (args.pod_name and args.pod_namespace and args.node):
+            raise _BindError(_MISSING_ARGS, "bad_request")
+        if not self._is_leader():
+            raise _BindError(not_leader_message(self._leader()), "not_leader")
+        pod_obj = await self._read_pod(args)
+        pod = identify(pod_obj)
+        bound = _bound_node(pod_obj)
+        if bound == args.node:
+            # A retried bind of a pod that is already there: nothing to do, nothing to undo.
+            log.info("bind_already_bound", pod=pod.display, node=args.node)
+            return
+        if bound:
+            # Never release what a running pod holds.
+            raise _BindError(f"pod {pod.display} is already bound to node {bound}", "already_bound")
+        node_obj = await self._read_node(args, pod)
+        try:
+            requests = self._planner.requests(pod_obj)
+        except ProtocolError as exc:
+            message = f"cannot read the pod's device requests: {exc}"
+            raise self._failed(pod, message, "bad_pod") from None
+        chosen = pod.annotations.get(keys.VGPU_NODE)
+        if self._mode == "single" and requests.has_requests and chosen != args.node:
+            # The device plugin on another node could not serve this pod's device list.
+            message = (
+                f"pod {pod.display} was filtered onto node {chosen}, not {args.node}"
+                if chosen
+                else f"pod {pod.display} carries no {keys.VGPU_NODE} decision; filter it first"
+            )
+            raise self._failed(pod, message, "not_filtered")
+        async with self._gates.hold(args.node):
+            await self._locked_bind(args, pod, pod_obj, node_obj, requests)
+        self._events.binding_succeeded(pod, args.node)
+        log.info("bind_succeeded", pod=pod.display, node=args.node)
+
+    async def _read_pod(self, args: BindingArgs) -> JsonObject:
+        try:
+            pod_obj = await self._client.get(PODS, args.pod_name, namespace=args.pod_namespace)
+        except NotFoundError:
+            if args.pod_uid:
+                self._cache.release(args.pod_uid)
+            raise _BindError(
+                f"pod {args.pod_namespace}/{args.pod_name} not found", "pod_not_found"
+            ) from None
+        except KubeError as exc:
+            self._metrics.api_error("get_pod")
+            if args.pod_uid:
+                self._cache.release(args.pod_uid)
+            raise _BindError(f"cannot read pod: {exc}", "api_error") from exc
+        uid = identify(pod_obj).uid
+        if args.pod_uid and uid and uid != args.pod_uid:
+            raise _BindError(
+                f"pod {args.pod_namespace}/{args.pod_name} has UID {uid}, not {args.pod_uid}",
+                "pod_replaced",
+            )
+        return pod_obj
+
+    async def _read_node(self, args: BindingArgs, pod: PodIdentity) -> JsonObject:
+        try:
+            return await self._client.get(NODES, args.node)
+        except NotFoundError:
+            raise self._failed(pod, f"node {args.node} not found", "node_not_found") from None
+        except KubeError as exc:
+            self._metrics.api_error("get_node")
+            raise self._failed(pod, f"cannot read node {args.node}: {exc}", "api_error") from exc
+
+    def _failed(self, pod: PodIdentity, message: str, reason: str) -> _BindError:
+        """Drop the pod's reservation and record ``BindingFailed``; the error to raise."""
+        if pod.uid:
+            self._cache.release(pod.uid)
+        self._events.binding_failed(pod, message)
+        return _BindError(message, reason)
+
+    def _needs_lock(self, requests: PodDeviceRequests) -> bool:
+        words = {word for slot in requests.slots if not slot.is_init for word in slot.requests}
+        return any(
+            vendor.node_lock_key == keys.NODE_LOCK and vendor.common_word in words
+            for vendor in self._cache.vendors
+        )
+
+    async def _locked_bind(
+        self,
+        args: BindingArgs,
+        pod: PodIdentity,
+        pod_obj: JsonObject,
+        node_obj: JsonObject,
+        requests: PodDeviceRequests,
+    ) -> None:
+        locked = False
+        if self._needs_lock(requests):
+            try:
+                await self._locker.acquire(
+                    args.node,
+                    namespace=pod.namespace,
+                    pod=pod.name,
+                    node=node_obj,
+                    pod_group=_in_pod_group(pod_obj),
+                )
+            except LockContendedError as exc:
+                raise self._failed(pod, str(exc), "lock_contended") from exc
+            except LockError as exc:
+                self._metrics.api_error("lock_node")
+                raise self._failed(pod, str(exc), "lock_failed") from exc
+            locked = True
+        assumed: AllocationKey | None = None
+        try:
+            annotations: dict[str, str | None] = {
+                keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+                keys.BIND_TIME: str(int(self._clock())),
+            }
+            labels: dict[str, str | None] = {}
+            if self._mode == "all" and requests.has_requests:
+                assumed = self._decide(args.node, pod, requests, annotations, labels)
+            await patch_metadata(
+                self._client,
+                PODS,
+                pod.name,
+                namespace=pod.namespace,
+                annotations=annotations,
+                labels=labels or None,
+            )
+            await self._client.post_subresource(
+                PODS,
+                pod.name,
+                "binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": pod.name, "namespace": pod.namespace},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
+                },
+                namespace=pod.namespace,
+            )
+        except (KubeError, _BindError) as exc:
+            if assumed is not None:
+                self._cache.forget(pod.uid, assumed)
+            if locked:
+                await self._unlock(args.node, pod)
+            if isinstance(exc, _BindError):
+                raise self._failed(pod, exc.message, exc.reason) from None
+            self._metrics.api_error("bind")
+            raise self._failed(pod, f"binding failed: {exc}", "api_error") from exc
+
+    def _decide(
+        self,
+        node: str,
+        pod: PodIdentity,
+        requests: PodDeviceRequests,
+        annotations: dict[str, str | None],
+        labels: dict[str, str | None],
+    ) -> AllocationKey:
+        """``--filter-mode all``: decide for ``node`` now and assume it; returns its key."""
+        self._cache.release(pod.uid)
+        try:
+            plan = self._planner.plan(pod, requests, quota=self._cache.quota_view)
+        except ProtocolError as exc:
+            raise _BindError(str(exc), "bad_annotation") from None
+        problem = self._cache.node_problem(node, plan.vendors)
+        usage = self._cache.nodes.get(node)
+        if problem is not None or usage is None:
+            raise _BindError(f"node {node}: {problem or 'node unregistered'}", "unschedulable")
+        decision = decide_node(usage, plan)
+        if not decision.fits:
+            raise _BindError(f"node {node} no longer fits: {decision.reason}", "unschedulable")
+        record = decision_record(
+            decision,
+            plan,
+            namespace=pod.namespace,
+            vendors=self._cache.vendors,
+            now_unix=int(self._clock()),
+        )
+        self._cache.assume(pod.uid, pod.name, record.holding)
+        annotations.update(record.annotations)
+        labels.update(record.labels)
+        return record.holding.key
+
+    async def _unlock(self, node: str, pod: PodIdentity) -> None:
+        try:
+            await self._locker.release(node, namespace=pod.namespace, pod=pod.name)
+        except LockError as exc:
+            self._metrics.api_error("unlock_node")
+            log.warning("unlock_failed", node=node, pod=pod.display, error=str(exc))
+
+
+def _bound_node(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def _in_pod_group(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return isinstance(labels, Mapping) and bool(labels.get(keys.POD_GROUP_LABEL))

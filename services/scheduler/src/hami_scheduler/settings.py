@@ -1,0 +1,498 @@
+"""Command-line flags and environment variables → one frozen :class:`Settings`.
+
+Flags keep HAMi's names and defaults where HAMi has them (``--http_bind``, ``--cert_file``,
+``--scheduler-name``, ``--node-scheduler-policy``, ``--gpu-scheduler-policy``,
+``--metrics-bind-address``, ``--node-label-selector``, ``--node-lock-timeout``,
+``--node-lock-retry-timeout``, ``--leader-elect*``, ``--device-config-file``, ``--kube-qps``...).
+Every flag may also come from the environment as ``HAMI_`` plus the flag name upper-cased with
+dashes as underscores (``--filter-mode`` → ``HAMI_FILTER_MODE``); the command line wins.
+Durations are Go-style (``5m``, ``30s``, ``1h30m``).  Boolean flags take Go's forms
+(``--leader-elect``, ``--leader-elect=true``, ``=false``).
+
+Our own flags: ``--kube-url``/``--kubeconfig``, ``--log-format``/``--log-level``,
+``--filter-mode single|all``, ``--handshake-timeout`` (default ``5m``, the seed protocol's
+rule; HAMi's code uses 60 s), ``--handshake-interval`` (HAMi's register loop period, 15 s),
+``--tls-reload-interval`` and the leader-election details ``--leader-elect-mode``,
+``--leader-elect-identity``, ``--leader-elect-lease-duration``, ``--leader-elect-renew-deadline``
+and ``--leader-elect-retry-period`` (kube-scheduler's names).
+
+NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
+``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
+``--default-gpu``) seed the ``nvidia`` section; keys present in ``--device-config-file`` override
+them, as in HAMi.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, cast
+
+import yaml
+
+from hami_kube.config import KubeSettings
+from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
+from hami_kube.runtime.sites import parse_bind
+from hami_protocol.config import DeviceConfig, device_config_from_mapping
+from hami_protocol.errors import ConfigError, ProtocolError
+from hami_protocol.policy import SPREAD, GpuPolicy, NodePolicy, parse_gpu_policy, parse_node_policy
+from hami_protocol.selectors import format_selector, parse_selector_string
+from hami_protocol.vendors import Vendor, vendors_from_config
+from hami_scheduler.durations import parse_go_duration
+
+__all__ = [
+    "DEFAULT_HTTP_BIND",
+    "DEFAULT_METRICS_BIND",
+    "ENV_PREFIX",
+    "FILTER_MODES",
+    "LEADER_MODES",
+    "FilterMode",
+    "LeaderElectSettings",
+    "LeaderMode",
+    "Settings",
+    "build_parser",
+    "parse_settings",
+]
+
+ENV_PREFIX: Final = "HAMI_"
+DEFAULT_HTTP_BIND: Final = "127.0.0.1:8080"
+DEFAULT_METRICS_BIND: Final = ":9395"
+DEFAULT_COMPONENT: Final = "hami-scheduler"
+
+FilterMode = Literal["single", "all"]
+FILTER_MODES: Final[tuple[FilterMode, ...]] = ("single", "all")
+LeaderMode = Literal["follow", "campaign"]
+LEADER_MODES: Final[tuple[LeaderMode, ...]] = ("follow", "campaign")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectSettings:
+    """Where the Lease lives and how this replica takes part.
+
+    ``follow`` (HAMi's way): kube-scheduler in the same pod campaigns on the Lease and this
+    replica leads while the holder is itself (``identity`` or ``identity_<suffix>``, the form
+    kube-scheduler writes) and the Lease is being renewed.  ``campaign``: this replica campaigns
+    on the Lease itself (client-go's algorithm), for deployments without such a kube-scheduler.
+    """
+
+    enabled: bool = False
+    mode: LeaderMode = "follow"
+    namespace: str = "kube-system"
+    name: str = DEFAULT_COMPONENT
+    identity: str = ""
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the service needs to start; built by :func:`parse_settings`."""
+
+    http_bind: str = DEFAULT_HTTP_BIND
+    """Where ``/filter``, ``/bind``, ``/prioritize``, ``/healthz`` and ``/readyz`` are served."""
+    cert_file: str | None = None
+    key_file: str | None = None
+    tls_reload_interval_s: float = 5.0
+    metrics_bind_address: str = DEFAULT_METRICS_BIND
+    log_format: LogFormat = "json"
+    log_level: str = "info"
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    scheduler_name: str = ""
+    """HAMi's ``--scheduler-name``: the Events' source component (``hami-scheduler`` if empty)."""
+    node_policy: NodePolicy = "binpack"
+    gpu_policy: GpuPolicy = SPREAD
+    node_label_selector: str = ""
+    """Canonical label selector; only matching nodes are registered (empty: every node)."""
+    node_lock_timeout_s: float = 300.0
+    node_lock_retry_timeout_s: float = 28.0
+    """How long members of a PodGroup retry a contended node lock (0: no retry)."""
+    leader: LeaderElectSettings = field(default_factory=LeaderElectSettings)
+    filter_mode: FilterMode = "single"
+    handshake_timeout_s: float = 300.0
+    handshake_interval_s: float = 15.0
+    device_config: DeviceConfig = field(default_factory=DeviceConfig)
+    vendors: tuple[Vendor, ...] = field(default_factory=lambda: vendors_from_config(DeviceConfig()))
+    pod_name: str = ""
+    pod_namespace: str = ""
+    """This replica's own pod (``POD_NAME``/``POD_NAMESPACE``), labelled with its role."""
+    max_body_bytes: int = 1024 * 1024
+    shutdown_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("--cert_file and --key_file must be given together")
+        parse_bind(self.http_bind)
+        parse_bind(self.metrics_bind_address)
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+        if self.filter_mode not in FILTER_MODES:
+            raise ValueError(f"--filter-mode must be one of {', '.join(FILTER_MODES)}")
+        for name, value in (
+            ("--node-lock-timeout", self.node_lock_timeout_s),
+            ("--handshake-timeout", self.handshake_timeout_s),
+            ("--handshake-interval", self.handshake_interval_s),
+            ("--tls-reload-interval", self.tls_reload_interval_s),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive")
+        if self.node_lock_retry_timeout_s < 0:
+            raise ValueError("--node-lock-retry-timeout must not be negative")
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_file is not None
+
+    @property
+    def component(self) -> str:
+        """The Events' source component."""
+        return self.scheduler_name or DEFAULT_COMPONENT
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+def parse_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool`` spellings."""
+    lowered = text.strip().lower()
+    if lowered in {"1", "t", "true", "yes", "y", "on"}:
+        return True
+    if lowered in {"0", "f", "false", "no", "n", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    names: tuple[str, ...]
+    dest: str
+    default: Any
+    help: str
+    kind: Callable[[str], Any] | None = None
+    is_bool: bool = False
+    choices: tuple[str, ...] | None = None
+
+
+_FLAGS: Final = (
+    _Flag(
+        ("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "extender listen address"
+    ),
+    _Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
+    _Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    _Flag(
+        ("--tls-reload-interval",),
+        "tls_reload_interval",
+        "5s",
+        "how often the certificate files are checked for changes",
+        _duration,
+    ),
+    _Flag(
+        ("--metrics-bind-address",),
+        "metrics_bind_address",
+        DEFAULT_METRICS_BIND,
+        "metrics listen address",
+    ),
+    _Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
+    _Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    _Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
+    _Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
+    _Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+    _Flag(("--kube-qps",), "kube_qps", "0", "API requests per second (0: unlimited)", _number),
+    _Flag(("--kube-burst",), "kube_burst", "10", "API request burst", _non_negative),
+    _Flag(("--kube-timeout",), "kube_timeout", "30s", "timeout of one API request", _duration),
+    _Flag(("--scheduler-name",), "scheduler_name", "", "scheduler name (Events' source)"),
+    _Flag(
+        ("--node-scheduler-policy",),
+        "node_scheduler_policy",
+        "binpack",
+        "default node policy",
+        choices=("binpack", "spread"),
+    ),
+    _Flag(
+        ("--gpu-scheduler-policy",),
+        "gpu_scheduler_policy",
+        "spread",
+        "default GPU policy: binpack, spread, topology-aware, mutex, numa or a chain",
+    ),
+    _Flag(
+        ("--node-label-selector",),
+        "node_label_selector",
+        "",
+        "only nodes matching this label selector are registered (k=v,k2=v2)",
+    ),
+    _Flag(("--node-lock-timeout",), "node_lock_timeout", "5m", "node lock expiry", _duration),
+    _Flag(
+        ("--node-lock-retry-timeout",),
+        "node_lock_retry_timeout",
+        "28s",
+        "how long PodGroup members retry a contended node lock (0 disables)",
+        _duration,
+    ),
+    _Flag(
+        ("--leader-elect",),
+        "leader_elect",
+        "false",
+        "only the Lease holder serves",
+        parse_bool,
+        True,
+    ),
+    _Flag(
+        ("--leader-elect-mode",),
+        "leader_elect_mode",
+        "follow",
+        "follow kube-scheduler's Lease, or campaign on it",
+        choices=tuple(LEADER_MODES),
+    ),
+    _Flag(
+        ("--leader-elect-resource-name",),
+        "leader_elect_resource_name",
+        "",
+        "Lease name (default: the scheduler name, else hami-scheduler)",
+    ),
+    _Flag(
+        ("--leader-elect-resource-namespace",),
+        "leader_elect_resource_namespace",
+        "",
+        "Lease namespace (default: POD_NAMESPACE, else kube-system)",
+    ),
+    _Flag(
+        ("--leader-elect-identity",),
+        "leader_elect_identity",
+        "",
+        "this replica's identity (default: the host name)",
+    ),
+    _Flag(
+        ("--leader-elect-lease-duration",),
+        "leader_elect_lease_duration",
+        "15s",
+        "Lease duration",
+        _duration,
+    ),
+    _Flag(
+        ("--leader-elect-renew-deadline",),
+        "leader_elect_renew_deadline",
+        "10s",
+        "renew deadline (campaign mode)",
+        _duration,
+    ),
+    _Flag(
+        ("--leader-elect-retry-period",),
+        "leader_elect_retry_period",
+        "2s",
+        "retry period (campaign mode)",
+        _duration,
+    ),
+    _Flag(
+        ("--filter-mode",),
+        "filter_mode",
+        "single",
+        "single: filter picks the node (HAMi); all: filter keeps every fitting node, "
+        "prioritize scores them and bind writes the decision",
+        choices=tuple(FILTER_MODES),
+    ),
+    _Flag(
+        ("--handshake-timeout",),
+        "handshake_timeout",
+        "5m",
+        "a vendor that has not reported within this long is unavailable",
+        _duration,
+    ),
+    _Flag(
+        ("--handshake-interval",),
+        "handshake_interval",
+        "15s",
+        "how often node handshakes are checked and requested",
+        _duration,
+    ),
+    _Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
+    _Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
+    _Flag(
+        ("--resource-mem-percentage",),
+        "resource_mem_percentage",
+        "nvidia.com/gpumem-percentage",
+        "NVIDIA memory percentage resource",
+    ),
+    _Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
+    _Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
+    _Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", _non_negative),
+    _Flag(("--default-cores",), "default_cores", "0", "default cores percent", _non_negative),
+    _Flag(("--default-gpu",), "default_gpu", "1", "default GPU count", _non_negative),
+    _Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
+    _Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
+    _Flag(
+        ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
+    ),
+)
+
+
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The flag parser; defaults come from ``environ`` (``HAMI_*``) when set there."""
+    env = environ or {}
+    parser = argparse.ArgumentParser(
+        prog="hami-scheduler",
+        description="Kubernetes scheduler extender for GPU sharing (HAMi protocol).",
+    )
+    for flag in _FLAGS:
+        env_name = _env_name(flag.names[0])
+        default = env.get(env_name, flag.default)
+        help_text = f"{flag.help} (env {env_name}; default {flag.default!r})"
+        if flag.is_bool:
+            parser.add_argument(
+                *flag.names,
+                dest=flag.dest,
+                nargs="?",
+                const="true",
+                default=default,
+                type=parse_bool,
+                metavar="BOOL",
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                *flag.names,
+                dest=flag.dest,
+                default=default,
+                type=flag.kind or str,
+                choices=flag.choices,
+                help=help_text,
+            )
+    return parser
+
+
+def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "resourceCountName": args.resource_name,
+        "resourceMemoryName": args.resource_mem,
+        "resourceMemoryPercentageName": args.resource_mem_percentage,
+        "resourceCoreName": args.resource_cores,
+        "resourcePriorityName": args.resource_priority,
+        "defaultMemory": args.default_mem,
+        "defaultCores": args.default_cores,
+        "defaultGPUNum": args.default_gpu,
+    }
+
+
+def load_device_config(args: argparse.Namespace) -> DeviceConfig:
+    """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
+    document: dict[str, Any] = {}
+    path = args.device_config_file
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("--device-config-file", path, f"cannot read: {exc}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("--device-config-file", path, f"not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError("--device-config-file", path, "expected a YAML mapping")
+        document = dict(loaded or {})
+    file_nvidia = document.get("nvidia") or {}
+    if not isinstance(file_nvidia, dict):
+        raise ConfigError("nvidia", file_nvidia, "expected a mapping")
+    document["nvidia"] = {**_nvidia_from_flags(args), **file_nvidia}
+    return device_config_from_mapping(document)
+
+
+def _leader_settings(args: argparse.Namespace, env: Mapping[str, str]) -> LeaderElectSettings:
+    name = args.leader_elect_resource_name or args.scheduler_name or DEFAULT_COMPONENT
+    namespace = args.leader_elect_resource_namespace or env.get("POD_NAMESPACE") or "kube-system"
+    identity = args.leader_elect_identity or env.get("POD_NAME") or socket.gethostname()
+    settings = LeaderElectSettings(
+        enabled=args.leader_elect,
+        mode=cast("LeaderMode", args.leader_elect_mode),
+        namespace=namespace,
+        name=name,
+        identity=identity,
+        lease_duration_s=args.leader_elect_lease_duration,
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_period_s=args.leader_elect_retry_period,
+    )
+    if settings.enabled and not (
+        settings.lease_duration_s > settings.renew_deadline_s > 1.2 * settings.retry_period_s > 0
+    ):
+        raise ValueError(
+            "leader election needs lease duration > renew deadline > 1.2 × retry period > 0"
+        )
+    return settings
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Parse flags (and ``HAMI_*`` variables); exits with a usage message on invalid input."""
+    env = environ or {}
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    try:
+        config = load_device_config(args)
+        vendors = vendors_from_config(
+            config, enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar
+        )
+        selector = format_selector(
+            parse_selector_string(args.node_label_selector, annotation="--node-label-selector")
+        )
+        return Settings(
+            http_bind=args.http_bind,
+            cert_file=args.cert_file or None,
+            key_file=args.key_file or None,
+            tls_reload_interval_s=args.tls_reload_interval,
+            metrics_bind_address=args.metrics_bind_address,
+            log_format=cast("LogFormat", args.log_format),
+            log_level="debug" if args.debug else args.log_level,
+            kube=KubeSettings(
+                kube_url=args.kube_url or None,
+                kubeconfig=args.kubeconfig or None,
+                qps=args.kube_qps,
+                burst=max(args.kube_burst, 1),
+                request_timeout_s=args.kube_timeout if args.kube_timeout > 0 else 30.0,
+                user_agent=DEFAULT_COMPONENT,
+            ),
+            scheduler_name=args.scheduler_name,
+            node_policy=parse_node_policy(
+                args.node_scheduler_policy, key="--node-scheduler-policy"
+            ),
+            gpu_policy=parse_gpu_policy(args.gpu_scheduler_policy, key="--gpu-scheduler-policy"),
+            node_label_selector=selector,
+            node_lock_timeout_s=args.node_lock_timeout,
+            node_lock_retry_timeout_s=args.node_lock_retry_timeout,
+            leader=_leader_settings(args, env),
+            filter_mode=cast("FilterMode", args.filter_mode),
+            handshake_timeout_s=args.handshake_timeout,
+            handshake_interval_s=args.handshake_interval,
+            device_config=config,
+            vendors=vendors,
+            pod_name=env.get("POD_NAME", ""),
+            pod_namespace=env.get("POD_NAMESPACE", ""),
+        )
+    except (ProtocolError, ValueError) as exc:
+        parser.error(str(exc))

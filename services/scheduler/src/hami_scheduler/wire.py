@@ -1,0 +1,156 @@
+"""The extender JSON (``k8s.io/kube-scheduler/extender/v1``): decoding requests, encoding replies.
+
+The Go types have no JSON tags, so kube-scheduler writes the Go field names (``Pod``,
+``NodeNames``, ...) and reads replies case-insensitively.  As Go's ``encoding/json`` does, keys
+are matched here without regard to case (``nodenames`` works; when a key appears in several
+spellings the last one wins), ``null`` means "not set", and replies use the Go names with
+every field present — unset ones as ``null``, never omitted.  Embedded Kubernetes objects
+(``Pod``, the ``Nodes`` NodeList) keep their camelCase keys; only ``items`` of the NodeList is
+looked up case-insensitively, as Go would.
+
+Bodies that are not JSON, or whose fields have the wrong JSON type, raise :class:`BadArgsError`
+(the HTTP layer answers 400); everything else decodes, and missing pieces are for the caller to
+judge (a missing pod is an ``Error`` in the reply, not a decoding failure).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami_kube.resources import JsonObject
+
+__all__ = [
+    "BadArgsError",
+    "BindingArgs",
+    "ExtenderArgs",
+    "decode_binding_args",
+    "decode_extender_args",
+    "encode_binding_result",
+    "encode_filter_result",
+    "encode_priorities",
+]
+
+
+class BadArgsError(ValueError):
+    """The body is not a decodable extender request."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """Filter/prioritize arguments: the pod, and either node names or full node objects."""
+
+    pod: JsonObject | None
+    nodes: list[JsonObject] | None = None
+    """``Nodes.items`` when the scheduler sent full objects (``nodeCacheCapable: false``)."""
+    node_names: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str = ""
+    pod_namespace: str = ""
+    pod_uid: str = ""
+    node: str = ""
+
+
+def _load(body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BadArgsError(f"request body is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise BadArgsError("request body must be a JSON object")
+    return document
+
+
+def _fields(document: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """Go's case-insensitive field matching: ``name → value`` for the known ``names``."""
+    folded = {name.lower(): name for name in names}
+    found: dict[str, Any] = {}
+    for key, value in document.items():
+        name = folded.get(key.lower())
+        if name is not None:
+            found[name] = value
+    return found
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    """``ExtenderArgs`` from a filter or prioritize body; raises :class:`BadArgsError`."""
+    fields = _fields(_load(body), ("Pod", "Nodes", "NodeNames"))
+    pod = fields.get("Pod")
+    if pod is not None and not isinstance(pod, dict):
+        raise BadArgsError("Pod must be a JSON object or null")
+    names = fields.get("NodeNames")
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+    ):
+        raise BadArgsError("NodeNames must be an array of strings or null")
+    node_list = fields.get("Nodes")
+    items: list[JsonObject] | None = None
+    if node_list is not None:
+        if not isinstance(node_list, dict):
+            raise BadArgsError("Nodes must be a NodeList object or null")
+        raw_items = _fields(node_list, ("items",)).get("items")
+        if raw_items is None:
+            items = []
+        elif isinstance(raw_items, list) and all(isinstance(i, dict) for i in raw_items):
+            items = raw_items
+        else:
+            raise BadArgsError("Nodes.items must be an array of Node objects")
+    return ExtenderArgs(pod=pod, nodes=items, node_names=names)
+
+
+def decode_binding_args(body: bytes) -> BindingArgs:
+    """``ExtenderBindingArgs``; raises :class:`BadArgsError`."""
+    fields = _fields(_load(body), ("PodName", "PodNamespace", "PodUID", "Node"))
+    values: dict[str, str] = {}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise BadArgsError(f"{name} must be a string")
+        values[name] = value
+    return BindingArgs(
+        pod_name=values.get("PodName", ""),
+        pod_namespace=values.get("PodNamespace", ""),
+        pod_uid=values.get("PodUID", ""),
+        node=values.get("Node", ""),
+    )
+
+
+def _dump(document: object) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_filter_result(
+    *,
+    node_names: Sequence[str] | None = None,
+    nodes: Sequence[JsonObject] | None = None,
+    failed: Mapping[str, str] | None = None,
+    failed_unresolvable: Mapping[str, str] | None = None,
+    error: str = "",
+) -> bytes:
+    """``ExtenderFilterResult`` with every field present (``null`` when unset)."""
+    return _dump(
+        {
+            "Nodes": None if nodes is None else {"metadata": {}, "items": list(nodes)},
+            "NodeNames": None if node_names is None else list(node_names),
+            "FailedNodes": None if failed is None else dict(failed),
+            "FailedAndUnresolvableNodes": (
+                None if failed_unresolvable is None else dict(failed_unresolvable)
+            ),
+            "Error": error,
+        }
+    )
+
+
+def encode_priorities(scores: Sequence[tuple[str, int]]) -> bytes:
+    """``HostPriorityList``: a bare JSON array of ``{"Host", "Score"}``."""
+    return _dump([{"Host": host, "Score": score} for host, score in scores])
+
+
+def encode_binding_result(error: str = "") -> bytes:
+    return _dump({"Error": error})

@@ -1,0 +1,254 @@
+"""Builders and harnesses for the service tests: registered nodes, pods, a running scheduler
+against the emulated API server, extender calls over HTTP, and polling with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from hami_kube.backoff import BackoffPolicy
+from hami_kube.reflector import ReflectorConfig
+from hami_kubesim.server import ApiServer
+from hami_kubesim.testing import RunningApiServer, running_apiserver
+from hami_protocol import keys
+from hami_protocol.handshake import format_reported
+from hami_protocol.registry import DeviceInfo, encode_node_devices_colon, encode_node_devices_json
+from hami_scheduler.app import RunningScheduler, serving
+from hami_scheduler.settings import Settings
+
+FAST_REFLECTOR = ReflectorConfig(backoff=BackoffPolicy(initial=0.02, factor=2.0, cap=0.5))
+T4 = "NVIDIA-Tesla T4"
+
+
+def gpus(
+    node: str,
+    count: int = 2,
+    *,
+    mem: int = 8000,
+    cores: int = 100,
+    split: int = 10,
+    model: str = T4,
+    numa: Sequence[int] | None = None,
+    mode: str = "hami-core",
+    health: bool = True,
+) -> list[DeviceInfo]:
+    return [
+        DeviceInfo(
+            id=f"GPU-{node}-{i}",
+            index=i,
+            count=split,
+            devmem=mem,
+            devcore=cores,
+            type=model,
+            numa=numa[i] if numa else 0,
+            health=health,
+            mode=mode,
+        )
+        for i in range(count)
+    ]
+
+
+def register_annotations(
+    devices: Iterable[DeviceInfo], *, colon: bool = False, reported: bool = True
+) -> dict[str, str]:
+    listed = list(devices)
+    value = encode_node_devices_colon(listed) if colon else encode_node_devices_json(listed)
+    annotations = {keys.NVIDIA_REGISTER: value}
+    if reported:
+        annotations[keys.NVIDIA_HANDSHAKE] = format_reported(datetime.now(UTC))
+    return annotations
+
+
+def node_object(
+    name: str,
+    annotations: Mapping[str, str] | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    allocatable: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/hostname": name}}
+    meta["labels"].update(labels or {})
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    status: dict[str, Any] = {
+        "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110", **(allocatable or {})},
+        "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110", **(allocatable or {})},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+
+
+def gpu_limits(
+    count: int = 1, *, mem: int | None = None, cores: int | None = None
+) -> dict[str, str]:
+    limits = {"nvidia.com/gpu": str(count)}
+    if mem is not None:
+        limits["nvidia.com/gpumem"] = str(mem)
+    if cores is not None:
+        limits["nvidia.com/gpucores"] = str(cores)
+    return limits
+
+
+def container(name: str = "main", limits: Mapping[str, str] | None = None) -> dict[str, Any]:
+    ctr: dict[str, Any] = {"name": name, "image": "busybox"}
+    if limits is not None:
+        ctr["resources"] = {"limits": dict(limits)}
+    return ctr
+
+
+def pod_object(
+    name: str,
+    *containers: dict[str, Any],
+    namespace: str = "default",
+    init: Sequence[dict[str, Any]] = (),
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    scheduler: str = "hami-scheduler",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if labels:
+        meta["labels"] = dict(labels)
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": list(containers) or [container(limits=gpu_limits())],
+    }
+    if init:
+        spec["initContainers"] = list(init)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
+) -> None:
+    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s: {what}")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Harness:
+    """A scheduler served in-process against an emulated API server."""
+
+    sim: RunningApiServer
+    scheduler: RunningScheduler
+    http: aiohttp.ClientSession
+    ssl_context: ssl.SSLContext | None = None
+
+    @property
+    def api(self) -> ApiServer:
+        return self.sim.server
+
+    async def post(self, verb: str, body: Any, *, raw: bytes | None = None) -> tuple[int, Any]:
+        data = raw if raw is not None else json.dumps(body).encode()
+        async with self.http.post(
+            f"{self.scheduler.url()}/{verb}",
+            data=data,
+            headers={"Content-Type": "application/json"},
+            ssl=self.ssl_context if self.ssl_context is not None else False,
+        ) as response:
+            text = await response.read()
+            return response.status, json.loads(text) if text else None
+
+    async def filter(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
+        status, reply = await self.post(
+            "filter", {"Pod": pod, "Nodes": None, "NodeNames": list(nodes)}
+        )
+        assert status == 200, reply
+        assert isinstance(reply, dict)
+        return reply
+
+    async def bind(self, pod: Mapping[str, Any], node: str) -> str:
+        meta = pod["metadata"]
+        status, reply = await self.post(
+            "bind",
+            {
+                "PodName": meta["name"],
+                "PodNamespace": meta["namespace"],
+                "PodUID": meta.get("uid", ""),
+                "Node": node,
+            },
+        )
+        assert status == 200, reply
+        return str(reply["Error"])
+
+    async def add_node(
+        self,
+        name: str,
+        devices: Iterable[DeviceInfo] | None = None,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        merged = dict(register_annotations(devices)) if devices is not None else {}
+        merged.update(annotations or {})
+        return await self.api.create("nodes", node_object(name, merged, **extra))
+
+    async def add_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.api.create("pods", dict(pod))
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.api.get("pods", name, namespace=namespace)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.api.get("nodes", name)
+
+    async def synced_node(self, name: str) -> None:
+        await eventually(lambda: name in self.scheduler.cache.nodes, what=f"{name} registered")
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.api.list("events") if e.get("reason") == reason]
+
+
+def settings_for(url: str, **overrides: Any) -> Settings:
+    base = Settings(
+        http_bind="127.0.0.1:0",
+        metrics_bind_address="127.0.0.1:0",
+        scheduler_name="hami-scheduler",
+    )
+    kube = dataclasses.replace(base.kube, kube_url=url)
+    return dataclasses.replace(base, kube=kube, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def scheduler_on(sim: RunningApiServer, **overrides: Any) -> AsyncIterator[RunningScheduler]:
+    async with serving(settings_for(sim.url, **overrides), reflector_config=FAST_REFLECTOR) as s:
+        await eventually(s.ready, what="scheduler caches synced")
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def harness(**overrides: Any) -> AsyncIterator[Harness]:
+    async with (
+        running_apiserver() as sim,
+        scheduler_on(sim, **overrides) as scheduler,
+        aiohttp.ClientSession() as http,
+    ):
+        yield Harness(sim, scheduler, http)
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})

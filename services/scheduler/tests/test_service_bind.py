@@ -1,0 +1,275 @@
+"""``/bind`` through the emulated API server: node lock semantics (§8 item 35), bind-phase,
+Binding, and undoing everything on failure."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from hami_protocol import keys
+from hami_protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
+
+from .service_helpers import (
+    Harness,
+    annotations_of,
+    container,
+    eventually,
+    gpu_limits,
+    gpus,
+    harness,
+    labels_of,
+    pod_object,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def placed(h: Harness, name: str, node: str = "n", **labels: str) -> dict[str, Any]:
+    """A pod created and filtered onto ``node`` (single mode)."""
+    pod = await h.add_pod(
+        pod_object(name, container(limits=gpu_limits(1, mem=1000)), labels=labels or None)
+    )
+    assert (await h.filter(pod, [node]))["NodeNames"] == [node]
+    return pod
+
+
+def lock_of(h: Harness, node: str = "n") -> str | None:
+    return annotations_of(h.node(node)).get(keys.NODE_LOCK)
+
+
+async def set_lock(h: Harness, value: str, node: str = "n") -> None:
+    await h.api.patch(
+        "nodes", node, {"metadata": {"annotations": {keys.NODE_LOCK: value}}}, patch_type="merge"
+    )
+
+
+def used(h: Harness, node: str = "n") -> int:
+    return sum(d.used for d in h.scheduler.cache.nodes[node].devices)
+
+
+async def test_bind_locks_the_node_marks_allocating_and_posts_the_binding() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        pod = await placed(h, "p")
+        assert await h.bind(pod, "n") == ""
+        stored = h.pod("p")
+        assert stored["spec"]["nodeName"] == "n"
+        notes = annotations_of(stored)
+        assert notes[keys.BIND_PHASE] == "allocating"
+        assert int(notes[keys.BIND_TIME]) > 0
+        lock = decode_node_lock(lock_of(h) or "")
+        assert (lock.namespace, lock.pod) == ("default", "p")
+        assert datetime.now(UTC) - lock.acquired < timedelta(minutes=1)
+        await eventually(lambda: bool(h.events("BindingSucceed")), what="event")
+        assert h.events("BindingSucceed")[0]["message"] == (
+            "Successfully binding node [n] to default/p"
+        )
+
+
+async def test_a_live_holder_makes_the_lock_contended_and_the_loser_is_undone() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        first = await placed(h, "first")
+        assert await h.bind(first, "n") == ""
+        second = await placed(h, "second")
+        assert used(h) == 2
+        error = await h.bind(second, "n")
+        assert error == "node n has been locked within 5m0s"
+        assert decode_node_lock(lock_of(h) or "").pod == "first"
+        assert "nodeName" not in h.pod("second")["spec"]
+        # The loser's reservation is dropped: only the bound pod holds a device.
+        assert used(h) == 1
+        await eventually(lambda: bool(h.events("BindingFailed")), what="event")
+        assert h.events("BindingFailed")[0]["message"] == error
+
+
+async def test_expired_and_dangling_locks_are_taken_over() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        await h.add_pod(pod_object("alive"))
+        old = datetime.now(UTC) - timedelta(minutes=6)
+        await set_lock(h, encode_node_lock(NodeLock(old, "default", "alive")))
+        pod = await placed(h, "late")
+        assert await h.bind(pod, "n") == ""
+        assert decode_node_lock(lock_of(h) or "").pod == "late"
+        # A recent lock whose owner no longer exists is dangling.
+        await set_lock(h, encode_node_lock(NodeLock(datetime.now(UTC), "default", "gone")))
+        other = await placed(h, "other")
+        assert await h.bind(other, "n") == ""
+        assert decode_node_lock(lock_of(h) or "").pod == "other"
+
+
+async def test_the_lock_is_reentrant_for_its_own_pod() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        pod = await placed(h, "p")
+        value = encode_node_lock(
+            NodeLock(datetime.now(UTC) - timedelta(seconds=30), "default", "p")
+        )
+        await set_lock(h, value)
+        assert await h.bind(pod, "n") == ""
+        assert lock_of(h) == value
+
+
+async def test_write_conflicts_are_retried_on_a_fresh_read() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        pod = await placed(h, "p")
+        # A resourceVersion that moved under us: the guarded lock write answers 409 twice.
+        h.api.inject_error(
+            "patch", "nodes", code=409, times=2, message="the object has been modified"
+        )
+        assert await h.bind(pod, "n") == ""
+        assert decode_node_lock(lock_of(h) or "").pod == "p"
+
+
+async def test_a_stale_resource_version_never_overwrites_a_new_lock() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        pod = await placed(h, "p")
+        await h.add_pod(pod_object("rival"))
+        stale = h.node("n")
+        await set_lock(h, encode_node_lock(NodeLock(datetime.now(UTC), "default", "rival")))
+        locker = h.scheduler.binder._locker  # the real locker, handed a stale node copy
+        with pytest.raises(Exception, match="has been locked within"):
+            await locker.acquire("n", namespace="default", pod="p", node=stale)
+        assert decode_node_lock(lock_of(h) or "").pod == "rival"
+        assert await h.bind(pod, "n") == "node n has been locked within 5m0s"
+
+
+async def test_a_failed_binding_releases_the_lock_and_the_reservation() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        pod = await placed(h, "p")
+        assert used(h) == 1
+        h.api.inject_error("create", "pods/binding", code=500)
+        error = await h.bind(pod, "n")
+        assert error.startswith("binding failed:")
+        assert lock_of(h) is None
+        assert used(h) == 0
+        assert "nodeName" not in h.pod("p")["spec"]
+        h.api.clear_faults()
+        # kube-scheduler tries again: filter, then bind.
+        assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+        assert await h.bind(pod, "n") == ""
+        await eventually(lambda: used(h) == 1, what="held again")
+
+
+async def test_missing_pod_or_node_and_bad_args_are_errors() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 1))
+        await h.synced_node("n")
+        ghost = pod_object("ghost")
+        ghost["metadata"]["uid"] = "u-ghost"
+        assert await h.bind(ghost, "n") == "pod default/ghost not found"
+        pod = await placed(h, "p")
+        assert await h.bind(pod, "nowhere") == "node nowhere not found"
+        assert used(h) == 0
+        status, reply = await h.post("bind", {"PodName": "p"})
+        assert (status, reply) == (
+            200,
+            {"Error": "extender binding args missing PodName, PodNamespace or Node"},
+        )
+        status, reply = await h.post("bind", {"podname": 5})
+        assert status == 400
+        replaced = {**pod, "metadata": {**pod["metadata"], "uid": "not-the-uid"}}
+        assert "has UID" in await h.bind(replaced, "n")
+
+
+async def test_pod_group_members_wait_for_a_contended_lock() -> None:
+    async with harness(node_lock_retry_timeout_s=10.0) as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        first = await placed(h, "first")
+        assert await h.bind(first, "n") == ""
+        member = await placed(h, "member", **{keys.POD_GROUP_LABEL: "g"})
+
+        async def plugin_releases() -> None:
+            await asyncio.sleep(0.3)
+            await h.api.patch(
+                "nodes",
+                "n",
+                {"metadata": {"annotations": {keys.NODE_LOCK: None}}},
+                patch_type="merge",
+            )
+
+        releaser = asyncio.create_task(plugin_releases())
+        assert await h.bind(member, "n") == ""
+        await releaser
+        assert decode_node_lock(lock_of(h) or "").pod == "member"
+
+
+async def test_all_mode_decides_at_bind_for_the_chosen_node() -> None:
+    async with harness(filter_mode="all") as h:
+        await h.add_node("a", gpus("a", 1))
+        await h.add_node("b", gpus("b", 1))
+        await h.synced_node("a")
+        await h.synced_node("b")
+        pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=2000))))
+        reply = await h.filter(pod, ["a", "b"])
+        assert sorted(reply["NodeNames"]) == ["a", "b"]
+        assert h.scheduler.cache.pod_count == 0
+        assert await h.bind(pod, "b") == ""
+        stored = h.pod("p")
+        notes = annotations_of(stored)
+        assert notes[keys.VGPU_NODE] == "b"
+        assert labels_of(stored)[keys.VGPU_NODE] == "b"
+        assert notes[keys.NVIDIA_DEVICES_ALLOCATED] == "GPU-b-0,NVIDIA,2000,0:;"
+        assert notes[keys.BIND_PHASE] == "allocating"
+        assert stored["spec"]["nodeName"] == "b"
+        assert used(h, "b") == 1
+        # The device plugin released the lock; a pod that no longer fits the node
+        # kube-scheduler picked is refused at bind, and nothing is left behind.
+        await h.api.patch(
+            "nodes", "b", {"metadata": {"annotations": {keys.NODE_LOCK: None}}}, patch_type="merge"
+        )
+        big = await h.add_pod(pod_object("big", container(limits=gpu_limits(1, mem=7000))))
+        error = await h.bind(big, "b")
+        assert error == "node b no longer fits: 1/1 CardInsufficientMemory"
+        assert lock_of(h, "b") is None
+        assert used(h, "b") == 1
+        assert keys.VGPU_NODE not in annotations_of(h.pod("big"))
+
+
+async def test_binding_again_or_elsewhere_never_undoes_a_bound_pod() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.add_node("m", gpus("m", 2))
+        await h.synced_node("n")
+        await h.synced_node("m")
+        pod = await placed(h, "p")
+        assert await h.bind(pod, "n") == ""
+        await eventually(lambda: h.scheduler.cache.assumed_count() == 0, what="seen")
+        # kube-scheduler retrying a bind that did succeed: success, nothing released.
+        assert await h.bind(pod, "n") == ""
+        assert error_free(h)
+        assert await h.bind(pod, "m") == "pod default/p is already bound to node n"
+        assert used(h) == 1
+        assert decode_node_lock(lock_of(h) or "").pod == "p"
+
+
+async def test_single_mode_refuses_a_node_the_filter_did_not_choose() -> None:
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 1))
+        await h.add_node("m", gpus("m", 1))
+        await h.synced_node("n")
+        await h.synced_node("m")
+        pod = await placed(h, "p", node="n")
+        assert await h.bind(pod, "m") == "pod default/p was filtered onto node n, not m"
+        assert lock_of(h, "m") is None
+        fresh = await h.add_pod(pod_object("fresh", container(limits=gpu_limits(1))))
+        assert "carries no hami.io/vgpu-node decision" in await h.bind(fresh, "n")
+
+
+def error_free(h: Harness) -> bool:
+    return used(h) == 1 and h.pod("p")["spec"]["nodeName"] == "n"

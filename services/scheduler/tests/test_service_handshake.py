@@ -1,0 +1,99 @@
+"""The handshake loop: the leader requests, silent vendors leave the cache, and come back."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from hami_protocol import keys
+from hami_protocol.handshake import format_reported, parse_handshake
+from hami_scheduler.settings import LeaderElectSettings
+
+from .service_helpers import (
+    annotations_of,
+    container,
+    eventually,
+    gpu_limits,
+    gpus,
+    harness,
+    pod_object,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def handshake_state(node: dict[str, object]) -> str:
+    return parse_handshake(annotations_of(node).get(keys.NVIDIA_HANDSHAKE)).state
+
+
+async def test_silent_vendor_becomes_unavailable_and_returns_when_it_reports() -> None:
+    async with harness(handshake_timeout_s=1.0, handshake_interval_s=0.1) as h:
+        await h.add_node("n", gpus("n", 1))
+        await h.synced_node("n")
+        # The leader asks...
+        await eventually(lambda: handshake_state(h.node("n")) == "requesting", what="requested")
+        # ...nobody answers within the timeout: the node leaves the cache.
+        await eventually(lambda: "n" not in h.scheduler.cache.nodes, within=10, what="expired")
+        assert h.scheduler.cache.unavailable_count() == 1
+        pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=100))))
+        reply = await h.filter(pod, ["n"])
+        assert reply["FailedNodes"] == {
+            "n": "NVIDIA devices unavailable: handshake hami.io/node-handshake "
+            "not answered within 1s"
+        }
+        # The device plugin reports again: the node is back at once.
+        await h.api.patch(
+            "nodes",
+            "n",
+            {
+                "metadata": {
+                    "annotations": {keys.NVIDIA_HANDSHAKE: format_reported(datetime.now(UTC))}
+                }
+            },
+            patch_type="merge",
+        )
+        await h.synced_node("n")
+        assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+
+
+async def test_a_node_advertising_the_resource_stays_available() -> None:
+    async with harness(handshake_timeout_s=1.0, handshake_interval_s=0.1) as h:
+        await h.add_node("n", gpus("n", 1), allocatable={"nvidia.com/gpu": "10"})
+        await h.synced_node("n")
+        await eventually(lambda: handshake_state(h.node("n")) == "requesting", what="requested")
+        passes = h.scheduler.handshakes.passes
+        await eventually(
+            lambda: h.scheduler.handshakes.passes > passes + 25, within=20, what="passes"
+        )
+        assert "n" in h.scheduler.cache.nodes
+        assert h.scheduler.cache.unavailable_count() == 0
+
+
+async def test_followers_judge_but_never_write() -> None:
+    async with harness(
+        handshake_timeout_s=1.0,
+        handshake_interval_s=0.1,
+        leader=LeaderElectSettings(enabled=True, mode="follow", identity="nobody-holds-it"),
+    ) as h:
+        assert not h.scheduler.leadership.is_leader
+        await h.add_node("n", gpus("n", 1))
+        await h.synced_node("n")
+        passes = h.scheduler.handshakes.passes
+        await eventually(lambda: h.scheduler.handshakes.passes > passes + 5, what="passes")
+        assert handshake_state(h.node("n")) == "reported"
+        # A stale request left by a former leader is judged by followers too.
+        await h.api.patch(
+            "nodes",
+            "n",
+            {
+                "metadata": {
+                    "annotations": {keys.NVIDIA_HANDSHAKE: "Requesting_2020-01-01 00:00:00"}
+                }
+            },
+            patch_type="merge",
+        )
+        await eventually(lambda: "n" not in h.scheduler.cache.nodes, what="judged unavailable")
+        assert annotations_of(h.node("n"))[keys.NVIDIA_HANDSHAKE] == (
+            "Requesting_2020-01-01 00:00:00"
+        )
