@@ -207,6 +207,13 @@ def test_scheduler_name(current: str | None, rules: MutationRules, expected: str
     assert result["spec"].get("schedulerName") == expected
 
 
+def test_rdma_only_pod_goes_to_our_scheduler_without_gpu_defaults() -> None:
+    """NICs are placed by our scheduler (joint GPU + NIC allocation), so it must get the pod."""
+    _, result = admit(pod(container(limits={"koordinator.sh/rdma": "1"})))
+    assert result["spec"]["schedulerName"] == "hami-scheduler"
+    assert limits_of(result) == {"koordinator.sh/rdma": "1"}
+
+
 def test_other_scheduler_is_allowed_untouched_even_with_a_node() -> None:
     obj = pod(container(limits=gpu()), schedulerName="volcano", nodeName="n1")
     decision, result = admit(obj)

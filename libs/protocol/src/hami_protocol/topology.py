@@ -23,6 +23,7 @@ from hami_protocol.selectors import LabelSelector, label_key_problem, label_valu
 __all__ = [
     "RDMA_DEVICE_TYPE",
     "RDMA_REGISTER_VERSION",
+    "RDMA_RESOURCE",
     "RDMA_UNITS_PER_NIC",
     "GPUTopology",
     "Placed",
@@ -50,6 +51,8 @@ RDMA_DEVICE_TYPE = "RDMA"
 """Type word of NIC/VF entries in ``hami.io/rdma-devices-to-allocate`` / ``-allocated``."""
 RDMA_UNITS_PER_NIC = 100
 """Capacity of one NIC in ``koordinator.sh/rdma`` units (100 = the whole physical function)."""
+RDMA_RESOURCE = "koordinator.sh/rdma"
+"""The extended resource a pod asks RDMA NICs with (Koordinator's name)."""
 
 # Domain: NVML writes 8 hex digits, sysfs 4 (more for VMD domains like 10000); lspci may omit it.
 _BUS_ID_RE = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")

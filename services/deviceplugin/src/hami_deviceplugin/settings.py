@@ -52,6 +52,7 @@ from hami_kube.runtime.sites import parse_bind
 from hami_protocol.config import DeviceConfig, device_config_from_mapping
 from hami_protocol.errors import ConfigError
 from hami_protocol.node_config import NodeSettings, effective_node_config, parse_node_configs
+from hami_protocol.topology import RDMA_RESOURCE as _RDMA_RESOURCE
 
 __all__ = [
     "DEFAULT_HOOK_PATH",
@@ -69,7 +70,7 @@ __all__ = [
 BackendKind = Literal["nvml", "fake"]
 NicSourceKind = Literal["sysfs", "fake"]
 DEFAULT_HOOK_PATH: Final = "/usr/local"
-DEFAULT_RDMA_RESOURCE: Final = "koordinator.sh/rdma"
+DEFAULT_RDMA_RESOURCE: Final = _RDMA_RESOURCE
 DEFAULT_METRICS_BIND: Final = ":9397"
 DEFAULT_NODE_CONFIG_FILE: Final = "/config/config.json"
 _MAX_SOCKET_PATH: Final = 107

@@ -8,9 +8,12 @@
    node or not at all → ``Error``); the node read (gone → ``BindingFailed`` Event, reservation
    dropped, ``Error``);
 2. the node lock (:class:`~hami_scheduler.locks.NodeLocker`) when the pod's app containers ask a
-   vendor that uses ``hami.io/mutex.lock``; PodGroup members retry a contended lock;
+   vendor that uses ``hami.io/mutex.lock``, or any container asks ``koordinator.sh/rdma`` (the
+   device plugin finds the pod through the lock for NICs too, also for pods that get only
+   NICs); PodGroup members retry a contended lock;
 3. ``--filter-mode all`` only: the decision for the node kube-scheduler chose is made now from
-   the cache (the pod's previous reservation dropped first) and assumed at once;
+   the cache (the pod's previous reservation dropped first) and assumed at once — a joint
+   GPU + NIC decision for pods with Koordinator requests;
 4. one merge patch on the pod: ``hami.io/bind-phase: allocating``, ``hami.io/bind-time`` (and in
    ``all`` mode the decision's annotations and the ``hami.io/vgpu-node`` label);
 5. POST ``pods/<name>/binding``.
@@ -38,12 +41,14 @@ from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.requests import PodDeviceRequests
 from hami_scheduler.caches import SchedulerCache
-from hami_scheduler.core import decide_node
+from hami_scheduler.core.hints import KoordRequests, koord_requests
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import not_leader_message
+from hami_scheduler.joint_planning import joint_request, managed, wants_rdma
+from hami_scheduler.joint_select import decide_on, record_of
 from hami_scheduler.locks import LockContendedError, LockError, NodeLocker
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.planning import Planner, PodIdentity, decision_record, identify
+from hami_scheduler.planning import Planner, PodIdentity, identify
 from hami_scheduler.pod_state import AllocationKey
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import BindingArgs
@@ -147,11 +152,12 @@ class BindService:
         node_obj = await self._read_node(args, pod)
         try:
             requests = self._planner.requests(pod_obj)
+            koord = koord_requests(pod_obj)
         except ProtocolError as exc:
             message = f"cannot read the pod's device requests: {exc}"
             raise self._failed(pod, message, "bad_pod") from None
         chosen = pod.annotations.get(keys.VGPU_NODE)
-        if self._mode == "single" and requests.has_requests and chosen != args.node:
+        if self._mode == "single" and managed(requests, koord) and chosen != args.node:
             # The device plugin on another node could not serve this pod's device list.
             message = (
                 f"pod {pod.display} was filtered onto node {chosen}, not {args.node}"
@@ -160,7 +166,7 @@ class BindService:
             )
             raise self._failed(pod, message, "not_filtered")
         async with self._gates.hold(args.node):
-            await self._locked_bind(args, pod, pod_obj, node_obj, requests)
+            await self._locked_bind(args, pod, pod_obj, node_obj, (requests, koord))
         self._events.binding_succeeded(pod, args.node)
         log.info("bind_succeeded", pod=pod.display, node=args.node)
 
@@ -202,7 +208,9 @@ class BindService:
         self._events.binding_failed(pod, message)
         return _BindError(message, reason)
 
-    def _needs_lock(self, requests: PodDeviceRequests) -> bool:
+    def _needs_lock(self, requests: PodDeviceRequests, koord: KoordRequests) -> bool:
+        if wants_rdma(koord):
+            return True
         words = {word for slot in requests.slots if not slot.is_init for word in slot.requests}
         return any(
             vendor.node_lock_key == keys.NODE_LOCK and vendor.common_word in words
@@ -215,10 +223,11 @@ class BindService:
         pod: PodIdentity,
         pod_obj: JsonObject,
         node_obj: JsonObject,
-        requests: PodDeviceRequests,
+        asked: tuple[PodDeviceRequests, KoordRequests],
     ) -> None:
+        requests, koord = asked
         locked = False
-        if self._needs_lock(requests):
+        if self._needs_lock(requests, koord):
             try:
                 await self._locker.acquire(
                     args.node,
@@ -240,8 +249,8 @@ class BindService:
                 keys.BIND_TIME: str(int(self._clock())),
             }
             labels: dict[str, str | None] = {}
-            if self._mode == "all" and requests.has_requests:
-                assumed = self._decide(args.node, pod, requests, annotations, labels)
+            if self._mode == "all" and managed(requests, koord):
+                assumed = self._decide(args.node, pod, asked, annotations, labels)
             await patch_metadata(
                 self._client,
                 PODS,
@@ -276,29 +285,28 @@ class BindService:
         self,
         node: str,
         pod: PodIdentity,
-        requests: PodDeviceRequests,
+        asked: tuple[PodDeviceRequests, KoordRequests],
         annotations: dict[str, str | None],
         labels: dict[str, str | None],
     ) -> AllocationKey:
         """``--filter-mode all``: decide for ``node`` now and assume it; returns its key."""
+        requests, koord = asked
         self._cache.release(pod.uid)
         try:
             plan = self._planner.plan(pod, requests, quota=self._cache.quota_view)
+            request = joint_request(pod, plan, koord)
         except ProtocolError as exc:
             raise _BindError(str(exc), "bad_annotation") from None
         problem = self._cache.node_problem(node, plan.vendors)
-        usage = self._cache.nodes.get(node)
-        if problem is not None or usage is None:
+        if problem is None and request.wants_nics:
+            problem = self._cache.nic_problem(node)
+        decision = None if problem is not None else decide_on(plan, request, self._cache, node)
+        if decision is None:
             raise _BindError(f"node {node}: {problem or 'node unregistered'}", "unschedulable")
-        decision = decide_node(usage, plan)
         if not decision.fits:
             raise _BindError(f"node {node} no longer fits: {decision.reason}", "unschedulable")
-        record = decision_record(
-            decision,
-            plan,
-            namespace=pod.namespace,
-            vendors=self._cache.vendors,
-            now_unix=int(self._clock()),
+        record = record_of(
+            decision, plan, request, pod=pod, cache=self._cache, now_unix=int(self._clock())
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
         annotations.update(record.annotations)

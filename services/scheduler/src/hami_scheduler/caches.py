@@ -8,6 +8,10 @@
   scores, handshakes) and which vendors are marked unavailable by the handshake rule;
 * per pod UID what the pod holds (:class:`PodRecord`), applied to its node's usage and to the
   namespace's :class:`~hami_scheduler.core.QuotaLedger`;
+* the RDMA NICs and exclusive PCIe claims (:class:`~hami_scheduler.nic_cache.NicCache`):
+  ``nics`` maps node name → :class:`~hami_scheduler.core.rdma.NicUsage`, the mapping
+  :func:`~hami_scheduler.core.joint.select_joint` reads; a pod's holding carries its NIC part,
+  so assumptions, releases and deletions move it together with the GPU usage;
 * the ResourceQuota limits (:class:`~hami_scheduler.quota_cache.QuotaCache`).
 
 Every event costs O(devices of the pod or node): a pod event shifts one node's usage, a node
@@ -35,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hami_kube.timefmt import utc_now
+from hami_protocol import keys
 from hami_protocol.devices import DeviceUsageSummary
 from hami_protocol.handshake import check_handshake
 from hami_protocol.selectors import EVERYTHING, LabelSelector
@@ -47,7 +52,9 @@ from hami_scheduler.core import (
     build_node_usage,
     remove_usage,
 )
+from hami_scheduler.core.rdma import NicUsage
 from hami_scheduler.durations import format_go_duration
+from hami_scheduler.nic_cache import NicCache
 from hami_scheduler.node_state import NodeFacts, read_node
 from hami_scheduler.pod_state import AllocationKey, Holding, read_pod
 from hami_scheduler.quota_cache import QuotaCache
@@ -119,9 +126,20 @@ class SchedulerCache:
         self._node_pods: dict[str, dict[str, tuple[DeviceUsageSummary, ...]]] = {}
         self._pods: dict[str, PodRecord] = {}
         self._reported: dict[str, _Reported] = {}
+        self.nic = NicCache()
         self.troubled: set[str] = set()
         """Nodes with a malformed register annotation or a vendor marked unavailable: the
-        filter asks :meth:`node_problem` about these only."""
+        filter asks :meth:`node_problem` (and :meth:`nic_problem`) about these only."""
+
+    @property
+    def nics(self) -> Mapping[str, NicUsage]:
+        """Node name → its NICs and claims, for nodes with a NIC layout."""
+        return self.nic.usages
+
+    @property
+    def gpu_claimed(self) -> set[str]:
+        """Nodes where a pod holds an exclusive PCIe claim on GPUs."""
+        return self.nic.gpu_claimed
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -157,6 +175,8 @@ class SchedulerCache:
         health_changed = self._judge(name, facts, self._now(), None)
         if previous is None or previous.layout_key != facts.layout_key or health_changed:
             self._rebuild(name)
+        if previous is None or previous.nic_key != facts.nic_key:
+            self.nic.node_changed(facts)
         self._retrouble(name)
 
     def remove_node(self, obj: Mapping[str, Any]) -> None:
@@ -173,11 +193,12 @@ class SchedulerCache:
         self._unhealthy.pop(name, None)
         self._reported.pop(name, None)
         self.troubled.discard(name)
+        self.nic.node_removed(name)
 
     def _retrouble(self, name: str) -> None:
         facts = self._facts.get(name)
         if facts is not None and (
-            name in self._unhealthy or any(r.error for r in facts.registrations)
+            name in self._unhealthy or facts.rdma_error or any(r.error for r in facts.registrations)
         ):
             self.troubled.add(name)
         else:
@@ -209,11 +230,17 @@ class SchedulerCache:
                 )
         return None
 
+    def nic_problem(self, name: str) -> str | None:
+        """Why a seen node's NICs cannot be used: its RDMA register annotation is unreadable."""
+        return self.nic.problem(name)
+
     def _report(self, facts: NodeFacts) -> None:
         reported = self._reported.setdefault(facts.name, _Reported())
         problems = [(r.key, r.error, r.raw) for r in facts.registrations if r.error]
         if facts.pair_error:
             problems.append(("hami.io/node-nvidia-score", facts.pair_error, facts.pair_raw))
+        if facts.rdma_error:
+            problems.append((keys.RDMA_REGISTER, facts.rdma_error, facts.rdma_raw))
         current = {key for key, _, _ in problems}
         for key in [key for key in reported.values if key not in current]:
             del reported.values[key]
@@ -268,6 +295,11 @@ class SchedulerCache:
             pair_scores=facts.pair_scores,
             usages=[s for uid, usage in held.items() if uid != exclude_uid for s in usage],
         )
+
+    def simulated_nics(self, obj: Mapping[str, Any], *, exclude_uid: str = "") -> NicUsage | None:
+        """:meth:`simulated_node`'s NIC counterpart (``None``: the node has no NIC layout)."""
+        facts = read_node(obj, self.vendors)
+        return self.nic.simulated(facts, exclude_uid=exclude_uid) if facts.name else None
 
     # -- handshakes ----------------------------------------------------------------------------
     def check_handshakes(self, names: Iterable[str], now: datetime) -> list[HandshakeWrite]:
@@ -428,7 +460,8 @@ class SchedulerCache:
         if (
             old is not None
             and new is not None
-            and (old.node, old.namespace, old.usage) == (new.node, new.namespace, new.usage)
+            and (old.node, old.namespace, old.usage, old.nics)
+            == (new.node, new.namespace, new.usage, new.nics)
         ):
             return
         if old is not None:
@@ -441,12 +474,16 @@ class SchedulerCache:
             if node is not None:
                 self.nodes[old.node] = remove_usage(node, old.usage)
             self.ledger.remove(old.namespace, old.usage)
+            if old.nics is not None:
+                self.nic.release(uid, old.node)
         if new is not None:
             self._node_pods.setdefault(new.node, {})[uid] = new.usage
             node = self.nodes.get(new.node)
             if node is not None:
                 self.nodes[new.node] = apply_usage(node, new.usage)
             self.ledger.add(new.namespace, new.usage)
+            if new.nics is not None:
+                self.nic.hold(uid, new.node, new.nics)
 
     # -- quotas ------------------------------------------------------------------------------
     def upsert_quota(self, obj: Mapping[str, Any]) -> None:

@@ -2,9 +2,13 @@
 
 :meth:`FilterService.filter`, in order:
 
-1. no pod → ``Error: "extender args missing pod"``; a pod whose requests cannot be read, or
-   invalid ``hami.io/device-scoring-weights`` → ``Error``;
-2. a pod asking for no managed device → every input node unchanged;
+1. no pod → ``Error: "extender args missing pod"``; a pod whose requests cannot be read
+   (``koordinator.sh/rdma`` included), invalid ``hami.io/device-scoring-weights``, or an
+   invalid ``scheduling.koordinator.sh/device-joint-allocate`` / ``…/device-allocate-hint``
+   → ``Error`` naming the annotation and the problem (kube-scheduler records it in its
+   ``FailedScheduling`` Event; a ``FilteringFailed`` Event says the same);
+2. a pod asking for no managed device (HAMi's device resources, or RDMA) → every input node
+   unchanged;
 3. full ``Nodes`` given (``nodeCacheCapable: false``, the cluster-autoscaler's simulation):
    decide from those objects' annotations with the usage the cache knows, and return the best
    node's object (``--filter-mode all``: every fitting one) — nothing written, nothing
@@ -13,15 +17,20 @@
    ``Error``;
 5. ``--filter-mode single`` (HAMi's): drop the pod's previous reservation, select among the
    candidates (``node unregistered`` for unknown ones, the annotation or handshake problem for
-   troubled ones, HAMi's reason text for the rest), assume the decision in the cache and write
-   it in one merge patch (``hami.io/vgpu-node`` annotation and label, ``hami.io/vgpu-time``,
-   each vendor's to-allocate and allocated lists); a failed patch forgets the assumption and
-   answers ``Error``.  The reply names the chosen node only;
+   troubled ones — an unreadable ``hami.io/node-rdma-register`` for pods asking NICs — HAMi's
+   reason text for the rest), assume the decision in the cache and write it in one merge patch
+   (``hami.io/vgpu-node`` annotation and label, ``hami.io/vgpu-time``, each vendor's
+   to-allocate and allocated lists, and for a joint decision the RDMA lists and
+   ``scheduling.koordinator.sh/device-allocated``); a failed patch forgets the assumption and
+   answers ``Error``.  The reply names the chosen node only.  Which core selection runs is
+   :func:`~hami_scheduler.joint_select.choose`'s business: pods without Koordinator requests
+   keep HAMi's fast path;
 6. ``--filter-mode all``: the reply names every fitting node and writes nothing; prioritize
    scores them and bind decides for the node kube-scheduler picked.
 
 Cost: O(candidates × their devices), never O(pods): the core reads the cached node usage, and
 a :class:`~hami_scheduler.core.SelectMemo` reuses per-node answers while a node is unchanged.
+Joint pods pay a full joint decision per candidate with NICs (bounded per node).
 """
 
 from __future__ import annotations
@@ -39,10 +48,15 @@ from hami_protocol.errors import ProtocolError
 from hami_protocol.policy import parse_pod_policy
 from hami_protocol.requests import PodDeviceRequests
 from hami_scheduler.caches import SchedulerCache
-from hami_scheduler.core import FailureReasons, NodeUsage, PodPlan, SelectMemo, select_node
+from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo, select_node
+from hami_scheduler.core.hints import JointRequest, KoordRequests, koord_requests
+from hami_scheduler.core.joint import select_joint
+from hami_scheduler.core.rdma import NicUsage
 from hami_scheduler.events import SchedulerEvents
+from hami_scheduler.joint_planning import joint_request, managed
+from hami_scheduler.joint_select import choose, record_of, resolved
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.planning import Planner, PodIdentity, decision_record, identify
+from hami_scheduler.planning import Planner, PodIdentity, identify
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import ExtenderArgs
 
@@ -138,13 +152,19 @@ class FilterService:
         self._metrics.observe("filter", status, elapsed, "" if status == outcome else outcome)
         return reply
 
-    def _parse(self, args: ExtenderArgs) -> tuple[JsonObject, PodDeviceRequests]:
+    def _parse(self, args: ExtenderArgs) -> tuple[PodDeviceRequests, KoordRequests]:
         if args.pod is None:
             raise _Refused(MISSING_POD, "missing_pod")
         try:
-            return args.pod, self._planner.requests(args.pod)
+            return self._planner.requests(args.pod), koord_requests(args.pod)
         except ProtocolError as exc:
             raise _Refused(f"cannot read the pod's device requests: {exc}", "bad_pod") from None
+
+    def _joint(self, pod: PodIdentity, plan: PodPlan, koord: KoordRequests) -> JointRequest:
+        try:
+            return joint_request(pod, plan, koord)
+        except ProtocolError as exc:
+            raise _Refused(str(exc), "bad_annotation") from None
 
     def _plan(self, pod: PodIdentity, requests: PodDeviceRequests, *, quota: bool) -> PodPlan:
         try:
@@ -155,13 +175,14 @@ class FilterService:
             raise _Refused(str(exc), "bad_annotation") from None
 
     async def _filter(self, args: ExtenderArgs, pod: PodIdentity) -> tuple[FilterReply, str]:
-        _, requests = self._parse(args)
-        if not requests.has_requests:
+        requests, koord = self._parse(args)
+        if not managed(requests, koord):
             return FilterReply(node_names=args.node_names, nodes=args.nodes, failed={}), "ignored"
-        # Policy annotations are checked first, so an invalid one is the answer everywhere.
-        self._plan(pod, requests, quota=False)
+        # Policy and Koordinator annotations are checked first, so an invalid one is the answer
+        # everywhere.
+        joint = self._joint(pod, self._plan(pod, requests, quota=False), koord)
         if args.nodes is not None:
-            return self._simulate(args.nodes, pod, requests), "simulated"
+            return self._simulate(args.nodes, pod, requests, joint), "simulated"
         if args.node_names is None:
             raise _Refused(_NO_NODES, "bad_request")
         if not self._is_leader():
@@ -178,9 +199,9 @@ class FilterService:
             # A pod filtered again gave up its previous placement (HAMi drops it too).
             self._cache.release(pod.uid)
         plan = self._plan(pod, requests, quota=True)
-        failed, candidates = self._screen(args.node_names, plan)
-        selection = select_node(plan, self._cache.nodes, candidates=candidates, memo=self.memo)
-        failed.update(_resolved(selection.failed))
+        failed, candidates = self._screen(args.node_names, plan, joint)
+        selection = choose(plan, joint, self._cache, candidates, memo=self.memo)
+        failed.update(resolved(selection.failed))
         self._metrics.reject(failed.values())
         if selection.node is None or selection.decision is None:
             self._events.filtering_failed(pod, failed)
@@ -191,11 +212,12 @@ class FilterService:
             self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
             log.info("filter_fitting", pod=pod.display, fitting=len(fitting), failed=len(failed))
             return FilterReply(node_names=fitting, failed=failed), "scheduled"
-        record = decision_record(
+        record = record_of(
             selection.decision,
             plan,
-            namespace=pod.namespace,
-            vendors=self._cache.vendors,
+            joint,
+            pod=pod,
+            cache=self._cache,
             now_unix=int(self._clock()),
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
@@ -217,15 +239,22 @@ class FilterService:
         )
         return FilterReply(node_names=[selection.node], failed=failed), "scheduled"
 
-    def _screen(self, names: Sequence[str], plan: PodPlan) -> tuple[dict[str, str], list[str]]:
+    def _screen(
+        self, names: Sequence[str], plan: PodPlan, joint: JointRequest
+    ) -> tuple[dict[str, str], list[str]]:
         """Candidates the core should judge, and the troubled ones refused with their problem."""
         failed: dict[str, str] = {}
         troubled = self._cache.troubled
         if not troubled:
             return failed, list(names)
         candidates: list[str] = []
+        nics = joint.wants_nics
         for name in names:
-            problem = self._cache.node_problem(name, plan.vendors) if name in troubled else None
+            problem = None
+            if name in troubled:
+                problem = self._cache.node_problem(name, plan.vendors)
+                if problem is None and nics:
+                    problem = self._cache.nic_problem(name)
             if problem is None:
                 candidates.append(name)
             else:
@@ -233,10 +262,15 @@ class FilterService:
         return failed, candidates
 
     def _simulate(
-        self, node_objects: Sequence[JsonObject], pod: PodIdentity, requests: PodDeviceRequests
+        self,
+        node_objects: Sequence[JsonObject],
+        pod: PodIdentity,
+        requests: PodDeviceRequests,
+        joint: JointRequest,
     ) -> FilterReply:
         plan = self._plan(pod, requests, quota=True)
         transient: dict[str, NodeUsage] = {}
+        transient_nics: dict[str, NicUsage] = {}
         by_name: dict[str, JsonObject] = {}
         failed: dict[str, str] = {}
         for obj in node_objects:
@@ -247,12 +281,21 @@ class FilterService:
                 continue
             transient[usage.name] = usage
             by_name[usage.name] = obj
-        selection = select_node(plan, transient)
-        failed.update(_resolved(selection.failed))
-        if selection.node is None:
+            nics = self._cache.simulated_nics(obj, exclude_uid=pod.uid)
+            if nics is not None:
+                transient_nics[usage.name] = nics
+        if joint.plain and not any(n.gpu_claims for n in transient_nics.values() if n.claims):
+            selection = select_node(plan, transient)
+            node, fitting = selection.node, selection.fitting
+            failed.update(resolved(selection.failed))
+        else:
+            chosen = select_joint(plan, joint, transient, transient_nics)
+            node, fitting = chosen.node, chosen.fitting
+            failed.update(chosen.failed)
+        if node is None:
             return FilterReply(nodes=None, failed=failed)
-        chosen = list(selection.fitting) if self._mode == "all" else [selection.node]
-        return FilterReply(nodes=[by_name[name] for name in chosen], failed=failed)
+        picked = list(fitting) if self._mode == "all" else [node]
+        return FilterReply(nodes=[by_name[name] for name in picked], failed=failed)
 
     # -- prioritize --------------------------------------------------------------------------
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
@@ -301,10 +344,6 @@ class FilterService:
                 share = (high - score) / (high - low) if spread else (score - low) / (high - low)
                 result.append((name, round(_MAX_PRIORITY * share)))
         return result
-
-
-def _resolved(failed: Mapping[str, str]) -> Mapping[str, str]:
-    return failed.resolved() if isinstance(failed, FailureReasons) else failed
 
 
 def _bound_node(pod: Mapping[str, Any] | None) -> str:

@@ -2,8 +2,9 @@
 
 :func:`read_node` turns a Node (decoded JSON) into :class:`NodeFacts`: per vendor the register
 annotation (``hami.io/node-<x>-register``, JSON or colon encoding) decoded into devices — or the
-reason it could not be decoded — plus the device cordon, the GPU pair scores, each vendor's
-handshake value and whether the node advertises the vendor's count resource.
+reason it could not be decoded — plus the RDMA NICs of ``hami.io/node-rdma-register`` (or why
+they cannot be read), the device cordon, the GPU pair scores, each vendor's handshake value and
+whether the node advertises the vendor's count resource.
 
 Decoding is the only costly part and annotations rarely change (a device plugin rewrites the
 same value every 30 s), so a previous :class:`NodeFacts` can be passed in and its decoded
@@ -23,6 +24,7 @@ from hami_protocol.pairscore import decode_pair_scores
 from hami_protocol.policy import parse_device_cordon
 from hami_protocol.quantity import parse_quantity
 from hami_protocol.registry import DeviceInfo, DevicePairScore, decode_node_devices
+from hami_protocol.topology import RdmaNic, decode_rdma_register
 from hami_protocol.vendors import Vendor
 
 __all__ = ["NodeFacts", "VendorRegistration", "read_node", "slim_node", "string_map"]
@@ -55,6 +57,11 @@ class NodeFacts:
     """Vendor word → handshake value (``None`` when absent), for vendors with a handshake key."""
     allocatable: frozenset[str] = frozenset()
     """Vendor words whose count resource the node advertises as allocatable (> 0)."""
+    rdma_raw: str = ""
+    """``hami.io/node-rdma-register`` as written (``""``: absent)."""
+    nics: tuple[RdmaNic, ...] = ()
+    rdma_error: str = ""
+    """Why the RDMA register cannot be read (its NICs are then unusable)."""
 
     def registration(self, word: str) -> VendorRegistration | None:
         for registration in self.registrations:
@@ -70,6 +77,11 @@ class NodeFacts:
             self.cordon,
             self.pair_raw,
         )
+
+    @property
+    def nic_key(self) -> tuple[object, ...]:
+        """What the node's NIC layout depends on: the NICs and where the GPUs sit."""
+        return (tuple((r.word, r.raw) for r in self.registrations), self.rdma_raw)
 
 
 def string_map(value: object) -> dict[str, str]:
@@ -99,6 +111,13 @@ def _decode(vendor: Vendor, key: str, raw: str) -> VendorRegistration:
             vendor.common_word, key, raw, error=f"node annotation {key} lists a device twice"
         )
     return VendorRegistration(vendor.common_word, key, raw, devices=devices)
+
+
+def _decode_rdma(raw: str) -> tuple[tuple[RdmaNic, ...], str]:
+    try:
+        return decode_rdma_register(raw), ""
+    except (ProtocolError, ValueError, RecursionError, TypeError) as exc:
+        return (), _problem(keys.RDMA_REGISTER, exc)
 
 
 def _allocatable(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> frozenset[str]:
@@ -147,6 +166,13 @@ def read_node(
             pair_scores = decode_pair_scores(pair_raw)
         except (ProtocolError, ValueError, RecursionError, TypeError) as exc:
             pair_error = _problem(keys.NVIDIA_SCORE, exc)
+    rdma_raw = annotations.get(keys.RDMA_REGISTER, "")
+    nics: tuple[RdmaNic, ...] = ()
+    rdma_error = ""
+    if previous is not None and previous.rdma_raw == rdma_raw:
+        nics, rdma_error = previous.nics, previous.rdma_error
+    elif rdma_raw:
+        nics, rdma_error = _decode_rdma(rdma_raw)
     return NodeFacts(
         name=name if isinstance(name, str) else "",
         labels=string_map(meta.get("labels")),
@@ -157,6 +183,9 @@ def read_node(
         pair_error=pair_error,
         handshakes=handshakes,
         allocatable=_allocatable(obj, vendors),
+        rdma_raw=rdma_raw,
+        nics=nics,
+        rdma_error=rdma_error,
     )
 
 
@@ -168,7 +197,7 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     the device annotations and ``status.allocatable``.
     """
     meta = _metadata(obj)
-    wanted = {keys.NVIDIA_SCORE, keys.DEVICE_CORDON}
+    wanted = {keys.NVIDIA_SCORE, keys.DEVICE_CORDON, keys.RDMA_REGISTER}
     for vendor in vendors:
         wanted.update(k for k in (vendor.register_key, vendor.handshake_key) if k is not None)
     annotations = string_map(meta.get("annotations"))

@@ -8,7 +8,9 @@ the annotations that record it.
 * :func:`decision_record` turns a :class:`~hami_scheduler.core.NodeDecision` into the pod
   annotations and label HAMi writes at filter (``hami.io/vgpu-node`` as annotation *and* label,
   ``hami.io/vgpu-time``, each vendor's ``-devices-to-allocate`` and ``-devices-allocated``) and
-  the :class:`~hami_scheduler.pod_state.Holding` the cache assumes.
+  the :class:`~hami_scheduler.pod_state.Holding` the cache assumes; a joint decision adds its
+  RDMA and Koordinator annotations and the holding's NIC part
+  (:mod:`hami_scheduler.joint_planning`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ from hami_scheduler.core import (
     pod_plan,
 )
 from hami_scheduler.node_state import string_map
-from hami_scheduler.pod_state import Holding, allocation_key, shared_usage
+from hami_scheduler.pod_state import (
+    NIC_KEY_WORD,
+    Holding,
+    NicSource,
+    allocation_key,
+    shared_usage,
+)
 
 __all__ = ["DecisionRecord", "Planner", "PodIdentity", "decision_record", "identify"]
 
@@ -136,7 +144,11 @@ def decision_record(
     namespace: str,
     vendors: Sequence[Vendor],
     now_unix: int,
+    extra_annotations: Mapping[str, str] | None = None,
+    nics: NicSource | None = None,
 ) -> DecisionRecord:
+    """``extra_annotations`` (a joint decision's RDMA and Koordinator annotations) are written
+    in the same patch; ``nics`` is the NIC part the cache assumes with the GPUs."""
     node = decision.node
     annotations: dict[str, str] = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now_unix)}
     written: dict[str, str] = {}
@@ -151,10 +163,15 @@ def decision_record(
         if vendor.devices_allocated_key:
             annotations[vendor.devices_allocated_key] = value
             written[word] = value
+    annotations.update(extra_annotations or {})
+    listed = None if nics is None else nics.rdma_list
+    if listed is not None:
+        written[NIC_KEY_WORD] = listed
     holding = Holding(
         node=sys.intern(node),
         namespace=sys.intern(namespace),
         usage=shared_usage(decision_usage(decision, plan)),
         key=allocation_key(node, written),
+        nics=nics,
     )
     return DecisionRecord(annotations, {keys.VGPU_NODE: node}, holding)

@@ -8,6 +8,13 @@ exited 0 only the app containers count (HAMi's rule).  Pods in phase ``Succeeded
 hold nothing.  A device list that cannot be decoded holds nothing and is reported in
 ``problems`` (the caller logs it once).
 
+:class:`NicSource` is what a pod's RDMA NICs and exclusive PCIe claims are computed from
+(``hami.io/rdma-devices-allocated``, ``scheduling.koordinator.sh/device-allocated`` and
+``…/device-allocate-hint``, plus the GPUs it holds): kept as written, because what they hold
+depends on the node's NIC layout, which may change or arrive after the pod
+(:mod:`hami_scheduler.nic_cache` computes it).  Only pods carrying one of those annotations
+have one.
+
 :func:`allocation_key` names an allocation by its written values, so the cache can recognise
 the pod update that carries a decision it assumed.  :func:`slim_pod` strips a watched pod down
 to the fields the cache reads, so a cluster's pods do not sit in memory in full.
@@ -34,25 +41,77 @@ from hami_protocol.devices import (
     decode_pod_devices_canonical,
 )
 from hami_protocol.errors import ProtocolError
+from hami_protocol.koordinator import decode_device_allocated
 from hami_protocol.vendors import Vendor
 from hami_scheduler.core import pod_usage
 from hami_scheduler.node_state import string_map
 
 __all__ = [
+    "NIC_ANNOTATIONS",
+    "NIC_KEY_WORD",
     "TERMINAL_PHASES",
     "AllocationKey",
     "Holding",
+    "NicSource",
     "PodFacts",
     "allocation_key",
+    "nic_source",
     "read_pod",
     "slim_pod",
 ]
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
+NIC_ANNOTATIONS: Final = (
+    keys.RDMA_DEVICES_ALLOCATED,
+    keys.KOORD_DEVICE_ALLOCATED,
+    keys.KOORD_DEVICE_ALLOCATE_HINT,
+)
+"""The pod annotations its NICs and exclusive PCIe claims are read from."""
+NIC_KEY_WORD: Final = "RDMA"
+"""Stands for ``hami.io/rdma-devices-allocated`` in an :data:`AllocationKey`."""
+
 AllocationKey = tuple[str, ...]
-"""``(node, vendor word, written device list, vendor word, ...)``, vendors sorted; one flat
-tuple, as there is one per placed pod."""
+"""``(node, vendor word, written device list, vendor word, ...)``, vendors sorted (the RDMA
+list under :data:`NIC_KEY_WORD`); one flat tuple, as there is one per placed pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class NicSource:
+    """What a pod's NIC usage and exclusive claims are computed from, as written on the pod."""
+
+    annotations: tuple[tuple[str, str], ...]
+    """The pod's :data:`NIC_ANNOTATIONS` that are present (and decode), in that order."""
+    init_count: int
+    init_finished: bool = False
+    gpu_uuids: tuple[str, ...] = ()
+    """The GPUs the pod holds, sorted (their PCIe scopes are what a gpu claim covers)."""
+
+    @property
+    def rdma_list(self) -> str | None:
+        """``hami.io/rdma-devices-allocated`` (part of the :data:`AllocationKey`)."""
+        return dict(self.annotations).get(keys.RDMA_DEVICES_ALLOCATED)
+
+
+def nic_source(
+    annotations: Mapping[str, str],
+    *,
+    init_count: int,
+    init_finished: bool = False,
+    gpu_uuids: Sequence[str] = (),
+) -> NicSource | None:
+    """The :class:`NicSource` of a pod with these annotations; ``None`` when it carries none of
+    :data:`NIC_ANNOTATIONS`."""
+    present = tuple((k, annotations[k]) for k in NIC_ANNOTATIONS if k in annotations)
+    if not present:
+        return None
+    intern = sys.intern
+    return NicSource(
+        annotations=present,
+        init_count=init_count,
+        init_finished=init_finished,
+        gpu_uuids=tuple(sorted({intern(uuid) for uuid in gpu_uuids})),
+    )
 
 
 def allocation_key(node: str, lists: Mapping[str, str]) -> AllocationKey:
@@ -72,12 +131,16 @@ class Holding:
     usage: tuple[DeviceUsageSummary, ...]
     key: AllocationKey
     """:func:`allocation_key` of the written values (which it holds by reference)."""
+    nics: NicSource | None = None
+    """Where its NICs and exclusive claims come from; ``None``: it has neither."""
 
     def pod_devices(self) -> PodDevices:
-        """The written device lists, decoded (undecodable ones left out)."""
+        """The written GPU device lists, decoded (undecodable ones left out)."""
         decoded: dict[str, PodSingleDevice] = {}
         for position in range(1, len(self.key) - 1, 2):
             word, value = self.key[position], self.key[position + 1]
+            if word == NIC_KEY_WORD:
+                continue
             try:
                 decoded[word] = decode_pod_devices_canonical(value)
             except (ProtocolError, ValueError, RecursionError):
@@ -153,14 +216,44 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
             decoded[vendor.common_word] = decode_pod_devices_canonical(raw, key=key)
         except (ProtocolError, ValueError, RecursionError) as exc:
             problems.append(str(exc))
-    usage = pod_usage(
-        PodDevices.from_mapping(decoded),
-        init_count=len(_list(spec.get("initContainers"))),
-        init_finished=_init_finished(spec, status),
-    )
+    devices = PodDevices.from_mapping(decoded)
+    init_count = len(_list(spec.get("initContainers")))
+    init_finished = _init_finished(spec, status)
+    usage = pod_usage(devices, init_count=init_count, init_finished=init_finished)
+    nics = _nic_source(annotations, devices, init_count, init_finished, problems)
+    listed = None if nics is None else nics.rdma_list
+    if listed is not None:
+        written[NIC_KEY_WORD] = listed
     node = sys.intern(node)
-    holding = Holding(node, facts_ns, shared_usage(usage), allocation_key(node, written))
+    holding = Holding(node, facts_ns, shared_usage(usage), allocation_key(node, written), nics)
     return PodFacts(facts_uid, facts_ns, facts_name, holding, problems=tuple(problems))
+
+
+def _nic_source(
+    annotations: Mapping[str, str],
+    devices: PodDevices,
+    init_count: int,
+    init_finished: bool,
+    problems: list[str],
+) -> NicSource | None:
+    """The pod's :class:`NicSource`; a written list that does not decode is left out of it and
+    reported in ``problems`` (it then holds nothing, as a bad GPU list does)."""
+    if not any(key in annotations for key in NIC_ANNOTATIONS):
+        return None
+    kept = dict(annotations)
+    for key in (keys.RDMA_DEVICES_ALLOCATED, keys.KOORD_DEVICE_ALLOCATED):
+        if key not in kept:
+            continue
+        try:
+            if key == keys.RDMA_DEVICES_ALLOCATED:
+                decode_pod_devices_canonical(kept[key], key=key)
+            else:
+                decode_device_allocated(kept[key])
+        except (ProtocolError, ValueError, RecursionError) as exc:
+            problems.append(str(exc))
+            del kept[key]
+    uuids = [device.uuid for _, pod in devices.entries for ctr in pod for device in ctr]
+    return nic_source(kept, init_count=init_count, init_finished=init_finished, gpu_uuids=uuids)
 
 
 _KEPT_META: Final = ("name", "namespace", "uid", "resourceVersion")
@@ -181,7 +274,7 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     """
     meta = _mapping(obj.get("metadata"))
     annotations = _mapping(meta.get("annotations"))
-    wanted = [keys.VGPU_NODE]
+    wanted = [keys.VGPU_NODE, *NIC_ANNOTATIONS]
     wanted += [v.devices_allocated_key for v in vendors if v.devices_allocated_key]
     slim_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if "namespace" in slim_meta:

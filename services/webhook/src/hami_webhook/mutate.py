@@ -52,6 +52,7 @@ from hami_protocol.config import NvidiaConfig
 from hami_protocol.errors import ProtocolError, RequestError
 from hami_protocol.quantity import parse_quantity, to_int_ceil
 from hami_protocol.requests import PodDeviceRequests, pod_device_requests, priority_value
+from hami_protocol.topology import RDMA_RESOURCE
 from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA, Vendor
 from hami_webhook.patch import PatchOp, copy_json, diff
 from hami_webhook.quota import QuotaView, check_quota
@@ -275,8 +276,11 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
             # A privileged container is left as it is, but what it asks for still counts.
             target = copy_json(ctr) if privileged else ctr
             found_nvidia = nvidia is not None and _mutate_nvidia(target, rules.nvidia, nvidia)
-            found = found_nvidia or any(
-                _present(ctr, v.count_resource, limits_only=v.limits_only) for v in others
+            # RDMA NICs (koordinator.sh/rdma) are placed by our scheduler together with GPUs.
+            found = (
+                found_nvidia
+                or any(_present(ctr, v.count_resource, limits_only=v.limits_only) for v in others)
+                or _present(ctr, RDMA_RESOURCE, limits_only=False)
             )
             scan.has_nvidia |= found_nvidia and not privileged
             scan.has_devices |= found

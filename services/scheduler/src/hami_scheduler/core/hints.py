@@ -60,7 +60,7 @@ from hami_protocol.koordinator import (
 from hami_protocol.quantity import as_integer, parse_quantity
 from hami_protocol.requests import pod_containers
 from hami_protocol.selectors import LabelSelector
-from hami_protocol.topology import normalize_pci_bus_id
+from hami_protocol.topology import RDMA_RESOURCE, normalize_pci_bus_id
 from hami_scheduler.core.plan import PodPlan
 from hami_scheduler.core.rdma import RDMA_UNITS_PER_NIC
 
@@ -81,7 +81,6 @@ __all__ = [
     "read_joint_request",
 ]
 
-RDMA_RESOURCE: Final = "koordinator.sh/rdma"
 FPGA_RESOURCE: Final = "koordinator.sh/fpga"
 KOORD_GPU_CORE: Final = "koordinator.sh/gpu-core"
 KOORD_GPU_MEMORY: Final = "koordinator.sh/gpu-memory"
