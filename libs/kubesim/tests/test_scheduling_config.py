@@ -22,7 +22,8 @@ from hami_kubesim.scheduling_config import (
 from hami_protocol.errors import ConfigError
 
 SHIPPED = (
-    Path(__file__).resolve().parents[3] / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
+    Path(__file__).resolve().parents[3]
+    / "deploy/charts/hami/charts/scheduler/files/kube-scheduler-config.yaml"
 )
 HAMI_RESOURCES = (
     "nvidia.com/gpu",
@@ -30,6 +31,7 @@ HAMI_RESOURCES = (
     "nvidia.com/gpumem-percentage",
     "nvidia.com/gpucores",
     "nvidia.com/priority",
+    "koordinator.sh/rdma",
 )
 
 
