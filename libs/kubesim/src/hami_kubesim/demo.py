@@ -1,0 +1,250 @@
+"""``python -m hami_kubesim.demo [--keep-running]``: the whole system, end to end, on one machine.
+
+Starts kubesim (API server, admission dispatch, the scheduling loop reading the chart's
+KubeSchedulerConfiguration, kubelet stand-ins), the webhook, the scheduler extender and one
+device plugin per GPU node as real processes on real ports with generated TLS certificates, on
+three simulated GPU nodes (fake device backend):
+
+* ``gpu-node-a``: 4 × Tesla T4 (15 GiB), two NUMA nodes;
+* ``gpu-node-b``: 2 × A100-SXM4-80GB, one per NUMA node;
+* ``gpu-node-c``: 8 × A10 (24 GB), two NUMA nodes.
+
+It then submits the example pods of ``deploy/examples/*.yaml`` one after another (in file order;
+each waits until it is placed, refused or reported unschedulable, so the outcome does not depend
+on timing), prints where every pod landed, which GPUs, memory and cores each container got and
+the env the device plugin gave it, the pods not placed with the scheduler's reason, and each
+GPU's utilisation. The exit status is 0 when every outcome the examples expect
+(``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.expectations`) happened and the
+cluster invariants hold. ``--keep-running`` then leaves everything up for ``kubectl`` and
+``curl`` until Ctrl-C. Every process is stopped on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from hami_kube.runtime.logs import configure_logging
+from hami_kubesim.errors import ApiError
+from hami_kubesim.stack.expectations import ExpectationResult, evaluate, expectation_of
+from hami_kubesim.stack.invariants import check_all
+from hami_kubesim.stack.report import render_report
+from hami_kubesim.stack.settle import settled
+from hami_kubesim.stack.spec import REPO_ROOT, SystemSpec, gpu_model_node
+from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
+from hami_kubesim.stack.system import System, running_system
+
+__all__ = ["DEMO_NODES", "demo_spec", "load_examples", "main"]
+
+DEMO_NODES = (
+    gpu_model_node("gpu-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
+    gpu_model_node("gpu-node-b", "NVIDIA A100-SXM4-80GB", count=2, memory_mib=81920, numa_nodes=2),
+    gpu_model_node("gpu-node-c", "NVIDIA A10", count=8, memory_mib=23028, numa_nodes=2),
+)
+EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
+_POD_TIMEOUT = 30.0
+
+
+def demo_spec(work_dir: Path | None = None) -> SystemSpec:
+    return SystemSpec(nodes=DEMO_NODES, work_dir=work_dir)
+
+
+def load_examples(directory: Path) -> list[dict[str, Any]]:
+    """Every Pod document of ``directory/*.yaml``, files in name order."""
+    pods: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if isinstance(document, dict) and document.get("kind") == "Pod":
+                pods.append(document)
+    return pods
+
+
+class _Progress:
+    """One progress line rewritten in place on a terminal; elsewhere only finished steps."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._last = ""
+
+    def show(self, text: str, *, tick: bool = False) -> None:
+        """``tick``: a timer update, shown only where it can be rewritten in place."""
+        if self._tty:
+            self._stream.write("\r\033[K" + text)
+            self._stream.flush()
+            self._last = text
+        elif not tick:
+            self._stream.write(text + "\n")
+            self._stream.flush()
+
+    def done(self, text: str) -> None:
+        if self._tty and self._last:
+            self._stream.write("\r\033[K")
+        self._stream.write(text + "\n")
+        self._stream.flush()
+        self._last = ""
+
+
+async def _submit(
+    system: System, pods: Sequence[dict[str, Any]], progress: _Progress
+) -> dict[str, str]:
+    """Create each pod and wait until it has an outcome; returns admission refusals by key."""
+    rejections: dict[str, str] = {}
+    for number, pod in enumerate(pods, start=1):
+        key = pod_key(pod)
+        label = f"[{number}/{len(pods)}] {key}"
+        progress.show(f"{label}: submitting", tick=True)
+        try:
+            await system.create(pod)
+        except ApiError as error:
+            rejections[key] = error.message
+            progress.done(f"{label}: refused at admission")
+            continue
+
+        def report(state: ClusterState, elapsed: float, label: str = label, key: str = key) -> None:
+            found = next((p for p in state.pods if pod_key(p) == key), None)
+            where = "admitted" if found is None else stage(state, found)
+            progress.show(f"{label}: {where} ({elapsed:.1f} s)", tick=True)
+
+        state = await system.wait_for(
+            settled([key]), within=_POD_TIMEOUT, what=f"an outcome for {key}", progress=report
+        )
+        found = state.pod(*key.split("/", 1))
+        result = "?" if found is None else outcome(state, found).value
+        node = "" if found is None else (found.get("spec") or {}).get("nodeName") or ""
+        progress.done(f"{label}: {result}{' on ' + node if node else ''}")
+    return rejections
+
+
+def _evaluate(
+    state: ClusterState, pods: Sequence[dict[str, Any]], rejections: dict[str, str]
+) -> list[ExpectationResult]:
+    results = []
+    for pod in pods:
+        want = expectation_of(pod)
+        if want is not None:
+            results.append(evaluate(state, want, rejection=rejections.get(want.key)))
+    return results
+
+
+def _print_access(system: System, out: TextIO) -> None:
+    endpoints = [
+        ("API server", system.url),
+        *((f"{name} metrics", url) for name, url in sorted(system.metrics_urls().items())),
+        ("extender (TLS)", system.extender_url),
+        ("webhook (TLS)", "called through the MutatingWebhookConfiguration 'hami-webhook'"),
+        ("logs", str(system.logs_dir)),
+    ]
+    width = max(len(label) for label, _ in endpoints) + 2
+    lines = [
+        "",
+        "Everything keeps running until Ctrl-C.",
+        *(f"  {label:<{width}}{value}" for label, value in endpoints),
+        "",
+        "Try:",
+        f"  kubectl --server {system.url} get pods -o wide",
+        f"  kubectl --server {system.url} get events --field-selector reason=FailedScheduling",
+        f"  kubectl --server {system.url} get node gpu-node-a -o yaml",
+        f"  curl -s {system.metrics_urls().get('scheduler-0', '')} | grep '^hami_gpu'",
+    ]
+    print("\n".join(lines), file=out, flush=True)
+
+
+async def _tick(progress: _Progress, text: str, started: float) -> None:
+    """Keep a timer on the progress line while the system starts (terminals only)."""
+    while True:
+        await asyncio.sleep(0.2)
+        progress.show(f"{text} ({time.monotonic() - started:.1f} s)", tick=True)
+
+
+async def _run(
+    system: System, pods: Sequence[dict[str, Any]], *, examples: Path, out: TextIO
+) -> bool:
+    """Submit the examples, print the report; whether every expectation and invariant held."""
+    print(f"submitting {len(pods)} example pods from {examples}", file=out)
+    progress = _Progress(out)
+    rejections = await _submit(system, pods, progress)
+    state = system.state()
+    results = _evaluate(state, pods, rejections)
+    out.write(render_report(state, results=results, rejections=rejections))
+    violations = check_all(state)
+    print(f"Invariants: {len(violations)} violations", file=out)
+    for violation in violations:
+        print(f"  {violation}", file=out)
+    return all(r.ok for r in results) and not violations
+
+
+async def run_demo(
+    *, examples: Path, keep_running: bool, work_dir: Path | None, out: TextIO
+) -> int:
+    # SIGTERM ends the demo like Ctrl-C does: the main task is cancelled and every process is
+    # stopped on the way out.
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    pods = load_examples(examples)
+    if not pods:
+        print(f"no example pods in {examples}", file=out)
+        return 2
+    progress = _Progress(out)
+    started = time.monotonic()
+    starting = "starting kubesim, the webhook, the scheduler and 3 device plugins"
+    progress.show(starting)
+    ticker = asyncio.create_task(_tick(progress, starting, started), name="demo-progress")
+    try:
+        async with running_system(demo_spec(work_dir)) as system:
+            ticker.cancel()
+            progress.done(
+                f"system up in {time.monotonic() - started:.1f} s: API server {system.url}, "
+                f"{len(system.services())} service processes, "
+                f"{sum(len(n.gpus) for n in DEMO_NODES)} GPUs on {len(DEMO_NODES)} nodes"
+            )
+            ok = await _run(system, pods, examples=examples, out=out)
+            elapsed = time.monotonic() - started
+            print(f"\n{'OK' if ok else 'FAILED'}: demo finished in {elapsed:.1f} s", file=out)
+            if keep_running:
+                _print_access(system, out)
+                try:
+                    await asyncio.Event().wait()  # until Ctrl-C or SIGTERM
+                finally:
+                    print("\nstopping every process", file=out)
+    finally:
+        ticker.cancel()
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hami_kubesim.demo", description=__doc__)
+    parser.add_argument(
+        "--keep-running", action="store_true", help="stay up for kubectl/curl until Ctrl-C"
+    )
+    parser.add_argument("--examples", type=Path, default=EXAMPLES_DIR, help="example pods dir")
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep logs and files here")
+    parser.add_argument("--log-level", default="error", help="log level of the emulator itself")
+    args = parser.parse_args(argv)
+    configure_logging("console", args.log_level)
+    try:
+        return asyncio.run(
+            run_demo(
+                examples=args.examples,
+                keep_running=args.keep_running,
+                work_dir=args.work_dir,
+                out=sys.stdout,
+            )
+        )
+    except KeyboardInterrupt:
+        return 130
+    except asyncio.CancelledError:
+        return 143
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Expected outcomes written on example pods, and whether they happened.
+
+An example pod says what should become of it in ``demo.hami.io/*`` annotations:
+
+``demo.hami.io/expect``
+    ``placed`` (Running), ``unschedulable`` (Pending with a FailedScheduling reason) or
+    ``rejected`` (refused at admission).
+``demo.hami.io/expect-node``
+    the node it must run on.
+``demo.hami.io/expect-gpu-model``
+    a text every GPU it got has in its registered type (``A100``), case-insensitive.
+``demo.hami.io/expect-gpu``
+    a GPU UUID it must have got.
+``demo.hami.io/expect-same-gpu-as`` / ``demo.hami.io/expect-other-gpu-than``
+    another example pod (same namespace) it must share a GPU with / must share none with.
+``demo.hami.io/expect-reason``
+    a text the FailedScheduling message (or the admission refusal) must contain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from hami_kubesim.stack.state import (
+    ClusterState,
+    Outcome,
+    allocated_devices,
+    failed_scheduling,
+    meta,
+    node_devices,
+    outcome,
+    pod_node,
+)
+
+__all__ = [
+    "EXPECT",
+    "EXPECT_PREFIX",
+    "Expectation",
+    "ExpectationResult",
+    "evaluate",
+    "expectation_of",
+]
+
+EXPECT_PREFIX: Final = "demo.hami.io/"
+EXPECT: Final = EXPECT_PREFIX + "expect"
+_OUTCOMES: Final = frozenset({"placed", "unschedulable", "rejected"})
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    namespace: str
+    name: str
+    outcome: str
+    node: str = ""
+    gpu_model: str = ""
+    gpu: str = ""
+    same_gpu_as: str = ""
+    other_gpu_than: str = ""
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectationResult:
+    expectation: Expectation
+    ok: bool
+    detail: str
+    """What happened, and what was wrong when ``ok`` is false."""
+
+
+def expectation_of(pod: Mapping[str, Any]) -> Expectation | None:
+    """The expectation an example pod carries (None when it has none)."""
+    annotations = meta(pod).get("annotations") or {}
+
+    def get(suffix: str) -> str:
+        return str(annotations.get(EXPECT_PREFIX + suffix, "") or "")
+
+    wanted = get("expect")
+    if not wanted:
+        return None
+    if wanted not in _OUTCOMES:
+        raise ValueError(f"{EXPECT}: {wanted!r} is not one of {sorted(_OUTCOMES)}")
+    return Expectation(
+        namespace=str(meta(pod).get("namespace") or "default"),
+        name=str(meta(pod).get("name") or ""),
+        outcome=wanted,
+        node=get("expect-node"),
+        gpu_model=get("expect-gpu-model"),
+        gpu=get("expect-gpu"),
+        same_gpu_as=get("expect-same-gpu-as"),
+        other_gpu_than=get("expect-other-gpu-than"),
+        reason=get("expect-reason"),
+    )
+
+
+def _gpus(pod: Mapping[str, Any] | None) -> set[str]:
+    if pod is None:
+        return set()
+    return {d.uuid for container in allocated_devices(pod) or () for d in container}
+
+
+def _placed_problems(state: ClusterState, want: Expectation, pod: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    node = pod_node(pod)
+    gpus = _gpus(pod)
+    if want.node and node != want.node:
+        problems.append(f"expected node {want.node}")
+    if want.gpu and want.gpu not in gpus:
+        problems.append(f"expected GPU {want.gpu}")
+    if want.gpu_model:
+        registered = state.node(node)
+        types = {d.id: d.type for d in (node_devices(registered) or ())} if registered else {}
+        wrong = sorted(
+            types.get(g, "?")
+            for g in gpus
+            if want.gpu_model.lower() not in types.get(g, "").lower()
+        )
+        if wrong or not gpus:
+            problems.append(f"expected only {want.gpu_model} GPUs, got {wrong or 'none'}")
+    if want.same_gpu_as:
+        other = state.pod(want.namespace, want.same_gpu_as)
+        if not gpus & _gpus(other):
+            problems.append(f"expected to share a GPU with {want.same_gpu_as}")
+    if want.other_gpu_than:
+        other = state.pod(want.namespace, want.other_gpu_than)
+        if gpus & _gpus(other):
+            problems.append(f"expected no GPU in common with {want.other_gpu_than}")
+    return problems
+
+
+def evaluate(
+    state: ClusterState, want: Expectation, *, rejection: str | None = None
+) -> ExpectationResult:
+    """Whether ``want`` happened; ``rejection`` is the admission refusal when the create
+    failed."""
+    if rejection is not None:
+        if want.outcome != "rejected":
+            return ExpectationResult(want, False, f"rejected at admission: {rejection}")
+        if want.reason and want.reason not in rejection:
+            return ExpectationResult(want, False, f"rejected, but not for {want.reason!r}")
+        return ExpectationResult(want, True, f"rejected: {rejection}")
+    pod = state.pod(want.namespace, want.name)
+    if pod is None:
+        return ExpectationResult(want, False, "pod not found")
+    result = outcome(state, pod)
+    if want.outcome == "placed":
+        if result is not Outcome.RUNNING:
+            return ExpectationResult(want, False, f"expected Running, is {result.value}")
+        problems = _placed_problems(state, want, pod)
+        detail = f"Running on {pod_node(pod)}"
+        return ExpectationResult(
+            want, not problems, detail + ("; " + "; ".join(problems) if problems else "")
+        )
+    if want.outcome == "unschedulable":
+        if result is not Outcome.UNSCHEDULABLE:
+            return ExpectationResult(want, False, f"expected Unschedulable, is {result.value}")
+        message = (failed_scheduling(state, pod) or ("",))[-1]
+        if want.reason and want.reason not in message:
+            return ExpectationResult(want, False, f"unschedulable, but not for {want.reason!r}")
+        return ExpectationResult(want, True, "unschedulable")
+    return ExpectationResult(want, False, f"expected rejection at admission, is {result.value}")

@@ -1,0 +1,131 @@
+"""Kubernetes objects the stack creates: the webhook's configuration and namespace quotas.
+
+:func:`mutating_webhook_configuration` is what the chart's
+``charts/webhook/templates/mutatingwebhook.yaml`` renders with its default values (service
+``hami-system/hami-webhook`` path ``/webhook``, pods CREATE, the ``hami.io/webhook: ignore``
+namespace and object selectors), with the generated CA as ``caBundle``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hami_kubesim.stack.spec import FailurePolicy
+
+__all__ = [
+    "WEBHOOK_CONFIGURATION_NAME",
+    "WEBHOOK_SERVICE",
+    "gpu_pod",
+    "gpu_quota",
+    "mutating_webhook_configuration",
+]
+
+WEBHOOK_CONFIGURATION_NAME = "hami-webhook"
+WEBHOOK_SERVICE = ("hami-system", "hami-webhook")
+"""``(namespace, name)`` of the webhook's Service, as the chart names it."""
+
+_IGNORE = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+
+
+def mutating_webhook_configuration(
+    *, ca_bundle: str, failure_policy: FailurePolicy = "Ignore", timeout_seconds: int = 10
+) -> dict[str, Any]:
+    namespace, name = WEBHOOK_SERVICE
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION_NAME},
+        "webhooks": [
+            {
+                "name": "vgpu.hami.io",
+                "admissionReviewVersions": ["v1", "v1beta1"],
+                "sideEffects": "None",
+                "failurePolicy": failure_policy,
+                "reinvocationPolicy": "Never",
+                "timeoutSeconds": timeout_seconds,
+                "matchPolicy": "Equivalent",
+                "clientConfig": {
+                    "service": {
+                        "name": name,
+                        "namespace": namespace,
+                        "path": "/webhook",
+                        "port": 443,
+                    },
+                    "caBundle": ca_bundle,
+                },
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchExpressions": [dict(_IGNORE)]},
+                "objectSelector": {"matchExpressions": [dict(_IGNORE)]},
+            }
+        ],
+    }
+
+
+def gpu_quota(
+    namespace: str, *, memory_mib: int | None = None, cores: int | None = None, name: str = ""
+) -> dict[str, Any]:
+    """A ResourceQuota capping a namespace's GPU memory and/or cores (HAMi's ``limits.`` keys)."""
+    hard: dict[str, str] = {}
+    if memory_mib is not None:
+        hard["limits.nvidia.com/gpumem"] = str(memory_mib)
+    if cores is not None:
+        hard["limits.nvidia.com/gpucores"] = str(cores)
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name or "gpu-quota", "namespace": namespace},
+        "spec": {"hard": hard},
+    }
+
+
+def gpu_pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    gpus: int = 1,
+    memory_mib: int | None = None,
+    memory_percentage: int | None = None,
+    cores: int | None = None,
+    containers: int = 1,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod asking for ``gpus`` shared GPUs per container (no schedulerName: the webhook sets
+    it)."""
+    limits: dict[str, str] = {"nvidia.com/gpu": str(gpus)}
+    if memory_mib is not None:
+        limits["nvidia.com/gpumem"] = str(memory_mib)
+    if memory_percentage is not None:
+        limits["nvidia.com/gpumem-percentage"] = str(memory_percentage)
+    if cores is not None:
+        limits["nvidia.com/gpucores"] = str(cores)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "cuda" if containers == 1 else f"cuda-{index}",
+                    "image": "example.invalid/cuda-app:latest",
+                    "resources": {"limits": dict(limits)},
+                }
+                for index in range(containers)
+            ],
+        },
+    }

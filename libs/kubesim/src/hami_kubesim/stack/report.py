@@ -1,0 +1,159 @@
+"""Cluster snapshot → the text the demo prints.
+
+Three sections: every pod with its node, phase, the GPUs each container got (memory, cores)
+and the env its containers were given by the device plugin (from the kubelet stand-in's
+allocation record); the pods that were not placed, with the scheduler's FailedScheduling message
+or the admission refusal; and per-node, per-GPU utilisation (memory, cores, task slots and the
+pods holding it). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hami_kubesim.stack.expectations import ExpectationResult
+from hami_kubesim.stack.state import (
+    ClusterState,
+    DeviceLoad,
+    Outcome,
+    allocation_record,
+    container_devices,
+    device_loads,
+    failed_scheduling,
+    meta,
+    node_devices,
+    outcome,
+    pod_key,
+    pod_node,
+    record_containers,
+    record_envs,
+)
+
+__all__ = ["render_report"]
+
+_WIDTH = 100
+_GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _short(uuid: str) -> str:
+    return uuid[:12] + "…" if len(uuid) > 13 else uuid
+
+
+def _type_of(state: ClusterState, node: str) -> dict[str, str]:
+    found = state.node(node)
+    return {d.id: d.type for d in (node_devices(found) or ())} if found else {}
+
+
+def _env_lines(envs: Mapping[str, str], indent: str) -> list[str]:
+    text = "  ".join(f"{k}={v}" for k, v in sorted(envs.items()))
+    return textwrap.wrap(
+        text,
+        width=_WIDTH,
+        initial_indent=indent + "env ",
+        subsequent_indent=indent + "    ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def _pod_lines(state: ClusterState, pod: Mapping[str, Any], mark: str) -> list[str]:
+    node = pod_node(pod)
+    lines = [f"{mark}{pod_key(pod):<34} {outcome(state, pod).value:<13} {node or '-'}"]
+    types = _type_of(state, node)
+    containers = record_containers(allocation_record(pod))
+    for name, devices in container_devices(pod):
+        if not devices:
+            lines.append(f"      {name}: no GPU")
+            continue
+        grants = ", ".join(
+            f"{_short(d.uuid)} ({types.get(d.uuid, d.type)}) {d.usedmem} MiB {d.usedcores}% cores"
+            for d in devices
+        )
+        lines.append(f"      {name}: {grants}")
+        envs = record_envs(containers.get(name) or {}, _GPU_RESOURCE)
+        if envs:
+            lines.extend(_env_lines(envs, "        "))
+    return lines
+
+
+def _unplaced_lines(
+    state: ClusterState, pod: Mapping[str, Any] | None, key: str, rejection: str | None
+) -> list[str]:
+    if rejection is not None:
+        reason = f"rejected at admission: {rejection}"
+    elif pod is not None:
+        messages = failed_scheduling(state, pod)
+        status: Mapping[str, Any] = pod.get("status") or {}
+        reason = messages[-1] if messages else str(status.get("message") or "no reason recorded")
+    else:
+        reason = "not found"
+    return textwrap.wrap(
+        f"{key}: {reason}", width=_WIDTH, initial_indent="  ", subsequent_indent="      "
+    )
+
+
+def _device_lines(node: str, loads: Mapping[str, DeviceLoad]) -> list[str]:
+    devices = sorted(loads.values(), key=lambda load: (load.device.index, load.device.id))
+    models = sorted({d.device.type for d in devices if d.device.count})
+    lines = [f"  {node}  ({len(devices)} GPUs: {', '.join(models) or 'none registered'})"]
+    for load in devices:
+        device = load.device
+        share = load.memory * 100 // device.devmem if device.devmem else 0
+        holders = ", ".join(str(meta_name(key)) for key, _, _ in load.holders) or "-"
+        lines.append(
+            f"    #{device.index} {_short(device.id):<14} NUMA {device.numa}  "
+            f"mem {load.memory:>6}/{device.devmem:<6} MiB {share:>3}%  "
+            f"cores {load.cores:>3}/{device.devcore:<3}  tasks {load.slots}/{device.count}  "
+            f"{holders}"
+        )
+    return lines
+
+
+def meta_name(key: str) -> str:
+    """``namespace/name`` → ``name`` for the default namespace, else unchanged."""
+    return key.removeprefix("default/")
+
+
+def render_report(
+    state: ClusterState,
+    *,
+    results: Sequence[ExpectationResult] = (),
+    rejections: Mapping[str, str] | None = None,
+) -> str:
+    """The report text. ``results`` (expectations) mark each pod ✓/✗; ``rejections`` maps pod
+    keys refused at admission to the refusal."""
+    rejected = dict(rejections or {})
+    verdict = {r.expectation.key: r for r in results}
+    pods = sorted(state.pods, key=lambda p: str(meta(p).get("creationTimestamp") or ""))
+    placed = [p for p in pods if outcome(state, p) is Outcome.RUNNING]
+    unplaced = [p for p in pods if outcome(state, p) is not Outcome.RUNNING]
+    lines = ["", f"Pods placed ({len(placed)})", ""]
+    for pod in placed:
+        result = verdict.get(pod_key(pod))
+        mark = "  " if result is None else ("✓ " if result.ok else "✗ ")
+        lines.extend(_pod_lines(state, pod, mark))
+    lines += ["", f"Pods not placed ({len(unplaced) + len(rejected)})"]
+    for pod in unplaced:
+        lines.extend(_unplaced_lines(state, pod, f"{pod_key(pod)} [{outcome(state, pod)}]", None))
+    for key, message in sorted(rejected.items()):
+        lines.extend(_unplaced_lines(state, None, key, message))
+    lines += ["", "GPU utilisation"]
+    for node, loads in sorted(device_loads(state).items()):
+        if loads:
+            lines.extend(_device_lines(node, loads))
+    if results:
+        met = sum(r.ok for r in results)
+        lines += ["", f"Expected outcomes: {met}/{len(results)} met"]
+        for result in results:
+            mark = "✓" if result.ok else "✗"
+            lines.extend(
+                textwrap.wrap(
+                    f"{mark} {result.expectation.key}: {result.detail}",
+                    width=_WIDTH,
+                    initial_indent="  ",
+                    subsequent_indent="      ",
+                )
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+"""What a whole simulated system is made of: GPU nodes, service options, objects to create.
+
+Plain frozen data; :mod:`hami_kubesim.stack.system` turns a :class:`SystemSpec` into running
+processes. The paths of the shipped files (the chart's KubeSchedulerConfiguration and
+``device-config.yaml``) are found from the repository root, so tests and the demo run what the
+chart installs rather than copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+__all__ = [
+    "CHART_DEVICE_CONFIG",
+    "CHART_SCHEDULER_CONFIG",
+    "REPO_ROOT",
+    "FailurePolicy",
+    "FakeGpu",
+    "GpuNode",
+    "SchedulerOptions",
+    "SystemSpec",
+    "dump_yaml",
+    "fake_devices_document",
+    "fake_uuid",
+    "gpu_model_node",
+]
+
+
+def _repo_root() -> Path:
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "deploy" / "charts").is_dir() and (parent / "libs").is_dir():
+            return parent
+    return Path.cwd()
+
+
+REPO_ROOT = _repo_root()
+CHART_SCHEDULER_CONFIG = (
+    REPO_ROOT / "deploy/charts/hami/charts/scheduler/files/kube-scheduler-config.yaml"
+)
+"""The KubeSchedulerConfiguration the chart ships; only the extender's urlPrefix is replaced."""
+CHART_DEVICE_CONFIG = REPO_ROOT / "deploy/charts/hami/files/device-config.yaml"
+"""The chart's ``device-config.yaml``, given to all three services."""
+
+FailurePolicy = Literal["Ignore", "Fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class FakeGpu:
+    """One GPU of the fake device backend (see the device plugin's ``backends/fake.py``)."""
+
+    uuid: str
+    model: str
+    memory_mib: int
+    index: int = 0
+    numa: int = 0
+    healthy: bool = True
+    pci_bus_id: str = ""
+    utilization: int | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "uuid": self.uuid,
+            "index": self.index,
+            "model": self.model,
+            "memory_mib": self.memory_mib,
+            "numa": self.numa,
+            "healthy": self.healthy,
+        }
+        if self.pci_bus_id:
+            doc["pci_bus_id"] = self.pci_bus_id
+        if self.utilization is not None:
+            doc["utilization"] = self.utilization
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNode:
+    """A simulated node with a kubelet stand-in and one device-plugin process."""
+
+    name: str
+    gpus: tuple[FakeGpu, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    nics: tuple[Mapping[str, Any], ...] = ()
+    """RDMA NICs for the fake backend's ``nics`` list (kept as given)."""
+    device_plugin: bool = True
+    """Start a device-plugin process for this node (False: a node whose plugin never came)."""
+
+
+def fake_devices_document(node: GpuNode, *, healthy: bool | None = None) -> dict[str, Any]:
+    """The fake-devices YAML document of ``node`` (``healthy`` overrides every GPU)."""
+    gpus = [gpu.to_document() for gpu in node.gpus]
+    if healthy is not None:
+        for gpu in gpus:
+            gpu["healthy"] = healthy
+    return {"gpus": gpus, "nics": [dict(nic) for nic in node.nics]}
+
+
+def gpu_model_node(
+    name: str,
+    model: str,
+    *,
+    count: int,
+    memory_mib: int,
+    numa_nodes: int = 1,
+    uuid_prefix: str = "",
+    labels: Mapping[str, str] | None = None,
+) -> GpuNode:
+    """A node of ``count`` identical GPUs spread evenly over ``numa_nodes`` NUMA nodes."""
+    prefix = uuid_prefix or name
+    per_numa = max(1, -(-count // max(1, numa_nodes)))
+    gpus = tuple(
+        FakeGpu(
+            uuid=fake_uuid(f"{prefix}/{index}"),
+            model=model,
+            memory_mib=memory_mib,
+            index=index,
+            numa=index // per_numa,
+            pci_bus_id=f"0000:{0x18 + 0x10 * index:02x}:00.0",
+        )
+        for index in range(count)
+    )
+    return GpuNode(name=name, gpus=gpus, labels=dict(labels or {}))
+
+
+def fake_uuid(seed: str) -> str:
+    """A stable ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` UUID derived from ``seed``."""
+    digest = hashlib.sha1(seed.encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOptions:
+    """Flags of the extender processes (HAMi's names)."""
+
+    replicas: int = 1
+    """Two or more run with Lease election (campaign mode) behind a leader-following front."""
+    handshake_timeout: str = ""
+    """``--handshake-timeout`` (Go duration); empty: the service's default."""
+    handshake_interval: str = ""
+    node_lock_timeout: str = ""
+    lease_duration: str = "3s"
+    renew_deadline: str = "2s"
+    retry_period: str = "500ms"
+    node_scheduler_policy: str = ""
+    gpu_scheduler_policy: str = ""
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSpec:
+    """Everything :func:`~hami_kubesim.stack.system.running_system` starts."""
+
+    nodes: tuple[GpuNode, ...]
+    scheduler: SchedulerOptions = SchedulerOptions()
+    webhook_failure_policy: FailurePolicy = "Ignore"
+    webhook_timeout_seconds: int = 10
+    webhook_args: tuple[str, ...] = ()
+    deviceplugin_args: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ("default", "kube-system", "hami-system")
+    objects: tuple[Mapping[str, Any], ...] = ()
+    """Created after the nodes and namespaces, before the services start (e.g. quotas)."""
+    scheduler_config: Path = CHART_SCHEDULER_CONFIG
+    device_config: Path = CHART_DEVICE_CONFIG
+    work_dir: Path | None = None
+    """Logs, certificates, fake-device files and kubelet plugin dirs (default: a temporary
+    directory removed on exit)."""
+    log_format: str = "json"
+    log_level: str = "info"
+    pod_initial_backoff: float | None = None
+    pod_max_backoff: float | None = None
+    """The scheduling loop's pod backoff (default: the KubeSchedulerConfiguration's)."""
+    kubelet_call_timeout: float = 10.0
+    start_timeout: float = 60.0
+
+
+def dump_yaml(document: Mapping[str, Any], path: Path) -> None:
+    """Write ``document`` atomically (a reader never sees half a file)."""
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(yaml.safe_dump(dict(document), sort_keys=False), encoding="utf-8")
+    staging.replace(path)

@@ -1,0 +1,345 @@
+"""A snapshot of the cluster and the pure readings the report and the invariant checker share.
+
+:class:`ClusterState` holds plain JSON objects (pods, nodes, events) and the moment they were
+read. The functions below read what the services wrote: the device register of a node, the
+devices allocated to a pod, the kubelet stand-in's allocation record, the scheduler's
+FailedScheduling messages, and the per-device usage summed over the pods holding each device.
+Nothing here does I/O or raises on malformed input: unreadable values read as absent and are
+reported by the invariant checker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from hami_protocol import keys
+from hami_protocol.devices import (
+    ContainerDevice,
+    DeviceUsageSummary,
+    PodSingleDevice,
+    collapse_device_usage,
+    decode_pod_devices_canonical,
+)
+from hami_protocol.errors import ProtocolError
+from hami_protocol.registry import DeviceInfo, decode_node_devices
+
+__all__ = [
+    "ALLOCATIONS_ANNOTATION",
+    "ClusterState",
+    "DeviceLoad",
+    "Outcome",
+    "allocated_devices",
+    "allocation_record",
+    "container_devices",
+    "container_names",
+    "device_loads",
+    "failed_scheduling",
+    "holding_pods",
+    "meta",
+    "node_devices",
+    "outcome",
+    "pod_key",
+    "pod_node",
+    "pod_phase",
+    "record_containers",
+    "record_envs",
+    "stage",
+]
+
+ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
+"""Where the kubelet stand-in records what each container was given (see ``kubelet.py``)."""
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Pods, nodes and events as the API server held them at ``taken_at`` (UTC)."""
+
+    pods: tuple[Mapping[str, Any], ...]
+    nodes: tuple[Mapping[str, Any], ...]
+    events: tuple[Mapping[str, Any], ...]
+    taken_at: datetime
+
+    def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return next((p for p in self.pods if pod_key(p) == f"{namespace}/{name}"), None)
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        return next((n for n in self.nodes if meta(n).get("name") == name), None)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(obj.get("metadata"))
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(meta(obj).get("annotations"))
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    m = meta(pod)
+    return f"{m.get('namespace', 'default')}/{m.get('name', '')}"
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    return str(_mapping(pod.get("status")).get("phase") or "Pending")
+
+
+def pod_node(pod: Mapping[str, Any]) -> str:
+    """The node the pod is bound to ("" when unassigned)."""
+    return str(_mapping(pod.get("spec")).get("nodeName") or "")
+
+
+def container_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """Init containers first, then app containers: the order of HAMi's device lists."""
+    spec = _mapping(pod.get("spec"))
+    return tuple(
+        str(_mapping(c).get("name", ""))
+        for group in ("initContainers", "containers")
+        for c in spec.get(group) or ()
+    )
+
+
+def allocated_devices(
+    pod: Mapping[str, Any], key: str = keys.NVIDIA_DEVICES_ALLOCATED
+) -> PodSingleDevice | None:
+    """The per-container device lists the scheduler allocated (None when absent/unreadable)."""
+    value = _annotations(pod).get(key)
+    if not isinstance(value, str):
+        return None
+    try:
+        return decode_pod_devices_canonical(value, key=key)
+    except (ProtocolError, ValueError, RecursionError):
+        return None
+
+
+def node_devices(
+    node: Mapping[str, Any], key: str = keys.NVIDIA_REGISTER
+) -> tuple[DeviceInfo, ...] | None:
+    """The devices a node's register annotation declares (None when absent/unreadable)."""
+    value = _annotations(node).get(key)
+    if not isinstance(value, str):
+        return None
+    try:
+        return decode_node_devices(value, key=key)
+    except (ProtocolError, ValueError, RecursionError):
+        return None
+
+
+def allocation_record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The kubelet stand-in's record of what each container got (None when absent)."""
+    value = _annotations(pod).get(ALLOCATIONS_ANNOTATION)
+    if not isinstance(value, str):
+        return None
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, Mapping) else None
+
+
+def _involves(event: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    involved = _mapping(event.get("involvedObject"))
+    if involved.get("kind") not in (None, "Pod"):
+        return False
+    uid = involved.get("uid")
+    if uid and meta(pod).get("uid"):
+        return bool(uid == meta(pod).get("uid"))
+    return involved.get("name") == meta(pod).get("name") and involved.get("namespace") == meta(
+        pod
+    ).get("namespace")
+
+
+def failed_scheduling(state: ClusterState, pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """Messages of the pod's FailedScheduling events, most recent last."""
+    found = [e for e in state.events if e.get("reason") == "FailedScheduling" and _involves(e, pod)]
+    found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return tuple(str(e.get("message") or "") for e in found)
+
+
+class Outcome(StrEnum):
+    """Where a pod stands, for the report and for deciding that the cluster has settled."""
+
+    RUNNING = "Running"
+    FAILED = "Failed"
+    SUCCEEDED = "Succeeded"
+    UNSCHEDULABLE = "Unschedulable"
+    """Pending, unassigned, no node fits (``PodScheduled=False``, reason ``Unschedulable``) and
+    a FailedScheduling event says why. Pods that failed for another reason (an extender or
+    binding error) are retried with backoff, so they are still in flight."""
+    IN_FLIGHT = "InFlight"
+    """Anything else: being admitted, scheduled, bound, allocated or deleted."""
+
+
+def outcome(state: ClusterState, pod: Mapping[str, Any]) -> Outcome:
+    if meta(pod).get("deletionTimestamp"):
+        return Outcome.IN_FLIGHT
+    phase = pod_phase(pod)
+    if phase == "Running":
+        return Outcome.RUNNING
+    if phase == "Succeeded":
+        return Outcome.SUCCEEDED
+    if phase == "Failed":
+        return Outcome.FAILED
+    if not pod_node(pod) and _unschedulable(pod) and failed_scheduling(state, pod):
+        return Outcome.UNSCHEDULABLE
+    return Outcome.IN_FLIGHT
+
+
+def stage(state: ClusterState, pod: Mapping[str, Any]) -> str:
+    """A word for where a pod is: its outcome, or the step it waits in while in flight."""
+    result = outcome(state, pod)
+    if result is not Outcome.IN_FLIGHT:
+        return result.value
+    if meta(pod).get("deletionTimestamp"):
+        return "deleting"
+    if pod_node(pod):
+        return "starting (Allocate)"
+    if _annotations(pod).get(keys.VGPU_NODE):
+        return "binding"
+    return "retrying" if failed_scheduling(state, pod) else "scheduling"
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> bool:
+    for condition in _mapping(pod.get("status")).get("conditions") or ():
+        c = _mapping(condition)
+        if c.get("type") == "PodScheduled":
+            return c.get("status") == "False" and c.get("reason") == "Unschedulable"
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    """One registered device and what the pods placed on it hold."""
+
+    node: str
+    device: DeviceInfo
+    memory: int = 0
+    cores: int = 0
+    slots: int = 0
+    holders: tuple[tuple[str, int, int], ...] = field(default=())
+    """``(pod key, MiB, cores)`` per holding pod."""
+    exclusive_holders: tuple[str, ...] = ()
+    """Pods holding every core of the device (nobody else may share it)."""
+
+
+def _sidecars(pod: Mapping[str, Any]) -> frozenset[int]:
+    spec = _mapping(pod.get("spec"))
+    return frozenset(
+        i
+        for i, c in enumerate(spec.get("initContainers") or ())
+        if _mapping(c).get("restartPolicy") == "Always"
+    )
+
+
+def _init_finished(pod: Mapping[str, Any]) -> bool:
+    spec, status = _mapping(pod.get("spec")), _mapping(pod.get("status"))
+    count = len(spec.get("initContainers") or ())
+    statuses = status.get("initContainerStatuses") or ()
+    if count == 0 or len(statuses) < count:
+        return False
+    return all(
+        _mapping(_mapping(_mapping(s).get("state")).get("terminated")).get("exitCode") == 0
+        for s in statuses
+    )
+
+
+def holding_pods(state: ClusterState) -> dict[str, list[Mapping[str, Any]]]:
+    """Per node, the pods that hold devices there: bound to it (``spec.nodeName``) and not
+    ended.
+
+    A pod that is not bound holds nothing on any device, whatever its annotations say: an
+    extender only writes them at filter time, and a pod whose bind failed keeps them until its
+    next filter overwrites them (the scheduler stops counting such an allocation at once). A
+    bound pod's annotations are the ones its bind committed.
+    """
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in state.pods:
+        node = pod_node(pod)
+        if not node or pod_phase(pod) in _TERMINAL:
+            continue
+        by_node.setdefault(node, []).append(pod)
+    return by_node
+
+
+def device_loads(state: ClusterState) -> dict[str, dict[str, DeviceLoad]]:
+    """Per node and device UUID, the registered device and the usage placed on it by the pods
+    of :func:`holding_pods`.
+
+    A pod counts as the scheduler counts it: init containers by their peak against the sum of
+    the app containers (only the app containers once every init container has finished).
+    Devices a pod holds that the register does not list appear with an empty ``DeviceInfo``
+    (``devmem`` 0), so the checker flags them.
+    """
+    loads: dict[str, dict[str, DeviceLoad]] = {}
+    for node in state.nodes:
+        name = str(meta(node).get("name"))
+        loads[name] = {d.id: DeviceLoad(name, d) for d in node_devices(node) or ()}
+    for node_name, pods in holding_pods(state).items():
+        per_device = loads.setdefault(node_name, {})
+        for pod in pods:
+            devices = allocated_devices(pod)
+            if devices is None:
+                continue
+            spec = _mapping(pod.get("spec"))
+            usage = collapse_device_usage(
+                devices,
+                init_count=len(spec.get("initContainers") or ()),
+                sidecars=_sidecars(pod),
+                init_finished=_init_finished(pod),
+            )
+            for used in usage:
+                load = per_device.get(used.uuid) or DeviceLoad(node_name, _unregistered(used))
+                key = pod_key(pod)
+                exclusive = load.exclusive_holders
+                if load.device.devcore and used.usedcores >= load.device.devcore:
+                    exclusive = (*exclusive, key)
+                per_device[used.uuid] = DeviceLoad(
+                    node_name,
+                    load.device,
+                    memory=load.memory + used.usedmem,
+                    cores=load.cores + used.usedcores,
+                    slots=load.slots + used.slots,
+                    holders=(*load.holders, (key, used.usedmem, used.usedcores)),
+                    exclusive_holders=exclusive,
+                )
+    return loads
+
+
+def _unregistered(used: DeviceUsageSummary) -> DeviceInfo:
+    return DeviceInfo(
+        id=used.uuid, index=-1, count=0, devmem=0, devcore=0, type=used.type, numa=0, health=False
+    )
+
+
+def container_devices(pod: Mapping[str, Any]) -> list[tuple[str, tuple[ContainerDevice, ...]]]:
+    """``(container name, devices)`` for each container, init containers first."""
+    devices = allocated_devices(pod) or ()
+    names = container_names(pod)
+    return [
+        (names[i] if i < len(names) else f"#{i}", tuple(devices[i]) if i < len(devices) else ())
+        for i in range(max(len(names), len(devices)))
+    ]
+
+
+def record_containers(record: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """The allocation record's containers by name."""
+    containers: Sequence[Any] = (record or {}).get("containers") or ()
+    return {str(_mapping(c).get("name")): _mapping(c) for c in containers if isinstance(c, Mapping)}
+
+
+def record_envs(container: Mapping[str, Any], resource: str) -> Mapping[str, str] | None:
+    """The env one resource gave one container in an allocation record (None: not given)."""
+    for entry in container.get("resources") or ():
+        if _mapping(entry).get("resource") == resource:
+            envs = _mapping(_mapping(entry).get("envs"))
+            return {str(k): str(v) for k, v in envs.items()}
+    return None

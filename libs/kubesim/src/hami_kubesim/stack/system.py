@@ -1,0 +1,561 @@
+"""The whole system on one machine: kubesim plus the three services as real processes.
+
+``async with running_system(spec) as system:`` does, in order:
+
+1. mints a CA and server certificates for the webhook and the extender, writes one fake-devices
+   file per GPU node, and picks free ports;
+2. starts the simulated cluster (:func:`hami_kubesim.cluster.running_cluster`): the API server,
+   admission dispatch (the webhook's Service resolved to its local port) and one kubelet
+   stand-in per node; the MutatingWebhookConfiguration (with the generated ``caBundle``) and
+   the spec's objects are created with it; then the scheduling loop
+   (:class:`~hami_kubesim.scheduling_loop.SchedulingLoop`) from the chart's
+   KubeSchedulerConfiguration with only the extender's ``urlPrefix`` replaced — run here rather
+   than by ``running_cluster`` so a spec can shorten the pod backoff, a kube-scheduler setting
+   the fault suite needs;
+3. starts the webhook, the extender (one process per replica; with two or more, Lease election
+   and a :class:`~hami_kubesim.stack.router.LeaderRouter` in front) and one device plugin per
+   GPU node (``--device-backend fake``, ``--kubelet-socket <node plugin dir>/kubelet.sock``),
+   all over TLS where the real ones use it, each polled on ``/readyz`` until ready;
+4. waits until every GPU node's register annotation is written, the kubelet advertises the
+   GPUs and every extender replica has them in its cache (its ``hami_scheduler_cache_objects``
+   metric), then yields the :class:`System`.
+
+Leaving the block stops every process (SIGTERM, then SIGKILL after a bounded wait) — also when
+the block fails — then the cluster, and removes the temporary working directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import structlog
+
+from hami_kubesim.certs import ca_bundle_b64, generate_ca
+from hami_kubesim.cluster import Cluster, running_cluster, scheduler_config_for
+from hami_kubesim.cluster_config import (
+    AdmissionSpec,
+    ClusterConfig,
+    KubeletDefaults,
+    NodeSpec,
+    SchedulingSpec,
+)
+from hami_kubesim.errors import ApiError
+from hami_kubesim.kubelet import KubeletStandIn
+from hami_kubesim.scheduling_loop import SchedulingLoop
+from hami_kubesim.server import ApiServer
+from hami_kubesim.stack.metrics import sample_value, scrape
+from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
+from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port, stop_all
+from hami_kubesim.stack.router import LeaderRouter
+from hami_kubesim.stack.settle import POLL_INTERVAL, until, wait_for
+from hami_kubesim.stack.spec import GpuNode, SystemSpec, dump_yaml, fake_devices_document
+from hami_kubesim.stack.state import ClusterState, meta
+from hami_protocol import keys
+
+__all__ = ["LEASE", "System", "deviceplugin_args", "running_system"]
+
+log = structlog.get_logger(__name__)
+
+LEASE = ("kube-system", "hami-scheduler")
+"""``(namespace, name)`` of the Lease the extender replicas campaign on."""
+_SCHEDULER_NAME = "hami-scheduler"
+_NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "250", "ephemeral-storage": "1Ti"}
+
+
+@dataclass(slots=True)
+class System:
+    """A running system: the cluster, the service processes and where their files are."""
+
+    spec: SystemSpec
+    cluster: Cluster
+    work_dir: Path
+    webhook: ServiceProcess
+    schedulers: tuple[ServiceProcess, ...]
+    deviceplugins: Mapping[str, ServiceProcess]
+    extender_url: str
+    scheduling_loop: SchedulingLoop
+    router: LeaderRouter | None = None
+    identities: Mapping[str, int] = field(default_factory=dict)
+    """Scheduler replica identity → its extender port (replicated mode)."""
+
+    # ----- views ---------------------------------------------------------------------------
+    @property
+    def api(self) -> ApiServer:
+        """The in-process API server (reads, writes, fault injection)."""
+        return self.cluster.apiserver.server
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.work_dir / "logs"
+
+    def kubelet(self, node: str) -> KubeletStandIn:
+        return self.cluster.kubelet(node)
+
+    def services(self) -> tuple[ServiceProcess, ...]:
+        return (self.webhook, *self.schedulers, *self.deviceplugins.values())
+
+    def node(self, name: str) -> GpuNode:
+        return next(n for n in self.spec.nodes if n.name == name)
+
+    def fake_devices_file(self, node: str) -> Path:
+        return self.work_dir / "devices" / f"{node}.yaml"
+
+    def metrics_urls(self) -> dict[str, str]:
+        return {p.name: p.spec.metrics_url for p in self.services() if p.spec.metrics_url}
+
+    def state(self) -> ClusterState:
+        """A snapshot of pods, nodes and events, read in-process."""
+        return ClusterState(
+            pods=tuple(self.api.list("pods")),
+            nodes=tuple(self.api.list("nodes")),
+            events=tuple(self.api.list("events")),
+            taken_at=datetime.now(UTC),
+        )
+
+    def leader(self) -> ServiceProcess | None:
+        """The extender replica that holds the Lease and runs (the only one if unreplicated)."""
+        if len(self.schedulers) == 1:
+            return self.schedulers[0]
+        namespace, name = LEASE
+        lease = self.api.try_get("leases", name, namespace=namespace) or {}
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        # A campaigning replica holds the Lease as ``<identity>_<unique suffix>``.
+        replica = next(
+            (s for s in self.schedulers if holder == s.name or holder.startswith(s.name + "_")),
+            None,
+        )
+        return replica if replica is not None and replica.running else None
+
+    def leader_port(self) -> int | None:
+        """The extender port of the current leader (None while there is none)."""
+        leader = self.leader()
+        return None if leader is None else self.identities.get(leader.name)
+
+    # ----- actions -------------------------------------------------------------------------
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object as a client would (pods pass through admission)."""
+        kind = str(obj.get("kind", "Pod"))
+        resource = {"Pod": "pods", "ResourceQuota": "resourcequotas"}.get(kind, kind.lower() + "s")
+        return await self.api.create(resource, dict(obj))
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod (no error when it is already gone)."""
+        with contextlib.suppress(ApiError):
+            await self.api.delete("pods", name, namespace=namespace)
+
+    async def ensure_namespace(self, name: str) -> None:
+        if self.api.try_get("namespaces", name) is None:
+            await self.api.create(
+                "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
+
+    async def clear_pods(self, namespace: str, *, within: float = 30.0) -> None:
+        """Delete every pod of ``namespace`` and wait until they are gone."""
+        for pod in self.api.list("pods", namespace=namespace):
+            await self.delete_pod(namespace, str(meta(pod).get("name")))
+        await self.wait_for(
+            lambda state: not any(meta(p).get("namespace") == namespace for p in state.pods),
+            within=within,
+            what=f"every pod of namespace {namespace} gone",
+        )
+
+    def set_gpus_healthy(self, node: str, healthy: bool) -> None:
+        """Rewrite ``node``'s fake-devices file with every GPU (un)healthy."""
+        dump_yaml(
+            fake_devices_document(self.node(node), healthy=healthy), self.fake_devices_file(node)
+        )
+
+    async def wait_for(
+        self,
+        condition: Callable[[ClusterState], bool],
+        *,
+        within: float,
+        what: str,
+        progress: Callable[[ClusterState, float], None] | None = None,
+    ) -> ClusterState:
+        """Poll snapshots until ``condition`` holds; ``TimeoutError`` naming ``what``."""
+        return await wait_for(self.state, condition, within=within, what=what, progress=progress)
+
+    async def wait_nodes_registered(self, *, within: float = 30.0) -> None:
+        """Until every node with a device plugin has its register annotation and GPU capacity."""
+        names = {n.name for n in self.spec.nodes if n.device_plugin and n.gpus}
+        interval = POLL_INTERVAL if len(names) < 50 else 0.5
+
+        async def registered() -> bool:
+            nodes = self.api.list("nodes")
+            return names <= {str(meta(n).get("name")) for n in nodes if _registered(n)}
+
+        await until(
+            registered,
+            within=within,
+            what=f"device registration of {len(names)} nodes",
+            interval=interval,
+        )
+
+    async def wait_schedulers_see_nodes(self, count: int, *, within: float = 30.0) -> None:
+        """Until every running extender replica has ``count`` registered nodes in its cache."""
+        deadline = time.monotonic() + within
+        for replica in self.schedulers:
+            while replica.running:
+                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                    samples = await scrape(replica.spec.metrics_url)
+                    seen = sample_value(
+                        samples, "hami_scheduler_cache_objects", kind="registered_nodes"
+                    )
+                    if seen is not None and seen >= count:
+                        break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{replica.name} did not see {count} GPU nodes in {within} s"
+                    )
+                await asyncio.sleep(POLL_INTERVAL)
+
+
+def _registered(node: Mapping[str, Any]) -> bool:
+    annotations = meta(node).get("annotations") or {}
+    capacity = (node.get("status") or {}).get("allocatable") or {}
+    return keys.NVIDIA_REGISTER in annotations and str(capacity.get("nvidia.com/gpu", "0")) != "0"
+
+
+def _scheduling_loop(spec: SystemSpec, *, api_url: str, extender_url: str) -> SchedulingLoop:
+    """kube-scheduler's stand-in: the chart's KubeSchedulerConfiguration with only the
+    extender's ``urlPrefix`` replaced; the pod backoff is the file's unless the spec overrides
+    it (a kube-scheduler setting, ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``)."""
+    config = scheduler_config_for(
+        SchedulingSpec(enabled=True, config=spec.scheduler_config, extender_urls=(extender_url,))
+    )
+    return SchedulingLoop(
+        config,
+        api_url=api_url,
+        initial_backoff=spec.pod_initial_backoff,
+        max_backoff=spec.pod_max_backoff,
+    )
+
+
+def _cluster_config(
+    spec: SystemSpec,
+    *,
+    plugin_root: Path,
+    webhook_port: int,
+    ca_bundle: str,
+    kubelet_grace: float,
+) -> ClusterConfig:
+    nodes = tuple(
+        NodeSpec(
+            name=node.name,
+            labels={"gpu": "on", **node.labels},
+            capacity=dict(_NODE_CAPACITY),
+            allocatable=dict(_NODE_CAPACITY),
+            address=f"10.{index // 250}.{index % 250}.10",
+            pod_cidr=f"10.{100 + index // 250}.{index % 250}.0/24",
+        )
+        for index, node in enumerate(spec.nodes)
+    )
+    webhook_config = mutating_webhook_configuration(
+        ca_bundle=ca_bundle,
+        failure_policy=spec.webhook_failure_policy,
+        timeout_seconds=spec.webhook_timeout_seconds,
+    )
+    return ClusterConfig(
+        namespaces=tuple(dict.fromkeys(("kube-node-lease", *spec.namespaces))),
+        nodes=nodes,
+        kubelet=KubeletDefaults(
+            plugin_root=plugin_root,
+            grace_period=kubelet_grace,
+            call_timeout=spec.kubelet_call_timeout,
+        ),
+        admission=AdmissionSpec(
+            enabled=True, service_urls={WEBHOOK_SERVICE: f"https://127.0.0.1:{webhook_port}"}
+        ),
+        # The stack runs the scheduling loop itself (see _scheduling_loop), so it can take the
+        # pod backoff override.
+        scheduling=SchedulingSpec(enabled=False),
+        objects=(webhook_config, *spec.objects),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Ports and files chosen before anything starts."""
+
+    work_dir: Path
+    webhook_port: int
+    scheduler_ports: tuple[int, ...]
+    front_port: int
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://127.0.0.1:{self.front_port}"
+
+
+def _tls(work_dir: Path) -> tuple[str, Path, Path]:
+    """Certificates for the webhook and the extender; returns the CA bundle and both dirs."""
+    ca = generate_ca("hami-e2e-ca")
+    namespace, name = WEBHOOK_SERVICE
+    webhook = ca.issue(
+        [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", "127.0.0.1"]
+    )
+    scheduler = ca.issue(
+        ["hami-scheduler.kube-system.svc", "localhost", "127.0.0.1"], common_name="hami-scheduler"
+    )
+    webhook_dir, scheduler_dir = work_dir / "tls" / "webhook", work_dir / "tls" / "scheduler"
+    webhook.write(webhook_dir)
+    scheduler.write(scheduler_dir)
+    return ca_bundle_b64(ca.cert_pem), webhook_dir, scheduler_dir
+
+
+def _common(spec: SystemSpec, api_url: str, metrics_port: int) -> list[str]:
+    return [
+        f"--kube-url={api_url}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        f"--log-format={spec.log_format}",
+        f"--log-level={spec.log_level}",
+    ]
+
+
+def _webhook(spec: SystemSpec, plan: _Plan, api_url: str, tls_dir: Path) -> ServiceProcess:
+    metrics = free_port()
+    args = [
+        f"--http_bind=127.0.0.1:{plan.webhook_port}",
+        f"--cert_file={tls_dir / 'tls.crt'}",
+        f"--key_file={tls_dir / 'tls.key'}",
+        f"--scheduler-name={_SCHEDULER_NAME}",
+        f"--device-config-file={spec.device_config}",
+        *_common(spec, api_url, metrics),
+        *spec.webhook_args,
+    ]
+    return ServiceProcess(
+        ServiceSpec(
+            name="webhook",
+            module="hami_webhook",
+            args=tuple(args),
+            ready_url=f"http://127.0.0.1:{metrics}/readyz",
+            metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+            log_file=plan.work_dir / "logs" / "webhook.log",
+            ready_timeout=spec.start_timeout,
+        )
+    )
+
+
+def _schedulers(
+    spec: SystemSpec, plan: _Plan, api_url: str, tls_dir: Path
+) -> tuple[ServiceProcess, ...]:
+    options = spec.scheduler
+    replicated = options.replicas > 1
+    processes = []
+    for index, port in enumerate(plan.scheduler_ports):
+        name = f"scheduler-{index}"
+        metrics = free_port()
+        args = [
+            f"--http_bind=127.0.0.1:{port}",
+            f"--cert_file={tls_dir / 'tls.crt'}",
+            f"--key_file={tls_dir / 'tls.key'}",
+            f"--scheduler-name={_SCHEDULER_NAME}",
+            f"--device-config-file={spec.device_config}",
+            *_common(spec, api_url, metrics),
+        ]
+        flags = {
+            "--handshake-timeout": options.handshake_timeout,
+            "--handshake-interval": options.handshake_interval,
+            "--node-lock-timeout": options.node_lock_timeout,
+            "--node-scheduler-policy": options.node_scheduler_policy,
+            "--gpu-scheduler-policy": options.gpu_scheduler_policy,
+        }
+        args += [f"{flag}={value}" for flag, value in flags.items() if value]
+        if replicated:
+            namespace, lease = LEASE
+            args += [
+                "--leader-elect=true",
+                "--leader-elect-mode=campaign",
+                f"--leader-elect-identity={name}",
+                f"--leader-elect-resource-name={lease}",
+                f"--leader-elect-resource-namespace={namespace}",
+                f"--leader-elect-lease-duration={options.lease_duration}",
+                f"--leader-elect-renew-deadline={options.renew_deadline}",
+                f"--leader-elect-retry-period={options.retry_period}",
+            ]
+        args += options.extra_args
+        processes.append(
+            ServiceProcess(
+                ServiceSpec(
+                    name=name,
+                    module="hami_scheduler",
+                    args=tuple(args),
+                    ready_url=f"http://127.0.0.1:{metrics}/readyz",
+                    metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+                    log_file=plan.work_dir / "logs" / f"{name}.log",
+                    ready_timeout=spec.start_timeout,
+                )
+            )
+        )
+    return tuple(processes)
+
+
+def deviceplugin_args(
+    spec: SystemSpec, node: GpuNode, *, api_url: str, kubelet_socket: Path, devices: Path
+) -> list[str]:
+    """The flags of ``node``'s device plugin (also used to run plugins in-process)."""
+    return [
+        f"--node-name={node.name}",
+        f"--kubelet-socket={kubelet_socket}",
+        "--device-backend=fake",
+        f"--fake-devices={devices}",
+        f"--config-file={spec.device_config}",
+        "--host-root=none",
+        "--kubelet-poll-interval=0.2",
+        "--fake-poll-interval=0.2",
+        "--register-retry-interval=1",
+        f"--kube-url={api_url}",
+        f"--log-format={spec.log_format}",
+        f"--log-level={spec.log_level}",
+        *spec.deviceplugin_args,
+    ]
+
+
+def _deviceplugins(spec: SystemSpec, plan: _Plan, cluster: Cluster) -> dict[str, ServiceProcess]:
+    plugins: dict[str, ServiceProcess] = {}
+    for node in spec.nodes:
+        if not node.device_plugin:
+            continue
+        metrics = free_port()
+        name = f"deviceplugin-{node.name}"
+        args = deviceplugin_args(
+            spec,
+            node,
+            api_url=cluster.url,
+            kubelet_socket=cluster.kubelet(node.name).kubelet_socket,
+            devices=plan.work_dir / "devices" / f"{node.name}.yaml",
+        )
+        args.append(f"--metrics-bind-address=127.0.0.1:{metrics}")
+        plugins[node.name] = ServiceProcess(
+            ServiceSpec(
+                name=name,
+                module="hami_deviceplugin",
+                args=tuple(args),
+                ready_url=f"http://127.0.0.1:{metrics}/readyz",
+                metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+                log_file=plan.work_dir / "logs" / f"{name}.log",
+                ready_timeout=spec.start_timeout,
+            )
+        )
+    return plugins
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    spec: SystemSpec,
+    *,
+    deviceplugin_processes: bool = True,
+    kubelet_grace: float = 300.0,
+    keep_work_dir: bool = False,
+) -> AsyncIterator[System]:
+    """Run everything ``spec`` describes for the duration of the block (see the module doc).
+
+    ``deviceplugin_processes=False`` starts no device plugins (a caller runs them itself, e.g.
+    in-process for a thousand nodes); ``kubelet_grace`` is how long a kubelet keeps a plugin's
+    resource after its stream ended.
+    """
+    temporary = spec.work_dir is None
+    work_dir = spec.work_dir or Path(tempfile.mkdtemp(prefix="hami-e2e-"))
+    started = time.monotonic()
+    try:
+        async with _running(
+            spec, work_dir, deviceplugin_processes=deviceplugin_processes, grace=kubelet_grace
+        ) as system:
+            log.info("system ready", seconds=round(time.monotonic() - started, 2), url=system.url)
+            yield system
+    finally:
+        if temporary and not keep_work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    spec: SystemSpec, work_dir: Path, *, deviceplugin_processes: bool, grace: float
+) -> AsyncIterator[System]:
+    for sub in ("logs", "devices", "p"):
+        (work_dir / sub).mkdir(parents=True, exist_ok=True)
+    for node in spec.nodes:
+        dump_yaml(fake_devices_document(node), work_dir / "devices" / f"{node.name}.yaml")
+    ca_bundle, webhook_tls, scheduler_tls = _tls(work_dir)
+    replicas = max(1, spec.scheduler.replicas)
+    scheduler_ports = tuple(free_port() for _ in range(replicas))
+    router = None
+    if replicas > 1:
+        router = LeaderRouter(target=lambda: None)
+        front = await router.start()
+    else:
+        front = scheduler_ports[0]
+    plan = _Plan(work_dir, free_port(), scheduler_ports, front)
+    config = _cluster_config(
+        spec,
+        plugin_root=work_dir / "p",
+        webhook_port=plan.webhook_port,
+        ca_bundle=ca_bundle,
+        kubelet_grace=grace,
+    )
+    processes: list[ServiceProcess] = []
+    follower: asyncio.Task[None] | None = None
+    try:
+        async with (
+            running_cluster(config) as cluster,
+            _scheduling_loop(spec, api_url=cluster.url, extender_url=plan.extender_url) as loop,
+        ):
+            webhook = _webhook(spec, plan, cluster.url, webhook_tls)
+            schedulers = _schedulers(spec, plan, cluster.url, scheduler_tls)
+            plugins = _deviceplugins(spec, plan, cluster) if deviceplugin_processes else {}
+            processes = [webhook, *schedulers, *plugins.values()]
+            system = System(
+                spec=spec,
+                cluster=cluster,
+                work_dir=work_dir,
+                webhook=webhook,
+                schedulers=schedulers,
+                deviceplugins=plugins,
+                extender_url=plan.extender_url,
+                scheduling_loop=loop,
+                router=router,
+                identities={
+                    s.name: port for s, port in zip(schedulers, scheduler_ports, strict=True)
+                },
+            )
+            if router is not None:
+                router.set_target(system.leader_port)
+                follower = asyncio.create_task(router.follow_leader(), name="stack-router")
+            try:
+                await asyncio.gather(*(p.start() for p in processes))
+                if deviceplugin_processes:
+                    await system.wait_nodes_registered(within=spec.start_timeout)
+                    await system.wait_schedulers_see_nodes(len(plugins), within=spec.start_timeout)
+                if router is not None:
+                    await system.wait_for(
+                        lambda _: system.leader() is not None,
+                        within=spec.start_timeout,
+                        what="an extender replica to lead",
+                    )
+                yield system
+            finally:
+                await stop_all(processes)
+    finally:
+        for process in processes:
+            process.kill_now()
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        if router is not None:
+            await router.stop()

@@ -1,0 +1,252 @@
+"""The invariant checker on hand-built cluster snapshots: each rule fires when broken, and only
+then."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from hami_kube.timefmt import format_time
+from hami_kubesim.stack.invariants import (
+    check_all,
+    check_devices,
+    check_env,
+    check_locks,
+    check_outcomes,
+    stale_locks,
+)
+from hami_kubesim.stack.state import ClusterState, Outcome, device_loads, outcome, stage
+from hami_protocol import keys
+from hami_protocol.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.nodelock import NodeLock, encode_node_lock
+from hami_protocol.registry import DeviceInfo, encode_node_devices_json
+
+NOW = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
+GPU_A, GPU_B = "GPU-aaaa", "GPU-bbbb"
+
+
+def node(name: str = "n1", *, lock: str | None = None, devmem: int = 16000) -> dict[str, Any]:
+    devices = [
+        DeviceInfo(
+            id=uuid,
+            index=i,
+            count=4,
+            devmem=devmem,
+            devcore=100,
+            type="NVIDIA-T4",
+            numa=0,
+            health=True,
+        )
+        for i, uuid in enumerate((GPU_A, GPU_B))
+    ]
+    annotations = {keys.NVIDIA_REGISTER: encode_node_devices_json(devices)}
+    if lock is not None:
+        annotations[keys.NODE_LOCK] = lock
+    return {"metadata": {"name": name, "annotations": annotations}}
+
+
+def pod(
+    name: str,
+    containers: list[list[tuple[str, int, int]]],
+    *,
+    phase: str = "Running",
+    node_name: str = "n1",
+    envs: dict[str, dict[str, str]] | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+    status_reason: str = "",
+) -> dict[str, Any]:
+    allocated = encode_pod_devices(
+        tuple(tuple(ContainerDevice(u, "NVIDIA", m, c) for u, m, c in cs) for cs in containers)
+    )
+    names = [f"c{i}" for i in range(len(containers))]
+    annotations = {keys.VGPU_NODE: node_name, keys.NVIDIA_DEVICES_ALLOCATED: allocated}
+    if envs is not None:
+        record = {
+            "node": node_name,
+            "containers": [
+                {
+                    "name": n,
+                    "resources": [{"resource": "nvidia.com/gpu", "envs": envs[n]}]
+                    if n in envs
+                    else [],
+                }
+                for n in names
+            ],
+        }
+        annotations["kubesim.hami.io/container-allocations"] = json.dumps(record)
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions or []}
+    if status_reason:
+        status["reason"] = status_reason
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": node_name, "containers": [{"name": n} for n in names]},
+        "status": status,
+    }
+
+
+def good_env(uuid: str, mem: int, cores: int) -> dict[str, str]:
+    return {
+        "NVIDIA_VISIBLE_DEVICES": uuid,
+        "CUDA_DEVICE_MEMORY_LIMIT_0": f"{mem}m",
+        "CUDA_DEVICE_SM_LIMIT": str(cores),
+    }
+
+
+def state(
+    pods: list[dict[str, Any]],
+    nodes: list[dict[str, Any]] | None = None,
+    events: list[dict[str, Any]] | None = None,
+) -> ClusterState:
+    return ClusterState(tuple(pods), tuple(nodes or [node()]), tuple(events or []), NOW)
+
+
+def test_a_consistent_cluster_has_no_violation() -> None:
+    pods = [
+        pod("a", [[(GPU_A, 8000, 50)]], envs={"c0": good_env(GPU_A, 8000, 50)}),
+        pod("b", [[(GPU_A, 8000, 50)]], envs={"c0": good_env(GPU_A, 8000, 50)}),
+    ]
+    assert check_all(state(pods)) == ()
+    load = device_loads(state(pods))["n1"][GPU_A]
+    assert (load.memory, load.cores, load.slots) == (16000, 100, 2)
+
+
+@pytest.mark.parametrize(
+    ("second", "what"),
+    [
+        ([[(GPU_A, 9000, 10)]], "memory (MiB) over-committed: 17000 > 16000"),
+        ([[(GPU_A, 1000, 60)]], "cores (%) over-committed: 110 > 100"),
+        ([[("GPU-unknown", 1000, 10)]], "not registered"),
+    ],
+)
+def test_over_commitment_is_found(second: list[list[tuple[str, int, int]]], what: str) -> None:
+    pods = [pod("a", [[(GPU_A, 8000, 50)]]), pod("b", second)]
+    messages = [v.message for v in check_devices(state(pods))]
+    assert any(what in m for m in messages), messages
+
+
+def test_slots_and_exclusive_use_are_checked() -> None:
+    slots = [pod(f"p{i}", [[(GPU_B, 100, 1)]]) for i in range(5)]
+    assert any("task slots over-committed: 5 > 4" in v.message for v in check_devices(state(slots)))
+    exclusive = [pod("whole", [[(GPU_A, 0, 100)]]), pod("other", [[(GPU_A, 100, 0)]])]
+    assert any("holds every core" in v.message for v in check_devices(state(exclusive)))
+
+
+def test_pods_that_hold_nothing_are_not_counted() -> None:
+    done = pod("done", [[(GPU_A, 16000, 100)]], phase="Succeeded")
+    # Filtered, then the bind failed: not bound, so it holds nothing whatever it carries.
+    unbound = pod("unbound", [[(GPU_A, 16000, 100)]], phase="Pending", node_name="n1")
+    unbound["spec"].pop("nodeName")
+    running = pod("running", [[(GPU_A, 16000, 100)]])
+    assert check_devices(state([done, unbound, running])) == []
+
+
+def test_a_pod_bound_elsewhere_than_placed_is_found() -> None:
+    moved = pod("moved", [[(GPU_A, 1000, 10)]])
+    moved["spec"]["nodeName"] = "n2"
+    found = check_devices(state([moved], nodes=[node(), node("n2")]))
+    assert any("placed on n1 but bound to n2" in v.message for v in found)
+
+
+@pytest.mark.parametrize(
+    ("envs", "problem"),
+    [
+        ({"c0": good_env(GPU_B, 8000, 50)}, "NVIDIA_VISIBLE_DEVICES"),
+        ({"c0": good_env(GPU_A, 4000, 50)}, "CUDA_DEVICE_MEMORY_LIMIT_0"),
+        ({"c0": good_env(GPU_A, 8000, 20)}, "CUDA_DEVICE_SM_LIMIT"),
+        ({}, "given no nvidia.com/gpu"),
+    ],
+)
+def test_env_that_disagrees_with_the_allocation_is_found(
+    envs: dict[str, dict[str, str]], problem: str
+) -> None:
+    found = check_env(state([pod("a", [[(GPU_A, 8000, 50)]], envs=envs)]))
+    assert any(problem in v.message for v in found), found
+
+
+def test_env_for_a_container_without_devices_is_found() -> None:
+    bad = pod(
+        "a",
+        [[(GPU_A, 8000, 50)], []],
+        envs={"c0": good_env(GPU_A, 8000, 50), "c1": good_env(GPU_A, 1, 1)},
+    )
+    assert any("without an allocation" in v.message for v in check_env(state([bad])))
+    missing = pod("b", [[(GPU_A, 8000, 50)]])
+    assert any("no allocation record" in v.message for v in check_env(state([missing])))
+
+
+def test_locks_may_linger_but_must_not_refuse_binds_after_expiry() -> None:
+    acquired = NOW - timedelta(seconds=30)
+    lock = encode_node_lock(NodeLock(acquired, "default", "owner"))
+    timeout = timedelta(seconds=10)
+    lingering = state([], nodes=[node(lock=lock)])
+    assert check_locks(lingering, lock_timeout=timeout) == []
+    assert stale_locks(lingering, lock_timeout=timeout) == ["n1"]
+
+    refusal = {
+        "reason": "FailedScheduling",
+        "message": "binding rejected: node n1 has been locked within 10s",
+        "lastTimestamp": format_time(NOW - timedelta(seconds=5)),
+        "involvedObject": {"kind": "Pod", "name": "x", "namespace": "default"},
+    }
+    refused = state([], nodes=[node(lock=lock)], events=[refusal])
+    assert [v.check for v in check_locks(refused, lock_timeout=timeout)] == ["locks"]
+    # A refusal while the lock was still valid is the lock working.
+    refusal["lastTimestamp"] = format_time(acquired + timedelta(seconds=2))
+    assert check_locks(refused, lock_timeout=timeout) == []
+    unreadable = state([], nodes=[node(lock="garbage")])
+    assert [v.check for v in check_locks(unreadable)] == ["locks"]
+
+
+def _scheduled(status: str, reason: str) -> list[dict[str, Any]]:
+    return [{"type": "PodScheduled", "status": status, "reason": reason}]
+
+
+def test_every_pod_must_end_somewhere() -> None:
+    pending = pod("pending", [[(GPU_A, 1, 1)]], phase="Pending")
+    waiting = pod(
+        "waiting",
+        [[(GPU_A, 1, 1)]],
+        phase="Pending",
+        conditions=_scheduled("False", "Unschedulable"),
+    )
+    waiting["spec"].pop("nodeName")
+    event = {
+        "reason": "FailedScheduling",
+        "message": "0/1 nodes are available",
+        "involvedObject": {"kind": "Pod", "uid": "uid-waiting"},
+    }
+    failed_silently = pod("failed", [[(GPU_A, 1, 1)]], phase="Failed")
+    failed_loudly = pod(
+        "failed-ok", [[(GPU_A, 1, 1)]], phase="Failed", status_reason="UnexpectedAdmissionError"
+    )
+    snapshot = state([pending, waiting, failed_silently, failed_loudly], events=[event])
+    found = {v.subject: v.message for v in check_outcomes(snapshot)}
+    assert set(found) == {"default/pending", "default/failed"}
+    assert outcome(snapshot, waiting) is Outcome.UNSCHEDULABLE
+    assert stage(snapshot, pending) == "starting (Allocate)"
+
+
+def test_a_scheduler_error_is_still_in_flight() -> None:
+    retried = pod(
+        "retried",
+        [[(GPU_A, 1, 1)]],
+        phase="Pending",
+        conditions=_scheduled("False", "SchedulerError"),
+    )
+    retried["spec"].pop("nodeName")
+    event = {
+        "reason": "FailedScheduling",
+        "message": "binding rejected",
+        "involvedObject": {"kind": "Pod", "uid": "uid-retried"},
+    }
+    snapshot = state([retried], events=[event])
+    assert outcome(snapshot, retried) is Outcome.IN_FLIGHT
+    assert stage(snapshot, retried) == "binding"
