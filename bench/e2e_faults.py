@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +30,13 @@ from hami_kubesim.stack.scenarios import ScenarioConfig, describe, generate_scen
 from hami_kubesim.stack.system import running_system
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM cancels the run, so every process is stopped and the work dir removed."""
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+
 async def main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scenarios", type=int, default=200)
@@ -36,6 +44,7 @@ async def main(argv: Sequence[str]) -> None:
     parser.add_argument("--duration", type=float, default=1.5, help="seconds of stream each")
     args = parser.parse_args(argv)
     configure_logging("console", "error")
+    stop_on_sigterm()
     started = time.monotonic()
     async with running_system(chaos_spec()) as system:
         print(f"system up in {time.monotonic() - started:.1f} s; logs in {system.logs_dir}")

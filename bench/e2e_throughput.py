@@ -348,6 +348,9 @@ async def main(argv: Sequence[str]) -> None:
         await host_plugins(args.plugin_host, args.port)
         return
     configure_logging("console", "error")
+    task = asyncio.current_task()
+    if task is not None:  # SIGTERM stops every process and removes the work dir, as Ctrl-C does
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     sizes = [int(n) for n in args.nodes.split(",")]
     counts = [int(n) for n in args.pods.split(",")]
     counts += [counts[-1]] * (len(sizes) - len(counts))

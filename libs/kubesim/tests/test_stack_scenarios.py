@@ -11,6 +11,7 @@ from hami_kubesim.stack.metrics import histogram_summary, parse_samples, sample_
 from hami_kubesim.stack.scenarios import (
     CreatePod,
     DeletePod,
+    InjectErrors,
     ScenarioConfig,
     StartService,
     StopService,
@@ -39,6 +40,9 @@ def test_a_seed_always_gives_the_same_well_formed_timeline(seed: int) -> None:
             assert step.pod["metadata"]["namespace"] == CONFIG.namespace
         if isinstance(step, DeletePod):
             assert step.at >= created[step.name]
+    for step in scenario.steps:
+        if isinstance(step, InjectErrors) and step.code == 409:
+            assert step.verb in ("create", "update")
     stops = [s for s in scenario.steps if isinstance(s, StopService)]
     starts = [s for s in scenario.steps if isinstance(s, StartService)]
     assert [s.service for s in stops] == [s.service for s in starts]

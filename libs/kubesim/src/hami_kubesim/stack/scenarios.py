@@ -8,7 +8,8 @@ Steps:
 
 * :class:`CreatePod` / :class:`DeletePod` — the stream: shared slices, whole cards, several
   containers, type selectors, node/GPU policies, now and then a pod no node can fit;
-* :class:`InjectErrors` — answer a share of matching API requests with 500/503/429/409;
+* :class:`InjectErrors` — answer a share of matching API requests with 500/503/429 (409 only
+  for creates and updates, the writes a real API server can refuse with a conflict);
 * :class:`InjectLatency` — delay matching API requests;
 * :class:`DropWatches` — end open watches cleanly, with an ERROR 410, or by cutting them;
 * :class:`Compact` — drop the watch history (watchers resuming from an old resourceVersion get
@@ -155,7 +156,11 @@ _ERROR_TARGETS: Final = (
     ("update", "leases*"),
     ("*", "*"),
 )
-_CODES: Final = (500, 503, 429, 409, 500)
+_CODES: Final = (500, 503, 429, 500)
+# A real API server answers 409 only to writes that carry a precondition or name an existing
+# object: updates (resourceVersion) and creates (AlreadyExists, a pod already bound). A merge
+# patch without a resourceVersion is retried inside the server instead, so no 409 there.
+_CONFLICT_VERBS: Final = frozenset({"update", "create"})
 _LATENCY_TARGETS: Final = (("patch", "*"), ("get", "*"), ("*", "pods"), ("*", "*"))
 _WATCHED: Final = (None, "pods", "nodes")
 
@@ -225,12 +230,13 @@ def _faults(rng: random.Random, config: ScenarioConfig) -> list[Step]:
     steps: list[Step] = []
     for _ in range(rng.randint(1, 3)):
         verb, resource = rng.choice(_ERROR_TARGETS)
+        codes = (*_CODES, 409) if verb in _CONFLICT_VERBS else _CODES
         steps.append(
             InjectErrors(
                 at=rng.uniform(0.0, config.duration / 2),
                 verb=verb,
                 resource=resource,
-                code=rng.choice(_CODES),
+                code=rng.choice(codes),
                 rate=rng.choice((0.1, 0.25, 0.5)),
                 times=rng.randint(1, 8),
             )

@@ -122,7 +122,7 @@ def gpu_model_node(
             memory_mib=memory_mib,
             index=index,
             numa=index // per_numa,
-            pci_bus_id=f"0000:{0x18 + 0x10 * index:02x}:00.0",
+            pci_bus_id=f"0000:{(0x18 + 0x10 * index) % 0x100:02x}:00.0",
         )
         for index in range(count)
     )
