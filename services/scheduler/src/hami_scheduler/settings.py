@@ -26,18 +26,17 @@ from __future__ import annotations
 
 import argparse
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final, Literal, cast
-
-import yaml
+from typing import Final, Literal, cast
 
 from hami_kube.config import KubeSettings
+from hami_kube.runtime import flags
+from hami_kube.runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
 from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
 from hami_kube.runtime.sites import parse_bind
-from hami_protocol.config import DeviceConfig, device_config_from_mapping
-from hami_protocol.errors import ConfigError, ProtocolError
+from hami_protocol.config import DeviceConfig
+from hami_protocol.errors import ProtocolError
 from hami_protocol.policy import SPREAD, GpuPolicy, NodePolicy, parse_gpu_policy, parse_node_policy
 from hami_protocol.selectors import format_selector, parse_selector_string
 from hami_protocol.vendors import Vendor, vendors_from_config
@@ -57,7 +56,6 @@ __all__ = [
     "parse_settings",
 ]
 
-ENV_PREFIX: Final = "HAMI_"
 DEFAULT_HTTP_BIND: Final = "127.0.0.1:8080"
 DEFAULT_METRICS_BIND: Final = ":9395"
 DEFAULT_COMPONENT: Final = "hami-scheduler"
@@ -152,30 +150,6 @@ class Settings:
         return self.scheduler_name or DEFAULT_COMPONENT
 
 
-def _env_name(flag: str) -> str:
-    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
-
-
-def parse_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool`` spellings."""
-    lowered = text.strip().lower()
-    if lowered in {"1", "t", "true", "yes", "y", "on"}:
-        return True
-    if lowered in {"0", "f", "false", "no", "n", "off"}:
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
-
-
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -190,73 +164,60 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-@dataclass(frozen=True, slots=True)
-class _Flag:
-    names: tuple[str, ...]
-    dest: str
-    default: Any
-    help: str
-    kind: Callable[[str], Any] | None = None
-    is_bool: bool = False
-    choices: tuple[str, ...] | None = None
-
-
 _FLAGS: Final = (
-    _Flag(
-        ("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "extender listen address"
-    ),
-    _Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
-    _Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
-    _Flag(
+    Flag(("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "extender listen address"),
+    Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
+    Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    Flag(
         ("--tls-reload-interval",),
         "tls_reload_interval",
         "5s",
         "how often the certificate files are checked for changes",
         _duration,
     ),
-    _Flag(
+    Flag(
         ("--metrics-bind-address",),
         "metrics_bind_address",
         DEFAULT_METRICS_BIND,
         "metrics listen address",
     ),
-    _Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
-    _Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
-    _Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
-    _Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
-    _Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
-    _Flag(("--kube-qps",), "kube_qps", "0", "API requests per second (0: unlimited)", _number),
-    _Flag(("--kube-burst",), "kube_burst", "10", "API request burst", _non_negative),
-    _Flag(("--kube-timeout",), "kube_timeout", "30s", "timeout of one API request", _duration),
-    _Flag(("--scheduler-name",), "scheduler_name", "", "scheduler name (Events' source)"),
-    _Flag(
+    Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
+    Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
+    Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
+    Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+    Flag(("--kube-qps",), "kube_qps", "0", "API requests per second (0: unlimited)", _number),
+    Flag(("--kube-burst",), "kube_burst", "10", "API request burst", non_negative),
+    Flag(("--kube-timeout",), "kube_timeout", "30s", "timeout of one API request", _duration),
+    Flag(("--scheduler-name",), "scheduler_name", "", "scheduler name (Events' source)"),
+    Flag(
         ("--node-scheduler-policy",),
         "node_scheduler_policy",
         "binpack",
         "default node policy",
         choices=("binpack", "spread"),
     ),
-    _Flag(
+    Flag(
         ("--gpu-scheduler-policy",),
         "gpu_scheduler_policy",
         "spread",
         "default GPU policy: binpack, spread, topology-aware, mutex, numa or a chain",
     ),
-    _Flag(
+    Flag(
         ("--node-label-selector",),
         "node_label_selector",
         "",
         "only nodes matching this label selector are registered (k=v,k2=v2)",
     ),
-    _Flag(("--node-lock-timeout",), "node_lock_timeout", "5m", "node lock expiry", _duration),
-    _Flag(
+    Flag(("--node-lock-timeout",), "node_lock_timeout", "5m", "node lock expiry", _duration),
+    Flag(
         ("--node-lock-retry-timeout",),
         "node_lock_retry_timeout",
         "28s",
         "how long PodGroup members retry a contended node lock (0 disables)",
         _duration,
     ),
-    _Flag(
+    Flag(
         ("--leader-elect",),
         "leader_elect",
         "false",
@@ -264,53 +225,53 @@ _FLAGS: Final = (
         parse_bool,
         True,
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-mode",),
         "leader_elect_mode",
         "follow",
         "follow kube-scheduler's Lease, or campaign on it",
         choices=tuple(LEADER_MODES),
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-resource-name",),
         "leader_elect_resource_name",
         "",
         "Lease name (default: the scheduler name, else hami-scheduler)",
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-resource-namespace",),
         "leader_elect_resource_namespace",
         "",
         "Lease namespace (default: POD_NAMESPACE, else kube-system)",
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-identity",),
         "leader_elect_identity",
         "",
         "this replica's identity (default: the host name)",
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-lease-duration",),
         "leader_elect_lease_duration",
         "15s",
         "Lease duration",
         _duration,
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-renew-deadline",),
         "leader_elect_renew_deadline",
         "10s",
         "renew deadline (campaign mode)",
         _duration,
     ),
-    _Flag(
+    Flag(
         ("--leader-elect-retry-period",),
         "leader_elect_retry_period",
         "2s",
         "retry period (campaign mode)",
         _duration,
     ),
-    _Flag(
+    Flag(
         ("--filter-mode",),
         "filter_mode",
         "single",
@@ -318,36 +279,36 @@ _FLAGS: Final = (
         "prioritize scores them and bind writes the decision",
         choices=tuple(FILTER_MODES),
     ),
-    _Flag(
+    Flag(
         ("--handshake-timeout",),
         "handshake_timeout",
         "5m",
         "a vendor that has not reported within this long is unavailable",
         _duration,
     ),
-    _Flag(
+    Flag(
         ("--handshake-interval",),
         "handshake_interval",
         "15s",
         "how often node handshakes are checked and requested",
         _duration,
     ),
-    _Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
-    _Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
-    _Flag(
+    Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
+    Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
+    Flag(
         ("--resource-mem-percentage",),
         "resource_mem_percentage",
         "nvidia.com/gpumem-percentage",
         "NVIDIA memory percentage resource",
     ),
-    _Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
-    _Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
-    _Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", _non_negative),
-    _Flag(("--default-cores",), "default_cores", "0", "default cores percent", _non_negative),
-    _Flag(("--default-gpu",), "default_gpu", "1", "default GPU count", _non_negative),
-    _Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
-    _Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
-    _Flag(
+    Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
+    Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
+    Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", non_negative),
+    Flag(("--default-cores",), "default_cores", "0", "default cores percent", non_negative),
+    Flag(("--default-gpu",), "default_gpu", "1", "default GPU count", non_negative),
+    Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
+    Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
+    Flag(
         ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
     ),
 )
@@ -355,36 +316,12 @@ _FLAGS: Final = (
 
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """The flag parser; defaults come from ``environ`` (``HAMI_*``) when set there."""
-    env = environ or {}
-    parser = argparse.ArgumentParser(
+    return flags.build_parser(
         prog="hami-scheduler",
         description="Kubernetes scheduler extender for GPU sharing (HAMi protocol).",
+        flags=_FLAGS,
+        environ=environ,
     )
-    for flag in _FLAGS:
-        env_name = _env_name(flag.names[0])
-        default = env.get(env_name, flag.default)
-        help_text = f"{flag.help} (env {env_name}; default {flag.default!r})"
-        if flag.is_bool:
-            parser.add_argument(
-                *flag.names,
-                dest=flag.dest,
-                nargs="?",
-                const="true",
-                default=default,
-                type=parse_bool,
-                metavar="BOOL",
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                *flag.names,
-                dest=flag.dest,
-                default=default,
-                type=flag.kind or str,
-                choices=flag.choices,
-                help=help_text,
-            )
-    return parser
 
 
 def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
@@ -402,25 +339,7 @@ def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
 
 def load_device_config(args: argparse.Namespace) -> DeviceConfig:
     """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
-    document: dict[str, Any] = {}
-    path = args.device_config_file
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("--device-config-file", path, f"cannot read: {exc}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("--device-config-file", path, f"not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError("--device-config-file", path, "expected a YAML mapping")
-        document = dict(loaded or {})
-    file_nvidia = document.get("nvidia") or {}
-    if not isinstance(file_nvidia, dict):
-        raise ConfigError("nvidia", file_nvidia, "expected a mapping")
-    document["nvidia"] = {**_nvidia_from_flags(args), **file_nvidia}
-    return device_config_from_mapping(document)
+    return flags.load_device_config(args.device_config_file, _nvidia_from_flags(args))
 
 
 def _leader_settings(args: argparse.Namespace, env: Mapping[str, str]) -> LeaderElectSettings:

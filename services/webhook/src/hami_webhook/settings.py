@@ -25,17 +25,16 @@ NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final, cast
-
-import yaml
+from typing import Final, cast
 
 from hami_kube.config import KubeSettings
+from hami_kube.runtime import flags
+from hami_kube.runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
 from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
 from hami_kube.runtime.sites import parse_bind
-from hami_protocol.config import DeviceConfig, device_config_from_mapping
+from hami_protocol.config import DeviceConfig
 from hami_protocol.errors import ConfigError
 from hami_protocol.vendors import vendors_from_config
 from hami_webhook.mutate import MutationRules
@@ -50,7 +49,6 @@ __all__ = [
     "parse_settings",
 ]
 
-ENV_PREFIX: Final = "HAMI_"
 DEFAULT_HTTP_BIND: Final = "0.0.0.0:9443"
 DEFAULT_METRICS_BIND: Final = ":9396"
 DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
@@ -93,30 +91,6 @@ class Settings:
         return self.cert_file is not None
 
 
-def _env_name(flag: str) -> str:
-    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
-
-
-def parse_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool`` spellings."""
-    lowered = text.strip().lower()
-    if lowered in {"1", "t", "true", "yes", "y", "on"}:
-        return True
-    if lowered in {"0", "f", "false", "no", "n", "off"}:
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -127,40 +101,29 @@ def _positive_float(text: str) -> float:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class _Flag:
-    names: tuple[str, ...]
-    dest: str
-    default: Any
-    help: str
-    kind: Callable[[str], Any] | None = None
-    is_bool: bool = False
-    choices: tuple[str, ...] | None = None
-
-
 _FLAGS: Final = (
-    _Flag(("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "webhook listen address"),
-    _Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
-    _Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
-    _Flag(
+    Flag(("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "webhook listen address"),
+    Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
+    Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    Flag(
         ("--tls-reload-interval",),
         "tls_reload_interval",
         "5",
         "seconds between checks of the certificate files",
         _positive_float,
     ),
-    _Flag(
+    Flag(
         ("--metrics-bind-address",),
         "metrics_bind_address",
         DEFAULT_METRICS_BIND,
         "metrics listen address",
     ),
-    _Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
-    _Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
-    _Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
-    _Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
-    _Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
-    _Flag(
+    Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
+    Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
+    Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
+    Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+    Flag(
         ("--enable-quota",),
         "enable_quota",
         "true",
@@ -168,13 +131,13 @@ _FLAGS: Final = (
         parse_bool,
         True,
     ),
-    _Flag(
+    Flag(
         ("--scheduler-name",),
         "scheduler_name",
         DEFAULT_SCHEDULER_NAME,
         "scheduler written into spec.schedulerName of pods that request devices",
     ),
-    _Flag(
+    Flag(
         ("--force-overwrite-default-scheduler",),
         "force_overwrite_default_scheduler",
         "true",
@@ -182,20 +145,20 @@ _FLAGS: Final = (
         parse_bool,
         True,
     ),
-    _Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
-    _Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
-    _Flag(
+    Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
+    Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
+    Flag(
         ("--resource-mem-percentage",),
         "resource_mem_percentage",
         "nvidia.com/gpumem-percentage",
         "NVIDIA memory percentage resource",
     ),
-    _Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
-    _Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
-    _Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", _non_negative),
-    _Flag(("--default-cores",), "default_cores", "0", "default cores percent", _non_negative),
-    _Flag(("--default-gpu",), "default_gpu", "1", "GPU count added when omitted", _non_negative),
-    _Flag(
+    Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
+    Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
+    Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", non_negative),
+    Flag(("--default-cores",), "default_cores", "0", "default cores percent", non_negative),
+    Flag(("--default-gpu",), "default_gpu", "1", "GPU count added when omitted", non_negative),
+    Flag(
         ("--overwrite-env",),
         "overwrite_env",
         "false",
@@ -203,9 +166,9 @@ _FLAGS: Final = (
         parse_bool,
         True,
     ),
-    _Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
-    _Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
-    _Flag(
+    Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
+    Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
+    Flag(
         ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
     ),
 )
@@ -213,36 +176,12 @@ _FLAGS: Final = (
 
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """The flag parser; defaults come from ``environ`` (``HAMI_*``) when set there."""
-    env = environ or {}
-    parser = argparse.ArgumentParser(
+    return flags.build_parser(
         prog="hami-webhook",
         description="Mutating admission webhook routing GPU-sharing pods to the HAMi scheduler.",
+        flags=_FLAGS,
+        environ=environ,
     )
-    for flag in _FLAGS:
-        env_name = _env_name(flag.names[0])
-        default = env.get(env_name, flag.default)
-        help_text = f"{flag.help} (env {env_name}; default {flag.default!r})"
-        if flag.is_bool:
-            parser.add_argument(
-                *flag.names,
-                dest=flag.dest,
-                nargs="?",
-                const="true",
-                default=default,
-                type=parse_bool,
-                metavar="BOOL",
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                *flag.names,
-                dest=flag.dest,
-                default=default,
-                type=flag.kind or str,
-                choices=flag.choices,
-                help=help_text,
-            )
-    return parser
 
 
 def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
@@ -261,25 +200,7 @@ def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
 
 def load_device_config(args: argparse.Namespace) -> DeviceConfig:
     """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
-    document: dict[str, Any] = {}
-    path = args.device_config_file
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("--device-config-file", path, f"cannot read: {exc}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("--device-config-file", path, f"not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError("--device-config-file", path, "expected a YAML mapping")
-        document = dict(loaded or {})
-    file_nvidia = document.get("nvidia") or {}
-    if not isinstance(file_nvidia, dict):
-        raise ConfigError("nvidia", file_nvidia, "expected a mapping")
-    document["nvidia"] = {**_nvidia_from_flags(args), **file_nvidia}
-    return device_config_from_mapping(document)
+    return flags.load_device_config(args.device_config_file, _nvidia_from_flags(args))
 
 
 def parse_settings(
