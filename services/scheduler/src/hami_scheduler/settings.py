@@ -293,24 +293,6 @@ _FLAGS: Final = (
         "how often node handshakes are checked and requested",
         _duration,
     ),
-    Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
-    Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
-    Flag(
-        ("--resource-mem-percentage",),
-        "resource_mem_percentage",
-        "nvidia.com/gpumem-percentage",
-        "NVIDIA memory percentage resource",
-    ),
-    Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
-    Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
-    Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", non_negative),
-    Flag(("--default-cores",), "default_cores", "0", "default cores percent", non_negative),
-    Flag(("--default-gpu",), "default_gpu", "1", "default GPU count", non_negative),
-    Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
-    Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
-    Flag(
-        ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
-    ),
 )
 
 
@@ -319,27 +301,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     return flags.build_parser(
         prog="hami-scheduler",
         description="Kubernetes scheduler extender for GPU sharing (HAMi protocol).",
-        flags=_FLAGS,
+        flags=(*_FLAGS, *flags.DEVICE_FLAGS),
         environ=environ,
     )
 
 
-def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
-    return {
-        "resourceCountName": args.resource_name,
-        "resourceMemoryName": args.resource_mem,
-        "resourceMemoryPercentageName": args.resource_mem_percentage,
-        "resourceCoreName": args.resource_cores,
-        "resourcePriorityName": args.resource_priority,
-        "defaultMemory": args.default_mem,
-        "defaultCores": args.default_cores,
-        "defaultGPUNum": args.default_gpu,
-    }
-
-
 def load_device_config(args: argparse.Namespace) -> DeviceConfig:
     """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
-    return flags.load_device_config(args.device_config_file, _nvidia_from_flags(args))
+    return flags.load_device_config(args.device_config_file, flags.nvidia_from_flags(args))
 
 
 def _leader_settings(args: argparse.Namespace, env: Mapping[str, str]) -> LeaderElectSettings:

@@ -31,7 +31,7 @@ from typing import Final, cast
 
 from hami_kube.config import KubeSettings
 from hami_kube.runtime import flags
-from hami_kube.runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
+from hami_kube.runtime.flags import ENV_PREFIX, Flag, parse_bool
 from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
 from hami_kube.runtime.sites import parse_bind
 from hami_protocol.config import DeviceConfig
@@ -145,19 +145,6 @@ _FLAGS: Final = (
         parse_bool,
         True,
     ),
-    Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
-    Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
-    Flag(
-        ("--resource-mem-percentage",),
-        "resource_mem_percentage",
-        "nvidia.com/gpumem-percentage",
-        "NVIDIA memory percentage resource",
-    ),
-    Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
-    Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
-    Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", non_negative),
-    Flag(("--default-cores",), "default_cores", "0", "default cores percent", non_negative),
-    Flag(("--default-gpu",), "default_gpu", "1", "GPU count added when omitted", non_negative),
     Flag(
         ("--overwrite-env",),
         "overwrite_env",
@@ -165,11 +152,6 @@ _FLAGS: Final = (
         "set NVIDIA_VISIBLE_DEVICES=none in containers without NVIDIA GPUs",
         parse_bool,
         True,
-    ),
-    Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
-    Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
-    Flag(
-        ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
     ),
 )
 
@@ -179,28 +161,17 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     return flags.build_parser(
         prog="hami-webhook",
         description="Mutating admission webhook routing GPU-sharing pods to the HAMi scheduler.",
-        flags=_FLAGS,
+        flags=(*_FLAGS, *flags.DEVICE_FLAGS),
         environ=environ,
     )
 
 
-def _nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
-    return {
-        "resourceCountName": args.resource_name,
-        "resourceMemoryName": args.resource_mem,
-        "resourceMemoryPercentageName": args.resource_mem_percentage,
-        "resourceCoreName": args.resource_cores,
-        "resourcePriorityName": args.resource_priority,
-        "defaultMemory": args.default_mem,
-        "defaultCores": args.default_cores,
-        "defaultGPUNum": args.default_gpu,
-        "overwriteEnv": args.overwrite_env,
-    }
-
-
 def load_device_config(args: argparse.Namespace) -> DeviceConfig:
     """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
-    return flags.load_device_config(args.device_config_file, _nvidia_from_flags(args))
+    return flags.load_device_config(
+        args.device_config_file,
+        {**flags.nvidia_from_flags(args), "overwriteEnv": args.overwrite_env},
+    )
 
 
 def parse_settings(

@@ -94,6 +94,43 @@ def build_parser(
     return parser
 
 
+DEVICE_FLAGS: tuple[Flag, ...] = (
+    Flag(("--resource-name",), "resource_name", "nvidia.com/gpu", "NVIDIA count resource"),
+    Flag(("--resource-mem",), "resource_mem", "nvidia.com/gpumem", "NVIDIA memory resource"),
+    Flag(
+        ("--resource-mem-percentage",),
+        "resource_mem_percentage",
+        "nvidia.com/gpumem-percentage",
+        "NVIDIA memory percentage resource",
+    ),
+    Flag(("--resource-cores",), "resource_cores", "nvidia.com/gpucores", "NVIDIA core resource"),
+    Flag(("--resource-priority",), "resource_priority", "nvidia.com/priority", "task priority"),
+    Flag(("--default-mem",), "default_mem", "0", "default MiB per GPU", non_negative),
+    Flag(("--default-cores",), "default_cores", "0", "default cores percent", non_negative),
+    Flag(("--default-gpu",), "default_gpu", "1", "GPU count when only memory/cores", non_negative),
+    Flag(("--device-config-file",), "device_config_file", None, "device-config.yaml"),
+    Flag(("--enable-ascend",), "enable_ascend", "false", "handle Ascend NPUs", parse_bool, True),
+    Flag(
+        ("--enable-iluvatar",), "enable_iluvatar", "false", "handle Iluvatar GPUs", parse_bool, True
+    ),
+)
+"""HAMi's resource-name and default flags, shared by every service that parses pod requests."""
+
+
+def nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The ``nvidia`` device-config keys the :data:`DEVICE_FLAGS` set."""
+    return {
+        "resourceCountName": args.resource_name,
+        "resourceMemoryName": args.resource_mem,
+        "resourceMemoryPercentageName": args.resource_mem_percentage,
+        "resourceCoreName": args.resource_cores,
+        "resourcePriorityName": args.resource_priority,
+        "defaultMemory": args.default_mem,
+        "defaultCores": args.default_cores,
+        "defaultGPUNum": args.default_gpu,
+    }
+
+
 def load_device_config(path: str | None, nvidia_from_flags: Mapping[str, object]) -> DeviceConfig:
     """The flags' ``nvidia`` values, overridden by whatever the config file at ``path`` sets.
 
