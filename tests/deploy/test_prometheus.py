@@ -372,6 +372,9 @@ def test_prometheus_scrapes_every_service(
             return active
 
         def all_up() -> bool:
+            # Prometheus answers 503 to its API until its storage is open (/-/ready).
+            if http_get(f"{base}/-/ready")[0] != 200:
+                return False
             active = targets()
             return len(active) == len(stack) and all(t["health"] == "up" for t in active)
 

@@ -102,6 +102,9 @@ class PodDeviceRequests:
         return tuple(slot.requests.get(word) for slot in self.slots)
 
 
+_EMPTY: Final[Mapping[str, object]] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class _Resources:
     container: str
@@ -110,8 +113,10 @@ class _Resources:
 
 
 def _mapping(value: object, key: str, what: str) -> Mapping[str, object]:
+    if type(value) is dict:  # decoded JSON: skip the slower ABC check
+        return value
     if value is None:
-        return {}
+        return _EMPTY
     if not isinstance(value, Mapping):
         raise RequestError(key, value, f"{what} must be a JSON object")
     return value
@@ -213,9 +218,17 @@ def container_requests(
     container: Mapping[str, object], *, vendors: Iterable[Vendor]
 ) -> Mapping[str, ContainerDeviceRequest]:
     """Vendor common word → request, for every vendor the container asks devices of."""
-    res = _resources(_as_container(container))
+    return _container_requests(_resources(_as_container(container)), vendors)
+
+
+def _container_requests(
+    res: _Resources, vendors: Iterable[Vendor]
+) -> Mapping[str, ContainerDeviceRequest]:
     found: dict[str, ContainerDeviceRequest] = {}
     for vendor in vendors:
+        count = vendor.count_resource
+        if count not in res.limits and (vendor.limits_only or count not in res.requests):
+            continue
         request = _request(res, vendor)
         if request is not None:
             found[vendor.common_word] = request
@@ -241,9 +254,9 @@ def pod_device_requests(
     """One slot per container (init first), each mapping vendor word → request."""
     slots = []
     for is_init, container in pod_containers(pod):
-        requests = container_requests(container, vendors=vendors)
-        name = _resources(container).container
-        slots.append(ContainerSlot(name=name, is_init=is_init, requests=requests))
+        res = _resources(container)
+        requests = _container_requests(res, vendors)
+        slots.append(ContainerSlot(name=res.container, is_init=is_init, requests=requests))
     return PodDeviceRequests(slots=tuple(slots))
 
 

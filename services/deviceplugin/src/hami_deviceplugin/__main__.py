@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
 
 from hami_deviceplugin.app import run
 from hami_deviceplugin.settings import parse_settings
+from hami_kube.runtime import loop
 from hami_kube.runtime.logs import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
     configure_logging(settings.log_format, settings.log_level)
-    asyncio.run(run(settings))
+    loop.run(run(settings))
     return 0
 
 

@@ -78,6 +78,16 @@ def _decide(request: AdmissionRequest, state: WebhookState) -> tuple[Decision, l
 
 
 def _log_decision(request: AdmissionRequest, decision: Decision) -> None:
+    if decision.allowed:
+        # Every admitted pod passes here: keep the common path to one cheap call.
+        log.debug(
+            "admission_allowed",
+            pod=request.display_name,
+            uid=request.uid,
+            outcome=decision.outcome,
+            patch_ops=len(decision.patch),
+        )
+        return
     fields = {
         "pod": request.display_name,
         "uid": request.uid,
@@ -86,10 +96,8 @@ def _log_decision(request: AdmissionRequest, decision: Decision) -> None:
     }
     if decision.outcome == "denied":
         log.info("admission_denied", message=decision.message, **fields)
-    elif decision.outcome == "error":
-        log.warning("admission_error", message=decision.message, **fields)
     else:
-        log.debug("admission_allowed", patch_ops=len(decision.patch), **fields)
+        log.warning("admission_error", message=decision.message, **fields)
 
 
 def answer_review(body: bytes, state: WebhookState) -> Answer:

@@ -45,6 +45,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from hami_protocol import envs, keys
@@ -134,8 +135,15 @@ class _InvalidRequestError(Exception):
 # -- reading containers --------------------------------------------------------------------------
 
 
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
 def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    if type(value) is dict:  # decoded JSON: skip the slower ABC check
+        return value
+    if value is None:
+        return _EMPTY
+    return value if isinstance(value, Mapping) else _EMPTY
 
 
 def _sections(ctr: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -277,10 +285,16 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
             target = copy_json(ctr) if privileged else ctr
             found_nvidia = nvidia is not None and _mutate_nvidia(target, rules.nvidia, nvidia)
             # RDMA NICs (koordinator.sh/rdma) are placed by our scheduler together with GPUs.
+            limits, requests = _sections(ctr)
             found = (
                 found_nvidia
-                or any(_present(ctr, v.count_resource, limits_only=v.limits_only) for v in others)
-                or _present(ctr, RDMA_RESOURCE, limits_only=False)
+                or any(
+                    v.count_resource in limits
+                    or (not v.limits_only and v.count_resource in requests)
+                    for v in others
+                )
+                or RDMA_RESOURCE in limits
+                or RDMA_RESOURCE in requests
             )
             scan.has_nvidia |= found_nvidia and not privileged
             scan.has_devices |= found
@@ -370,8 +384,13 @@ def admit_pod(
     if other is not None:
         return _allowed(f"pod already has different scheduler assigned: {other}")
 
+    # Only the container lists are edited; every other part of the spec stays shared with the
+    # original, so the diff below skips it by identity.
     mutated = dict(pod)
-    mutated_spec = mutated["spec"] = copy_json(spec)
+    mutated_spec = mutated["spec"] = dict(spec)
+    for key in ("initContainers", "containers"):
+        if type(spec.get(key)) is list:
+            mutated_spec[key] = copy_json(spec[key])
     try:
         scan = _mutate_containers(mutated_spec, rules)
     except _InvalidRequestError as exc:

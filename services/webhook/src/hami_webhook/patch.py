@@ -32,6 +32,8 @@ class PatchOp(TypedDict):
 
 def escape(segment: str) -> str:
     """One JSON Pointer reference token: ``~`` → ``~0`` first, then ``/`` → ``~1``."""
+    if "~" not in segment and "/" not in segment:
+        return segment
     return segment.replace("~", "~0").replace("/", "~1")
 
 
@@ -85,11 +87,10 @@ def _diff_objects(old: dict[str, Any], new: dict[str, Any], path: str, ops: list
         if key not in new:
             ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
     for key, value in new.items():
-        child = f"{path}/{escape(key)}"
         if key not in old:
-            ops.append({"op": "add", "path": child, "value": copy_json(value)})
-        else:
-            _diff(old[key], value, child, ops)
+            ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": copy_json(value)})
+        elif old[key] is not value:
+            _diff(old[key], value, f"{path}/{escape(key)}", ops)
 
 
 def _diff_lists(old: Sequence[Any], new: Sequence[Any], path: str, ops: list[PatchOp]) -> None:
