@@ -45,6 +45,7 @@ from typing import Any
 import aiohttp
 
 from hami_kube.resources import JsonObject
+from hami_kube.runtime import loop
 from hami_kube.runtime.logs import configure_logging
 from hami_kube.runtime.sites import start_site
 from hami_kube.store import Store
@@ -255,7 +256,7 @@ async def serve(args: argparse.Namespace) -> None:
             )
         return await original(extender_args)
 
-    filters.filter = remembering  # type: ignore[method-assign]
+    filters.filter = remembering  # type: ignore[method-assign,assignment]
     app = build_app(ExtenderState(filters=filters, binder=None, metrics=SchedulerMetrics()))
     runner, port = await start_site(app, "127.0.0.1:0")
     busy = sum(d.used > 0 for n in cache.nodes.values() for d in n.devices)
@@ -371,7 +372,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         args.pods = int(args.pods)
-        asyncio.run(serve(args))
+        loop.run(serve(args))  # the service's own event loop
         return
     sizes = [int(p) for p in args.pods.split(",")]
     children = {size: start_server(args, size) for size in sizes}
