@@ -70,6 +70,52 @@ async def test_a_node_advertising_the_resource_stays_available() -> None:
         assert h.scheduler.cache.unavailable_count() == 0
 
 
+async def test_a_node_that_stops_advertising_the_resource_is_unavailable_at_once() -> None:
+    # A long handshake timeout: only the allocatable count can explain what follows.
+    async with harness(handshake_timeout_s=3600.0, handshake_interval_s=0.1) as h:
+
+        async def advertise(count: str) -> None:
+            status = {
+                "allocatable": {"nvidia.com/gpu": count},
+                "capacity": {"nvidia.com/gpu": count},
+            }
+            await h.api.patch(
+                "nodes", "n", {"status": status}, patch_type="merge", subresource="status"
+            )
+
+        await h.add_node("n", gpus("n", 1), allocatable={"nvidia.com/gpu": "10"})
+        await h.synced_node("n")
+        pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=100))))
+        assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+
+        # The device plugin left the kubelet: allocatable drops to 0.
+        await advertise("0")
+        await eventually(lambda: "n" not in h.scheduler.cache.nodes, what="withdrawn")
+        reply = await h.filter(pod, ["n"])
+        assert reply["FailedNodes"] == {
+            "n": "NVIDIA devices unavailable: the node stopped advertising nvidia.com/gpu "
+            "(its device plugin is not registered)"
+        }
+        assert h.scheduler.cache.unavailable_count() == 1
+
+        # It registers again: the node is back with its devices.
+        await advertise("10")
+        await h.synced_node("n")
+        assert h.scheduler.cache.unavailable_count() == 0
+        assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+
+
+async def test_a_node_that_never_advertised_the_resource_waits_for_the_handshake() -> None:
+    # Registered devices before the kubelet lists the plugin's resource (a node coming up).
+    async with harness(handshake_timeout_s=3600.0, handshake_interval_s=0.1) as h:
+        await h.add_node("n", gpus("n", 1))
+        await h.synced_node("n")
+        await eventually(lambda: handshake_state(h.node("n")) == "requesting", what="requested")
+        assert h.scheduler.cache.unavailable_count() == 0
+        pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=100))))
+        assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+
+
 async def test_followers_judge_but_never_write() -> None:
     async with harness(
         handshake_timeout_s=1.0,

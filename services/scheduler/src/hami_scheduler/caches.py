@@ -123,6 +123,8 @@ class SchedulerCache:
         self.quotas = QuotaCache(self.vendors)
         self._facts: dict[str, NodeFacts] = {}
         self._unhealthy: dict[str, frozenset[str]] = {}
+        self._advertised: dict[str, frozenset[str]] = {}
+        """Node → vendors whose count resource it has advertised as allocatable (> 0)."""
         self._node_pods: dict[str, dict[str, tuple[DeviceUsageSummary, ...]]] = {}
         self._pods: dict[str, PodRecord] = {}
         self._reported: dict[str, _Reported] = {}
@@ -191,6 +193,7 @@ class SchedulerCache:
         self._facts.pop(name, None)
         self.nodes.pop(name, None)
         self._unhealthy.pop(name, None)
+        self._advertised.pop(name, None)
         self._reported.pop(name, None)
         self.troubled.discard(name)
         self.nic.node_removed(name)
@@ -224,11 +227,20 @@ class SchedulerCache:
                 return registration.error
             if registration.word in self._unhealthy.get(name, ()):
                 vendor = self._vendor[registration.word]
+                if self._withdrawn(name, facts, registration.word):
+                    return (
+                        f"{registration.word} devices unavailable: the node stopped advertising "
+                        f"{vendor.count_resource} (its device plugin is not registered)"
+                    )
                 return (
                     f"{registration.word} devices unavailable: handshake {vendor.handshake_key} "
                     f"not answered within {format_go_duration(self._expiry.total_seconds())}"
                 )
         return None
+
+    def _withdrawn(self, name: str, facts: NodeFacts, word: str) -> bool:
+        """Whether the node advertised ``word``'s count resource before and no longer does."""
+        return word in self._advertised.get(name, ()) and word not in facts.allocatable
 
     def nic_problem(self, name: str) -> str | None:
         """Why a seen node's NICs cannot be used: its RDMA register annotation is unreadable."""
@@ -328,11 +340,20 @@ class SchedulerCache:
     ) -> bool:
         before = self._unhealthy.get(name, frozenset())
         marks = set(before)
+        advertised = self._advertised.get(name, frozenset())
+        if not facts.allocatable <= advertised:
+            self._advertised[name] = advertised | facts.allocatable
         for registration in facts.registrations:
             vendor = self._vendor[registration.word]
             key = vendor.handshake_key
             if key is None or registration.error or not registration.devices:
                 marks.discard(registration.word)
+                continue
+            if self._withdrawn(name, facts, registration.word):
+                # The kubelet stopped advertising the devices it used to: their plugin is gone,
+                # and the kubelet would refuse the pod.  Unavailable now, not a handshake
+                # timeout later (HAMi's NVIDIA rule), until the count comes back.
+                marks.add(registration.word)
                 continue
             verdict = check_handshake(
                 facts.handshakes.get(registration.word),
