@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -51,6 +52,7 @@ from hami_deviceplugin.registrar import Registrar
 from hami_deviceplugin.settings import Settings
 from hami_kube.events import EventRecorder
 from hami_kube.rest import open_client
+from hami_kube.runtime.embedded import embedded
 from hami_kube.runtime.shutdown import install_stop_signals
 from hami_kube.runtime.sites import metrics_app, start_site
 
@@ -334,27 +336,13 @@ async def serving(
     settings: Settings, *, backend: Backend | None = None, nic_source: NicSource | None = None
 ) -> AsyncIterator[RunningPlugin]:
     """Run the service in this event loop for the duration of the block."""
-    stop = asyncio.Event()
-    started: asyncio.Future[RunningPlugin] = asyncio.get_running_loop().create_future()
 
-    def on_started(running: RunningPlugin) -> None:
-        if not started.done():
-            started.set_result(running)
+    def start(
+        stop: asyncio.Event, on_started: Callable[[RunningPlugin], None]
+    ) -> Coroutine[Any, Any, None]:
+        return run(
+            settings, stop=stop, on_started=on_started, backend=backend, nic_source=nic_source
+        )
 
-    def on_done(task: asyncio.Task[None]) -> None:
-        if not started.done():
-            error = None if task.cancelled() else task.exception()
-            started.set_exception(
-                error or RuntimeError("the device plugin stopped before it started")
-            )
-
-    task = asyncio.create_task(
-        run(settings, stop=stop, on_started=on_started, backend=backend, nic_source=nic_source),
-        name="hami-deviceplugin",
-    )
-    task.add_done_callback(on_done)
-    try:
-        yield await started
-    finally:
-        stop.set()
-        await task
+    async with embedded(start, name="hami-deviceplugin") as running:
+        yield running

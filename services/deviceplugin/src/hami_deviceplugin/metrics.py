@@ -40,9 +40,7 @@ The fake backend fills them only from the optional ``memory_used_mib`` / ``utili
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Iterable, Iterator, Mapping
-from importlib import metadata
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -52,6 +50,7 @@ from prometheus_client.registry import Collector
 from hami_deviceplugin.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.nics import Nic
 from hami_deviceplugin.register import device_type
+from hami_kube.runtime.build_info import package_version, register_build_info
 
 __all__ = ["ZONE", "PluginMetrics", "plugin_version"]
 
@@ -61,10 +60,7 @@ _HOST_LABELS: Final = ("node", "device_index", "device_uuid", "device_type")
 
 
 def plugin_version() -> str:
-    try:
-        return metadata.version("hami-deviceplugin")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return package_version("hami-deviceplugin")
 
 
 class _ConstLabels(Collector):
@@ -157,20 +153,7 @@ class PluginMetrics:
             registry=inner,
         )
         self._rdma_metrics(inner)
-        info = Gauge(
-            "hami_build_info",
-            "Build information (always 1).",
-            ["version", "revision", "build_date", "python_version", "compiler", "platform"],
-            registry=inner,
-        )
-        info.labels(
-            version=plugin_version(),
-            revision="",
-            build_date="",
-            python_version=platform.python_version(),
-            compiler=platform.python_implementation(),
-            platform=f"{platform.system().lower()}/{platform.machine()}",
-        ).set(1)
+        register_build_info(inner, distribution="hami-deviceplugin")
         for outcome in ("success", "error"):
             self.kubelet_registrations.labels(outcome=outcome)
         for outcome in ("unchanged", "patched", "error"):

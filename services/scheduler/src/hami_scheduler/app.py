@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -32,6 +33,7 @@ from aiohttp import web
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
 from hami_kube.rest import KubeClient, open_client
+from hami_kube.runtime.embedded import embedded
 from hami_kube.runtime.shutdown import install_stop_signals
 from hami_kube.runtime.sites import metrics_app, start_site
 from hami_kube.runtime.tls import ReloadingServerTLS
@@ -335,31 +337,17 @@ async def serving(
     settings: Settings, *, reflector_config: ReflectorConfig | None = None
 ) -> AsyncIterator[RunningScheduler]:
     """Run the service in this event loop for the duration of the block (no ``gc.freeze``)."""
-    stop = asyncio.Event()
-    started: asyncio.Future[RunningScheduler] = asyncio.get_running_loop().create_future()
 
-    def on_started(running: RunningScheduler) -> None:
-        if not started.done():
-            started.set_result(running)
-
-    def on_done(task: asyncio.Task[None]) -> None:
-        if not started.done():
-            error = None if task.cancelled() else task.exception()
-            started.set_exception(error or RuntimeError("the scheduler stopped before it started"))
-
-    task = asyncio.create_task(
-        run(
+    def start(
+        stop: asyncio.Event, on_started: Callable[[RunningScheduler], None]
+    ) -> Coroutine[Any, Any, None]:
+        return run(
             settings,
             stop=stop,
             on_started=on_started,
             freeze_gc=False,
             reflector_config=reflector_config,
-        ),
-        name="hami-scheduler",
-    )
-    task.add_done_callback(on_done)
-    try:
-        yield await started
-    finally:
-        stop.set()
-        await task
+        )
+
+    async with embedded(start, name="hami-scheduler") as running:
+        yield running

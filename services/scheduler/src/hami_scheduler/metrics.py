@@ -25,20 +25,19 @@ Memory is in bytes (MiB × 1048576), as HAMi exports it.
 
 from __future__ import annotations
 
-import platform
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
-from importlib import metadata
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from hami_kube.runtime.build_info import register_build_info
 from hami_scheduler.caches import SchedulerCache
 from hami_scheduler.events import reason_words
 
-__all__ = ["SchedulerMetrics", "build_version"]
+__all__ = ["SchedulerMetrics"]
 
 MIB: Final = 1024 * 1024
 ZONE: Final = "vGPU"
@@ -60,13 +59,6 @@ _BUCKETS: Final = (
     30.0,
 )
 _DEVICE_LABELS: Final = ("node", "device_uuid", "device_index", "device_type", "zone")
-
-
-def build_version() -> str:
-    try:
-        return metadata.version("hami-scheduler")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _gauge(name: str, documentation: str, labels: Iterable[str]) -> GaugeMetricFamily:
@@ -247,20 +239,7 @@ class SchedulerMetrics:
             "Serving certificate reloads since the process started.",
             registry=self.registry,
         )
-        info = Gauge(
-            "hami_build_info",
-            "Build information (always 1).",
-            ["version", "revision", "build_date", "python_version", "compiler", "platform"],
-            registry=self.registry,
-        )
-        info.labels(
-            version=build_version(),
-            revision="",
-            build_date="",
-            python_version=platform.python_version(),
-            compiler=platform.python_implementation(),
-            platform=f"{platform.system().lower()}/{platform.machine()}",
-        ).set(1)
+        register_build_info(self.registry, distribution="hami-scheduler")
 
     def observe(self, verb: str, outcome: str, seconds: float, reason: str = "") -> None:
         self.duration.labels(verb=verb, outcome=outcome).observe(seconds)

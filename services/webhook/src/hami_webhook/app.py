@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from aiohttp import web
 
 from hami_kube.rest import open_client
+from hami_kube.runtime.embedded import embedded
 from hami_kube.runtime.shutdown import install_stop_signals
 from hami_kube.runtime.sites import metrics_app, start_site
 from hami_kube.runtime.tls import ReloadingServerTLS
@@ -165,22 +167,11 @@ async def _serve(
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[RunningWebhook]:
     """Run the service in this event loop for the duration of the block."""
-    stop = asyncio.Event()
-    started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
 
-    def on_started(running: RunningWebhook) -> None:
-        if not started.done():
-            started.set_result(running)
+    def start(
+        stop: asyncio.Event, on_started: Callable[[RunningWebhook], None]
+    ) -> Coroutine[Any, Any, None]:
+        return run(settings, stop=stop, on_started=on_started)
 
-    def on_done(task: asyncio.Task[None]) -> None:
-        if not started.done():
-            error = None if task.cancelled() else task.exception()
-            started.set_exception(error or RuntimeError("the webhook stopped before it started"))
-
-    task = asyncio.create_task(run(settings, stop=stop, on_started=on_started), name="hami-webhook")
-    task.add_done_callback(on_done)
-    try:
-        yield await started
-    finally:
-        stop.set()
-        await task
+    async with embedded(start, name="hami-webhook") as running:
+        yield running

@@ -15,16 +15,15 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
-from importlib import metadata
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from hami_kube.runtime.build_info import register_build_info
 from hami_webhook.mutate import Outcome
 
-__all__ = ["OUTCOMES", "WebhookMetrics", "build_version"]
+__all__ = ["OUTCOMES", "WebhookMetrics"]
 
 OUTCOMES: Final[tuple[Outcome, ...]] = ("allowed", "mutated", "denied", "error")
 # A review takes well under a millisecond to decide; the buckets reach up to the API server's
@@ -45,13 +44,6 @@ _BUCKETS: Final = (
     2.5,
     10.0,
 )
-
-
-def build_version() -> str:
-    try:
-        return metadata.version("hami-webhook")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class WebhookMetrics:
@@ -89,20 +81,7 @@ class WebhookMetrics:
             "Serving certificate reloads since the process started.",
             registry=self.registry,
         )
-        info = Gauge(
-            "hami_build_info",
-            "Build information (always 1).",
-            ["version", "revision", "build_date", "python_version", "compiler", "platform"],
-            registry=self.registry,
-        )
-        info.labels(
-            version=build_version(),
-            revision="",
-            build_date="",
-            python_version=platform.python_version(),
-            compiler=platform.python_implementation(),
-            platform=f"{platform.system().lower()}/{platform.machine()}",
-        ).set(1)
+        register_build_info(self.registry, distribution="hami-webhook")
         for outcome in OUTCOMES:
             # Present from the start, so a dashboard shows 0 rather than no data.
             self.requests.labels(outcome=outcome)
