@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hami_deviceplugin.backends.nvml import HealthChecks
-from hami_deviceplugin.settings import Settings, parse_settings, socket_name_for
+from hami_deviceplugin.settings import Settings, build_parser, parse_settings, socket_name_for
 from hami_protocol.node_config import FilterDevices, NodeSettings
 
 BASE = ["--node-name", "n1", "--node-config-file", ""]
@@ -125,20 +125,85 @@ def test_environment_and_command_line(config_file: Path) -> None:
         (["--device-memory-scaling", "-1"], {}, "positive"),
         (["--device-backend", "fake"], {}, "needs --fake-devices"),
         (["--device-backend", "rocm"], {}, "invalid choice"),
-        (["--config-file", "/nonexistent.yaml"], {}, "cannot read"),
-        (["--node-config-file", "/nonexistent.json"], {}, "cannot read"),
+        (["--config-file", "/nonexistent.yaml"], {}, "--config-file: cannot read"),
+        (["--node-config-file", "/nonexistent.json"], {}, "--node-config-file: cannot read"),
         (["--unknown-flag"], {}, "unrecognized arguments"),
         (["--hook-path", "relative"], {}, "must be absolute"),
-        ([], {"DEVICE_SPLIT_COUNT": "many"}, "DEVICE_SPLIT_COUNT"),
+        ([], {"DEVICE_SPLIT_COUNT": "many"}, "DEVICE_SPLIT_COUNT='many': invalid integer"),
+        ([], {"MIG_STRATEGY": "mixed"}, "MIG_STRATEGY='mixed': MIG strategy 'mixed'"),
+        ([], {"HAMI_DEVICE_BACKEND": "rocm"}, "HAMI_DEVICE_BACKEND='rocm': choose from nvml"),
+        ([], {"DISABLE_CORE_LIMIT": "maybe"}, "DISABLE_CORE_LIMIT='maybe': invalid boolean"),
         ([], {"DP_ENABLE_HEALTHCHECKS": "x"}, "not an Xid"),
     ],
 )
 def test_refused_loudly(
     argv: list[str], env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exited:
         parse_settings([*BASE, *argv], env)
-    assert message in capsys.readouterr().err
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: hami-deviceplugin")
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "variable"),
+    [
+        ("--node-name", "NODE_NAME"),
+        ("--config-file", "CONFIG_FILE"),
+        ("--node-config-file", "NODE_CONFIG_FILE"),
+        ("--device-split-count", "DEVICE_SPLIT_COUNT"),
+        ("--device-memory-scaling", "DEVICE_MEMORY_SCALING"),
+        ("--device-cores-scaling", "DEVICE_CORES_SCALING"),
+        ("--disable-core-limit", "DISABLE_CORE_LIMIT"),
+        ("--resource-name", "RESOURCE_NAME"),
+        ("--kubelet-socket", "KUBELET_SOCKET"),
+        ("--mig-strategy", "MIG_STRATEGY"),
+        ("--device-list-strategy", "DEVICE_LIST_STRATEGY"),
+        ("--fail-on-init-error", "FAIL_ON_INIT_ERROR"),
+        ("--hook-path", "HOOK_PATH"),
+        ("--device-backend", "HAMI_DEVICE_BACKEND"),
+        ("--rdma-poll-interval", "HAMI_RDMA_POLL_INTERVAL"),
+        ("--allocate-timeout", "HAMI_ALLOCATE_TIMEOUT"),
+    ],
+)
+def test_help_names_hamis_env_variables(flag: str, variable: str) -> None:
+    text = " ".join(build_parser().format_help().split())
+    assert f"{flag} " in text
+    assert f"(env {variable}" in text
+
+
+def test_environment_names_reach_settings() -> None:
+    settings = parse_settings(
+        ["--node-config-file", ""],
+        {
+            "NODE_NAME": "n2",
+            "KUBELET_SOCKET": "/plugins/kubelet.sock",
+            "RESOURCE_NAME": "example.com/gpu",
+            "DEVICE_MEMORY_SCALING": "1.5",
+            "FAIL_ON_INIT_ERROR": "false",
+            "HAMI_ALLOCATE_TIMEOUT": "7",
+        },
+    )
+    assert settings.node_name == "n2"
+    assert settings.socket_path == Path("/plugins/example-gpu.sock")
+    assert settings.node.device_memory_scaling == 1.5
+    assert not settings.fail_on_init_error
+    assert settings.allocate_timeout_s == 7.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        *[(text, True) for text in ("1", "t", "T", "TRUE", "True", "yes")],
+        *[(text, False) for text in ("0", "f", "F", "FALSE", "False", "off")],
+    ],
+)
+def test_booleans_take_go_spellings(text: str, expected: bool) -> None:
+    from_env = parse_settings(BASE, {"DISABLE_CORE_LIMIT": text})
+    from_flag = parse_settings([*BASE, f"--disable-core-limit={text}"], {})
+    assert from_env.disable_core_limit is from_flag.disable_core_limit is expected
 
 
 @pytest.mark.parametrize("mode", ["mig", "mps"])

@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
-import yaml
-
 from hami_deviceplugin.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
 from hami_kube.deviceplugin_api.constants import KUBELET_SOCKET
+from hami_kube.runtime import flags
+from hami_kube.runtime.flags import Flag, parse_bool
 from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
 from hami_kube.runtime.sites import parse_bind
-from hami_protocol.config import DeviceConfig, device_config_from_mapping
+from hami_protocol.config import DeviceConfig
 from hami_protocol.errors import ConfigError
 from hami_protocol.node_config import NodeSettings, effective_node_config, parse_node_configs
 from hami_protocol.topology import RDMA_RESOURCE as _RDMA_RESOURCE
@@ -202,15 +202,6 @@ class Settings:
 # --- flags ----------------------------------------------------------------------------------------
 
 
-def parse_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool`` spellings."""
-    if text in {"1", "t", "T", "TRUE", "true", "True"}:
-        return True
-    if text in {"0", "f", "F", "FALSE", "false", "False"}:
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
-
-
 def parse_tristate(text: str) -> bool | str:
     """``auto`` or a Go boolean."""
     if text.strip().lower() == "auto":
@@ -249,255 +240,210 @@ def _only(allowed: str, what: str) -> Callable[[str], str]:
     return check
 
 
-@dataclass(frozen=True, slots=True)
-class _Flag:
-    name: str
-    env: str
-    help: str
-    kind: Callable[[str], Any] = str
-    default: Any = None
-    is_bool: bool = False
-    choices: tuple[str, ...] | None = None
-
-
-def _ours(name: str) -> str:
-    return "HAMI_" + name.upper().replace("-", "_")
-
-
-def _hamis(name: str) -> str:
-    return name.upper().replace("-", "_")
-
-
 _FLAGS: Final = (
-    _Flag("node-name", "NODE_NAME", "this node's name"),
-    _Flag("config-file", "CONFIG_FILE", "device-config.yaml (the nvidia section is read)"),
-    _Flag(
-        "node-config-file",
-        "NODE_CONFIG_FILE",
-        f"per-node config.json (default {DEFAULT_NODE_CONFIG_FILE} when it exists)",
+    Flag(("--node-name",), "node_name", None, "this node's name", env="NODE_NAME"),
+    Flag(
+        ("--config-file",),
+        "config_file",
+        None,
+        "device-config.yaml (the nvidia section is read)",
+        env="CONFIG_FILE",
     ),
-    _Flag("device-split-count", _hamis("device-split-count"), "tasks per GPU", _positive_int),
-    _Flag(
-        "device-memory-scaling",
-        _hamis("device-memory-scaling"),
+    Flag(
+        ("--node-config-file",),
+        "node_config_file",
+        None,
+        f"per-node config.json (default {DEFAULT_NODE_CONFIG_FILE} when it exists)",
+        env="NODE_CONFIG_FILE",
+    ),
+    Flag(
+        ("--device-split-count",),
+        "device_split_count",
+        None,
+        "tasks per GPU",
+        _positive_int,
+        env="DEVICE_SPLIT_COUNT",
+    ),
+    Flag(
+        ("--device-memory-scaling",),
+        "device_memory_scaling",
+        None,
         "registered memory factor",
         _positive_float,
+        env="DEVICE_MEMORY_SCALING",
     ),
-    _Flag(
-        "device-cores-scaling",
-        _hamis("device-cores-scaling"),
+    Flag(
+        ("--device-cores-scaling",),
+        "device_cores_scaling",
+        None,
         "registered core factor",
         _positive_float,
+        env="DEVICE_CORES_SCALING",
     ),
-    _Flag(
-        "disable-core-limit",
-        _hamis("disable-core-limit"),
+    Flag(
+        ("--disable-core-limit",),
+        "disable_core_limit",
+        None,
         "set GPU_CORE_UTILIZATION_POLICY=disable in containers",
-        parse_bool,
         is_bool=True,
+        env="DISABLE_CORE_LIMIT",
     ),
-    _Flag("resource-name", _hamis("resource-name"), "resource advertised to the kubelet"),
-    _Flag(
-        "kubelet-socket",
-        _hamis("kubelet-socket"),
+    Flag(
+        ("--resource-name",),
+        "resource_name",
+        None,
+        "resource advertised to the kubelet",
+        env="RESOURCE_NAME",
+    ),
+    Flag(
+        ("--kubelet-socket",),
+        "kubelet_socket",
+        KUBELET_SOCKET,
         "kubelet registration socket",
-        default=KUBELET_SOCKET,
+        env="KUBELET_SOCKET",
     ),
-    _Flag("mig-strategy", "MIG_STRATEGY", "only 'none'", _only("none", "MIG strategy"), "none"),
-    _Flag(
-        "device-list-strategy",
-        _hamis("device-list-strategy"),
+    Flag(
+        ("--mig-strategy",),
+        "mig_strategy",
+        "none",
+        "only 'none'",
+        _only("none", "MIG strategy"),
+        env="MIG_STRATEGY",
+    ),
+    Flag(
+        ("--device-list-strategy",),
+        "device_list_strategy",
+        "envvar",
         "only 'envvar'",
         _only("envvar", "device list strategy"),
-        "envvar",
+        env="DEVICE_LIST_STRATEGY",
     ),
-    _Flag(
-        "fail-on-init-error",
-        _hamis("fail-on-init-error"),
-        "exit when the GPU backend cannot start (else run with no GPUs)",
-        parse_bool,
+    Flag(
+        ("--fail-on-init-error",),
+        "fail_on_init_error",
         "true",
+        "exit when the GPU backend cannot start (else run with no GPUs)",
         is_bool=True,
+        env="FAIL_ON_INIT_ERROR",
     ),
-    _Flag("hook-path", "HOOK_PATH", "where HAMi-core lives on the host", default=DEFAULT_HOOK_PATH),
-    _Flag(
-        "device-backend",
-        _ours("device-backend"),
-        "GPU backend",
-        default="nvml",
-        choices=("nvml", "fake"),
+    Flag(
+        ("--hook-path",),
+        "hook_path",
+        DEFAULT_HOOK_PATH,
+        "where HAMi-core lives on the host",
+        env="HOOK_PATH",
     ),
-    _Flag("fake-devices", _ours("fake-devices"), "YAML file of the fake backend"),
-    _Flag("sysfs-root", _ours("sysfs-root"), "sysfs mount point", default="/sys"),
-    _Flag(
-        "host-root",
-        _ours("host-root"),
+    Flag(("--device-backend",), "device_backend", "nvml", "GPU backend", choices=("nvml", "fake")),
+    Flag(("--fake-devices",), "fake_devices", None, "YAML file of the fake backend"),
+    Flag(("--sysfs-root",), "sysfs_root", "/sys", "sysfs mount point"),
+    Flag(
+        ("--host-root",),
+        "host_root",
+        "/",
         "host files are under this directory; 'none' touches no host files",
-        default="/",
     ),
-    _Flag("socket-name", _ours("socket-name"), "plugin socket file name (default from resource)"),
-    _Flag("kube-url", _ours("kube-url"), "API server URL without authentication"),
-    _Flag("kubeconfig", _ours("kubeconfig"), "kubeconfig file"),
-    _Flag(
-        "metrics-bind-address",
-        _ours("metrics-bind-address"),
+    Flag(
+        ("--socket-name",),
+        "socket_name",
+        None,
+        "plugin socket file name (default from resource)",
+    ),
+    Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
+    Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+    Flag(
+        ("--metrics-bind-address",),
+        "metrics_bind_address",
+        DEFAULT_METRICS_BIND,
         "metrics, /healthz and /readyz",
-        default=DEFAULT_METRICS_BIND,
     ),
-    _Flag("log-format", _ours("log-format"), "log format", default="json", choices=LOG_FORMATS),
-    _Flag("log-level", _ours("log-level"), "debug, info, warning or error", default="info"),
-    _Flag(
-        "register-interval",
-        _ours("register-interval"),
+    Flag(("--log-format",), "log_format", "json", "log format", choices=tuple(LOG_FORMATS)),
+    Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    Flag(
+        ("--register-interval",),
+        "register_interval",
+        "30",
         "seconds between node registrations",
         _positive_float,
-        "30",
     ),
-    _Flag(
-        "register-retry-interval",
-        _ours("register-retry-interval"),
+    Flag(
+        ("--register-retry-interval",),
+        "register_retry_interval",
+        "5",
         "seconds before retrying a failed registration",
         _positive_float,
-        "5",
     ),
-    _Flag(
-        "kubelet-poll-interval",
-        _ours("kubelet-poll-interval"),
+    Flag(
+        ("--kubelet-poll-interval",),
+        "kubelet_poll_interval",
+        "1",
         "seconds between kubelet.sock checks",
         _positive_float,
-        "1",
     ),
-    _Flag(
-        "fake-poll-interval",
-        _ours("fake-poll-interval"),
+    Flag(
+        ("--fake-poll-interval",),
+        "fake_poll_interval",
+        "1",
         "seconds between re-reads of the fake devices file",
         _positive_float,
-        "1",
     ),
-    _Flag(
-        "usage-interval",
-        _ours("usage-interval"),
+    Flag(
+        ("--usage-interval",),
+        "usage_interval",
+        "10",
         "seconds between GPU usage samples",
         _positive_float,
-        "10",
     ),
-    _Flag(
-        "enable-rdma",
-        _ours("enable-rdma"),
+    Flag(
+        ("--enable-rdma",),
+        "enable_rdma",
+        "auto",
         "serve the RDMA NIC plugin: auto (when NICs are found at start), true or false",
         parse_tristate,
-        "auto",
         is_bool=True,
     ),
-    _Flag(
-        "rdma-resource-name",
-        _ours("rdma-resource-name"),
+    Flag(
+        ("--rdma-resource-name",),
+        "rdma_resource_name",
+        DEFAULT_RDMA_RESOURCE,
         "resource the RDMA plugin advertises (100 units per NIC)",
-        default=DEFAULT_RDMA_RESOURCE,
     ),
-    _Flag(
-        "rdma-socket-name",
-        _ours("rdma-socket-name"),
+    Flag(
+        ("--rdma-socket-name",),
+        "rdma_socket_name",
+        None,
         "RDMA plugin socket file name (default from its resource)",
     ),
-    _Flag(
-        "rdma-discovery",
-        _ours("rdma-discovery"),
+    Flag(
+        ("--rdma-discovery",),
+        "rdma_discovery",
+        None,
         "where RDMA NICs come from (default fake with the fake backend, else sysfs)",
         choices=("sysfs", "fake"),
     ),
-    _Flag(
-        "rdma-poll-interval",
-        _ours("rdma-poll-interval"),
+    Flag(
+        ("--rdma-poll-interval",),
+        "rdma_poll_interval",
+        "10",
         "seconds between RDMA NIC rescans",
         _positive_float,
-        "10",
     ),
-    _Flag(
-        "allocate-timeout",
-        _ours("allocate-timeout"),
+    Flag(
+        ("--allocate-timeout",),
+        "allocate_timeout",
+        "3",
         "deadline of one Allocate, API calls included",
         _positive_float,
-        "3",
     ),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The flag parser.  Defaults are ``None`` so explicit flags can be told apart."""
-    parser = argparse.ArgumentParser(
+    return flags.build_explicit_parser(
         prog="hami-deviceplugin",
         description="Kubelet device plugin and node registration for shared GPUs.",
+        flags=_FLAGS,
     )
-    for flag in _FLAGS:
-        shown = "" if flag.default is None else f"; default {flag.default!r}"
-        help_text = f"{flag.help} (env {flag.env}{shown})"
-        if flag.is_bool:
-            parser.add_argument(
-                f"--{flag.name}",
-                nargs="?",
-                const="true",
-                default=None,
-                type=flag.kind,
-                metavar="BOOL",
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                f"--{flag.name}",
-                default=None,
-                type=flag.kind,
-                choices=flag.choices,
-                help=help_text,
-            )
-    return parser
-
-
-def _explicit(
-    args: argparse.Namespace, environ: Mapping[str, str], parser: argparse.ArgumentParser
-) -> dict[str, Any]:
-    """Every flag given on the command line or through its environment variable, converted."""
-    given: dict[str, Any] = {}
-    for flag in _FLAGS:
-        dest = flag.name.replace("-", "_")
-        value = getattr(args, dest)
-        if value is None and flag.env in environ:
-            text = environ[flag.env]
-            try:
-                value = flag.kind(text)
-            except (argparse.ArgumentTypeError, ValueError) as exc:
-                parser.error(f"{flag.env}={text!r}: {exc}")
-            if flag.choices is not None and value not in flag.choices:
-                parser.error(f"{flag.env}={text!r}: choose from {', '.join(flag.choices)}")
-        if value is not None:
-            given[dest] = value
-    return given
-
-
-def _read(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(what, path, f"cannot read: {exc}") from None
-
-
-def load_device_config(path: str | None, overrides: Mapping[str, Any]) -> DeviceConfig:
-    """``device-config.yaml`` (defaults when no file) with ``overrides`` laid over ``nvidia``."""
-    document: dict[str, Any] = {}
-    if path:
-        text = _read(path, "--config-file")
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("--config-file", path, f"not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError("--config-file", path, "expected a YAML mapping")
-        document = dict(loaded or {})
-    nvidia = document.get("nvidia") or {}
-    if not isinstance(nvidia, dict):
-        raise ConfigError("nvidia", nvidia, "expected a mapping")
-    document["nvidia"] = {**nvidia, **overrides}
-    return device_config_from_mapping(document)
 
 
 _FLAG_TO_CONFIG: Final = {
@@ -531,20 +477,20 @@ def parse_settings(
     env = dict(os.environ if environ is None else environ)
     parser = build_parser()
     args = parser.parse_args(argv)
-    given = _explicit(args, env, parser)
-
-    def pick(name: str) -> Any:
-        if name in given:
-            return given[name]
-        flag = next(f for f in _FLAGS if f.name.replace("-", "_") == name)
-        return None if flag.default is None else flag.kind(flag.default)
-
+    given = flags.explicit_values(parser, args, _FLAGS, env)
+    value = {flag.dest: flags.default_value(flag) for flag in _FLAGS} | given
     try:
-        overrides = {key: given[flag] for flag, key in _FLAG_TO_CONFIG.items() if flag in given}
-        config = load_device_config(given.get("config_file"), overrides)
+        overrides = {key: given[dest] for dest, key in _FLAG_TO_CONFIG.items() if dest in given}
+        config = flags.load_device_config(
+            given.get("config_file"), nvidia_overrides=overrides, flag="--config-file"
+        )
         node_name = str(given.get("node_name") or "")
         node_path = _node_config_path(given)
-        entries = parse_node_configs(_read(node_path, "--node-config-file")) if node_path else None
+        entries = (
+            parse_node_configs(flags.read_flag_file(node_path, "--node-config-file"))
+            if node_path
+            else None
+        )
         node = effective_node_config(config, entries.entries if entries else (), node_name)
         warnings = config.warnings + (entries.warnings if entries else ())
         fake = given.get("fake_devices")
@@ -552,37 +498,37 @@ def parse_settings(
             node_name=node_name,
             device_config=config,
             node=node,
-            kubelet_socket=Path(pick("kubelet_socket")),
+            kubelet_socket=Path(value["kubelet_socket"]),
             socket_name=str(given.get("socket_name") or ""),
-            device_backend=cast("BackendKind", pick("device_backend")),
+            device_backend=cast("BackendKind", value["device_backend"]),
             fake_devices=Path(fake) if fake else None,
-            sysfs_root=Path(pick("sysfs_root")),
-            hook_path=str(pick("hook_path")),
-            host_root=_host_root(str(pick("host_root"))),
+            sysfs_root=Path(value["sysfs_root"]),
+            hook_path=str(value["hook_path"]),
+            host_root=_host_root(str(value["host_root"])),
             kube=KubeSettings(
                 kube_url=given.get("kube_url") or None,
                 kubeconfig=given.get("kubeconfig") or None,
                 user_agent="hami-deviceplugin",
             ),
-            metrics_bind_address=str(pick("metrics_bind_address")),
-            log_format=cast("LogFormat", pick("log_format")),
-            log_level=str(pick("log_level")),
+            metrics_bind_address=str(value["metrics_bind_address"]),
+            log_format=cast("LogFormat", value["log_format"]),
+            log_level=str(value["log_level"]),
             health=parse_health_env(
                 env.get("DP_DISABLE_HEALTHCHECKS"), env.get("DP_ENABLE_HEALTHCHECKS")
             ),
-            fail_on_init_error=bool(pick("fail_on_init_error")),
-            register_interval_s=float(pick("register_interval")),
-            register_retry_interval_s=float(pick("register_retry_interval")),
-            kubelet_poll_interval_s=float(pick("kubelet_poll_interval")),
-            fake_poll_interval_s=float(pick("fake_poll_interval")),
-            usage_interval_s=float(pick("usage_interval")),
-            allocate_timeout_s=float(pick("allocate_timeout")),
+            fail_on_init_error=bool(value["fail_on_init_error"]),
+            register_interval_s=float(value["register_interval"]),
+            register_retry_interval_s=float(value["register_retry_interval"]),
+            kubelet_poll_interval_s=float(value["kubelet_poll_interval"]),
+            fake_poll_interval_s=float(value["fake_poll_interval"]),
+            usage_interval_s=float(value["usage_interval"]),
+            allocate_timeout_s=float(value["allocate_timeout"]),
             config_warnings=warnings,
-            enable_rdma=_enable_rdma(pick("enable_rdma")),
-            rdma_resource_name=str(pick("rdma_resource_name")),
+            enable_rdma=_enable_rdma(value["enable_rdma"]),
+            rdma_resource_name=str(value["rdma_resource_name"]),
             rdma_socket_name=str(given.get("rdma_socket_name") or ""),
             rdma_discovery=cast("NicSourceKind | None", given.get("rdma_discovery")),
-            rdma_poll_interval_s=float(pick("rdma_poll_interval")),
+            rdma_poll_interval_s=float(value["rdma_poll_interval"]),
         )
     except (ConfigError, ValueError) as exc:
         parser.error(str(exc))
