@@ -1,27 +1,12 @@
-"""Small test helpers: polling with a deadline and object builders."""
+"""Small test helpers: object builders, and polling with a deadline (from the emulator)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hami_kubesim.testing import eventually
 
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
-) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s: {what}")
-        await asyncio.sleep(0.01)
+__all__ = ["eventually", "node", "pod"]
 
 
 def pod(

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 from kubernetes_asyncio import client, watch
 
-from hami_kubesim.testing import RunningApiServer, running_apiserver
+from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 
 
 @pytest.fixture
@@ -48,17 +48,11 @@ async def read_events(
     return out
 
 
-async def poll(condition: Callable[[], bool], seconds: float = 10) -> None:
-    """Return once ``condition()`` holds; fail after ``seconds``."""
-    async with asyncio.timeout(seconds):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-
-
 async def wait_for_watchers(sim: RunningApiServer, resource: str, count: int) -> None:
-    await poll(lambda: sim.server.stats()["watchers"][resource] >= count)
+    await eventually(
+        lambda: sim.server.stats()["watchers"][resource] >= count,
+        what=f"{count} {resource} watchers open",
+    )
 
 
 async def test_kubernetes_asyncio_watch_stream(sim: RunningApiServer) -> None:
@@ -226,7 +220,10 @@ async def test_fan_out_to_many_watchers(sim: RunningApiServer) -> None:
             resp.close()
     for events in results:
         assert [e["object"]["metadata"]["name"] for e in events] == [f"c{i}" for i in range(5)]
-    await poll(lambda: sim.server.stats()["watchers"]["configmaps"] == 0)
+    await eventually(
+        lambda: sim.server.stats()["watchers"]["configmaps"] == 0,
+        what="every configmaps watcher closed",
+    )
 
 
 async def test_shutdown_ends_open_watches() -> None:

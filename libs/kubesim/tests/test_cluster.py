@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,7 @@ import yaml
 
 from hami_kubesim.cluster import running_cluster
 from hami_kubesim.cluster_config import ClusterConfigError, parse_cluster_config
-
-
-async def eventually(check: Callable[[], bool], within: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
+from hami_kubesim.testing import eventually
 
 
 def _document(**extra: Any) -> dict[str, Any]:
@@ -88,9 +80,11 @@ async def test_cluster_schedules_and_runs_a_plain_pod(tmp_path: Path) -> None:
             pod = server.get("pods", name, namespace="team-a")
             return pod["spec"].get("nodeName"), pod.get("status", {}).get("phase")
 
-        await eventually(lambda: phase("runs") == ("worker-1", "Running"))
+        await eventually(
+            lambda: phase("runs") == ("worker-1", "Running"), within=15.0, what="runs running"
+        )
         # worker-2 has no kubelet stand-in: the pod is bound there but never started.
-        await eventually(lambda: phase("waits")[0] == "worker-2")
+        await eventually(lambda: phase("waits")[0] == "worker-2", within=15.0, what="waits bound")
         assert phase("waits")[1] == "Pending"
         running = server.get("pods", "runs", namespace="team-a")["status"]
         assert running["hostIP"] == config.nodes[0].address
@@ -116,7 +110,9 @@ async def test_cluster_without_scheduler_or_admission(tmp_path: Path) -> None:
         await eventually(
             lambda: (
                 server.get("pods", "pinned", namespace="team-a")["status"].get("phase") == "Running"
-            )
+            ),
+            within=15.0,
+            what="pinned running",
         )
     assert (tmp_path / "dp" / "worker-1").is_dir()  # a configured dir is kept
     assert not (tmp_path / "dp" / "worker-1" / "kubelet.sock").exists()

@@ -12,7 +12,7 @@ import contextlib
 import json
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +25,9 @@ from hami_kubesim.kubelet import KubeletSettings, KubeletStandIn
 from hami_kubesim.kubelet_devicemanager import AdmissionError, DeviceManager
 from hami_kubesim.kubelet_registration import RegistrationServer
 from hami_kubesim.kubelet_status import ALLOCATIONS_ANNOTATION
-from hami_kubesim.testing import RunningApiServer, running_apiserver
+from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 
 RESOURCE = "example.com/gpu"
-
-
-async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
-    """Poll ``check`` until it holds, failing after ``within`` seconds."""
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
 
 
 class FakePlugin(api_pb2_grpc.DevicePluginServicer):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import yaml
 
 from hami_deviceplugin.settings import Settings
 from hami_kube.config import KubeSettings
+from hami_kubesim.testing import eventually
 from hami_protocol.devices import ContainerDevice, encode_pod_devices
 from hami_protocol.keys import (
     BIND_PHASE,
@@ -24,26 +24,24 @@ from hami_protocol.keys import (
 from hami_protocol.node_config import NodeSettings
 from hami_protocol.nodelock import NodeLock, encode_node_lock
 
+__all__ = [
+    "NODE",
+    "RESOURCE",
+    "UUIDS",
+    "container",
+    "devices_value",
+    "eventually",
+    "gpu",
+    "lock_annotation",
+    "lock_value",
+    "plugin_settings",
+    "scheduled_pod",
+    "write_devices",
+]
+
 NODE = "gpu-node-1"
 RESOURCE = "nvidia.com/gpu"
 UUIDS = ("GPU-00000000-aaaa-0000-0000-000000000000", "GPU-11111111-bbbb-1111-1111-111111111111")
-
-
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
-) -> None:
-    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s: {what}")
-        await asyncio.sleep(0.02)
 
 
 def gpu(

@@ -3,12 +3,11 @@ against the emulated API server, extender calls over HTTP, and polling with a de
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +17,7 @@ import aiohttp
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.reflector import ReflectorConfig
 from hami_kubesim.server import ApiServer
-from hami_kubesim.testing import RunningApiServer, running_apiserver
+from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 from hami_protocol import keys
 from hami_protocol.handshake import format_reported
 from hami_protocol.registry import DeviceInfo, encode_node_devices_colon, encode_node_devices_json
@@ -126,23 +125,6 @@ def pod_object(
     if init:
         spec["initContainers"] = list(init)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
-) -> None:
-    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s: {what}")
-        await asyncio.sleep(0.02)
 
 
 @dataclass

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hami_kubesim.certs import ServerCertificate, TlsFiles
+from hami_kubesim.testing import eventually
+
+__all__ = ["SERVICE_HOST", "WebhookTls", "container", "eventually", "gpu", "pod", "review"]
 
 SERVICE_HOST = "hami-webhook.kube-system.svc"
 
@@ -111,20 +112,3 @@ def review(
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
     }
-
-
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
-) -> None:
-    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within}s: {what}")
-        await asyncio.sleep(0.02)

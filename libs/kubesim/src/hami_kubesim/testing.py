@@ -8,7 +8,9 @@ async with running_apiserver() as sim:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,3 +99,27 @@ async def running_apiserver(
         await running.close_clients()
         api.shutdown()
         await runner.cleanup()
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
+) -> None:
+    """Poll ``condition`` (a plain or an async check) until it holds; fail the test with an
+    ``AssertionError`` naming ``what`` once ``within`` seconds have passed without it holding.
+
+    The condition is always checked at least once, and once more after the deadline has passed,
+    so a slow event loop does not turn a met condition into a failure.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        late = loop.time() > deadline
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if late:
+            detail = f": {what}" if what else ""
+            raise AssertionError(f"condition not met within {within}s{detail}")
+        await asyncio.sleep(0.01)
