@@ -113,3 +113,13 @@ def test_kube_scheduler_reads_the_rendered_file(render: RenderFn) -> None:
 def test_users_of_the_file_point_at_the_chart(path: str) -> None:
     text = (REPO / path).read_text()
     assert "deploy/charts/hami/charts/scheduler/files/kube-scheduler-config.yaml" in text
+
+
+def test_filter_mode_all_asks_the_extender_to_prioritize(render: RenderFn) -> None:
+    default = yaml.safe_load(rendered_config(render))
+    assert "prioritizeVerb" not in default["extenders"][0]
+    values = {"scheduler": {"filterMode": "all"}}
+    document = yaml.safe_load(rendered_config(render, values))
+    assert document["extenders"][0]["prioritizeVerb"] == "prioritize"
+    parsed = parse_scheduler_config(rendered_config(render, values))
+    assert parsed.extenders[0].prioritize_verb == "prioritize"
