@@ -1,11 +1,9 @@
-"""Pure: from a pod's annotations and the kubelet's request to the container's answer.
+"""Pure: the GPU plugin's Allocate decision, from the pod's ``hami.io/vgpu-devices-to-allocate``
+and the kubelet's request to each container's answer.
 
-The kubelet names no pod and no container in ``Allocate``; it only sends device IDs, one call per
-container that asks for the resource, init containers first.  So the container is the next entry
-of the pod's ``hami.io/vgpu-devices-to-allocate`` list that still holds devices (the list has one
-entry per container, init containers first), and that entry is what the container gets.
-
-The answer is HAMi-core's contract (HAMi ``plugin/server.go``):
+Which entry serves which request, and what makes the pod done, is
+:func:`~hami_deviceplugin.pod_entries.consume_entries` (shared with the RDMA plugin).  The answer
+is HAMi-core's contract (HAMi ``plugin/server.go``):
 
 * env ``NVIDIA_VISIBLE_DEVICES`` (the entry's GPU UUIDs), ``CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m``
   per device, ``CUDA_DEVICE_SM_LIMIT`` (cores of the first device),
@@ -17,36 +15,36 @@ The answer is HAMi-core's contract (HAMi ``plugin/server.go``):
   (rw), ``/etc/ld.so.preload`` ← ``<hook>/vgpu/ld.so.preload`` (ro) unless the container sets
   ``CUDA_DISABLE_CONTROL=true``, and the licence files when the host has them.
 
-The consumed entry becomes an empty segment (the canonical decode keeps the list from growing);
-when no entry of any vendor is left the pod is done (bind-phase ``success``, node lock released).
 Every way the inputs can be wrong raises :class:`AllocateError` with the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final, TypeAlias
 
-from hami_deviceplugin.pending import others_pending
-from hami_protocol import envs
-from hami_protocol.devices import (
-    ContainerDevice,
-    ContainerDevices,
-    PodSingleDevice,
-    decode_pod_devices_canonical,
-    encode_pod_devices,
-    has_pending,
-    next_pending,
-    pop_next_pending,
+from hami_deviceplugin.pod_entries import (
+    ContainerTurn,
+    ListPlan,
+    consume_entries,
+    decode_entries,
+    invalid,
 )
-from hami_protocol.errors import ProtocolError
-from hami_protocol.keys import (
-    BIND_PHASE,
-    BIND_PHASE_FAILED,
-    NVIDIA_DEVICES_TO_ALLOCATE,
-    VGPU_NODE,
+from hami_protocol import envs
+from hami_protocol.devices import ContainerDevice, ContainerDevices, PodSingleDevice, next_pending
+from hami_protocol.keys import NVIDIA_DEVICES_TO_ALLOCATE
+
+# isort: split
+# Shared with the RDMA plugin, so they live in pod_entries; callers that always found them here
+# still do.
+from hami_deviceplugin.pod_entries import (
+    AllocateError,
+    ContainerView,
+    FailureKind,
+    PodView,
+    check_pod,
+    pod_view,
 )
 
 __all__ = [
@@ -69,25 +67,6 @@ __all__ = [
 ]
 
 VGPU_LOCK_DIR: Final = "/tmp/vgpulock"
-_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-
-
-class FailureKind(StrEnum):
-    """Why an allocation failed; the gRPC layer maps it to a status code."""
-
-    NO_POD = "no_pod"  # no pod could be identified
-    INVALID = "invalid"  # annotations or request do not fit together
-    API = "api"  # the API server could not be read or written
-    HOST = "host"  # host directories could not be prepared
-    TIMEOUT = "timeout"  # the allocation deadline passed
-    INTERNAL = "internal"
-
-
-class AllocateError(Exception):
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,28 +102,6 @@ class AllocateOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class ContainerView:
-    name: str
-    disable_control: bool = False
-    limits: tuple[tuple[str, str], ...] = ()
-    """Resource limits (requests where no limit is given), as written, sorted by name."""
-
-    def limit(self, resource: str) -> str | None:
-        return next((value for name, value in self.limits if name == resource), None)
-
-
-@dataclass(frozen=True, slots=True)
-class PodView:
-    """What Allocate reads from a pod: identity, containers (init first), annotations."""
-
-    namespace: str
-    name: str
-    uid: str
-    containers: tuple[ContainerView, ...] = ()
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class ContainerGrant:
     """One container's answer and the host directories it needs."""
 
@@ -159,74 +116,15 @@ class ContainerGrant:
     """Host directories created when missing (mode 0777)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AllocationPlan:
-    grants: tuple[ContainerGrant, ...]
-    remaining: str
-    """The new ``-devices-to-allocate`` value."""
-    done: bool
-    """No container of any vendor waits any more: bind-phase success, release the lock."""
+AllocationPlan: TypeAlias = ListPlan[ContainerGrant]
+"""The GPU plugin's decision for one Allocate call."""
 
 
 # --- reading the pod ----------------------------------------------------------------------------
 
 
-def _disable_control(container: Mapping[str, Any]) -> bool:
-    for variable in container.get("env") or ():
-        if isinstance(variable, Mapping) and variable.get("name") == envs.CUDA_DISABLE_CONTROL:
-            value = variable.get("value")
-            if isinstance(value, str) and value in _GO_TRUE:
-                return True
-    return False
-
-
-def _limits(container: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    resources = container.get("resources")
-    if not isinstance(resources, Mapping):
-        return ()
-    merged: dict[str, str] = {}
-    for part in ("requests", "limits"):
-        values = resources.get(part)
-        if isinstance(values, Mapping):
-            merged.update((str(k), str(v)) for k, v in values.items())
-    return tuple(sorted(merged.items()))
-
-
-def pod_view(pod: Mapping[str, Any]) -> PodView:
-    """The parts of a pod object Allocate needs (tolerates missing fields)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    raw_annotations = meta.get("annotations") or {}
-    annotations = {
-        str(k): v for k, v in raw_annotations.items() if isinstance(v, str)
-    }  # a non-string value cannot come from a real API server; drop it
-    containers = [
-        ContainerView(str(c.get("name", "")), _disable_control(c), _limits(c))
-        for group in (spec.get("initContainers") or [], spec.get("containers") or [])
-        for c in group
-        if isinstance(c, Mapping)
-    ]
-    return PodView(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        containers=tuple(containers),
-        annotations=annotations,
-    )
-
-
-def _invalid(message: str) -> AllocateError:
-    return AllocateError(FailureKind.INVALID, message)
-
-
 def _decoded(pod: PodView) -> PodSingleDevice:
-    value = pod.annotations.get(NVIDIA_DEVICES_TO_ALLOCATE)
-    if value is None:
-        raise _invalid(f"pod has no {NVIDIA_DEVICES_TO_ALLOCATE} annotation")
-    try:
-        entries = decode_pod_devices_canonical(value, key=NVIDIA_DEVICES_TO_ALLOCATE)
-    except ProtocolError as exc:
-        raise _invalid(str(exc)) from None
+    entries = decode_entries(pod, NVIDIA_DEVICES_TO_ALLOCATE)
     # Some HAMi versions wrote ",,0,0:" placeholders for containers without devices.
     return tuple(tuple(device for device in entry if device.uuid) for entry in entries)
 
@@ -243,15 +141,6 @@ def next_entry_uuids(pod: PodView) -> tuple[str, ...]:
 # --- deciding -----------------------------------------------------------------------------------
 
 
-def check_pod(pod: PodView, node_name: str) -> None:
-    """Refuse a pod placed on another node or whose allocation already failed."""
-    placed = pod.annotations.get(VGPU_NODE)
-    if placed is not None and placed != node_name:
-        raise _invalid(f"pod was scheduled to node {placed!r}, not {node_name!r}")
-    if pod.annotations.get(BIND_PHASE) == BIND_PHASE_FAILED:
-        raise _invalid("the pod's device allocation has already failed (bind-phase failed)")
-
-
 def _kubelet_choice(
     devices: ContainerDevices, device_ids: Sequence[str], owners: Mapping[str, str]
 ) -> ContainerDevices:
@@ -259,7 +148,7 @@ def _kubelet_choice(
     for device, replica in zip(devices, device_ids, strict=True):
         uuid = owners.get(replica)
         if uuid is None:
-            raise _invalid(f"kubelet asked for unknown device {replica!r}")
+            raise invalid(f"kubelet asked for unknown device {replica!r}")
         chosen.append(ContainerDevice(uuid, device.type, device.usedmem, device.usedcores))
     return tuple(chosen)
 
@@ -328,51 +217,37 @@ def plan_allocation(
     if len(cache_names) < len(requests):
         raise ValueError("one cache name per container request is needed")
     check_pod(pod, options.node_name)
-    current = _decoded(pod)
-    grants: list[ContainerGrant] = []
-    for number, device_ids in enumerate(requests):
-        popped = pop_next_pending(current)
-        if popped is None:
-            raise _invalid(
-                f"no container of pod {pod.namespace}/{pod.name} is waiting for devices "
-                f"({NVIDIA_DEVICES_TO_ALLOCATE} has nothing left)"
-            )
-        index, devices, current = popped
-        if index >= len(pod.containers):
-            raise _invalid(
-                f"{NVIDIA_DEVICES_TO_ALLOCATE} entry {index} has no container "
-                f"(the pod has {len(pod.containers)})"
-            )
-        container = pod.containers[index]
-        if len(devices) != len(device_ids):
-            raise _invalid(
-                f"device number not matched: kubelet asked for {len(device_ids)} devices, "
-                f"container {container.name!r} was given {len(devices)}"
+
+    def grant(turn: ContainerTurn) -> ContainerGrant:
+        devices = turn.devices
+        if len(devices) != len(turn.requested):
+            raise invalid(
+                f"device number not matched: kubelet asked for {len(turn.requested)} devices, "
+                f"container {turn.container.name!r} was given {len(devices)}"
             )
         if options.use_kubelet_devices:
-            devices = _kubelet_choice(devices, device_ids, owners)
+            devices = _kubelet_choice(devices, turn.requested, owners)
         for device in devices:
             if device.uuid not in gpus:
-                raise _invalid(f"device {device.uuid!r} is not a GPU of node {options.node_name}")
-        grants.append(
-            container_grant(
-                index=index,
-                container=container,
-                devices=devices,
-                pod_uid=pod.uid,
-                options=options,
-                layout=layout,
-                cache_name=cache_names[number],
-            )
+                raise invalid(f"device {device.uuid!r} is not a GPU of node {options.node_name}")
+        return container_grant(
+            index=turn.index,
+            container=turn.container,
+            devices=devices,
+            pod_uid=pod.uid,
+            options=options,
+            layout=layout,
+            cache_name=cache_names[turn.number],
         )
-    try:
-        remaining = encode_pod_devices(current)
-    except ProtocolError as exc:
-        raise _invalid(str(exc)) from None
-    done = not has_pending(current) and not others_pending(
-        pod.annotations, own_key=NVIDIA_DEVICES_TO_ALLOCATE
+
+    return consume_entries(
+        pod,
+        requests,
+        key=NVIDIA_DEVICES_TO_ALLOCATE,
+        entries=_decoded(pod),
+        waiting_for="devices",
+        grant=grant,
     )
-    return AllocationPlan(grants=tuple(grants), remaining=remaining, done=done)
 
 
 def preferred_replicas(

@@ -28,11 +28,11 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from hami_deviceplugin.allocate import AllocateError, FailureKind
+from hami_deviceplugin.pod_entries import AllocateError, FailureKind, ListPlan
 from hami_deviceplugin.podlookup import VanishedLockOwnerError, find_pod, lock_owner
 from hami_kube.errors import ConflictError, KubeError, NotFoundError
 from hami_kube.events import EventRecorder, EventType, ObjectReference
@@ -42,7 +42,14 @@ from hami_kube.rest import KubeClient
 from hami_protocol.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_PHASE_SUCCESS, NODE_LOCK
 from hami_protocol.nodelock import ReleaseAction, decide_release
 
-__all__ = ["EVENT_REASON", "Decision", "FlowConfig", "Observe", "PodAllocationFlow"]
+__all__ = [
+    "EVENT_REASON",
+    "Decision",
+    "FlowConfig",
+    "Observe",
+    "PodAllocationFlow",
+    "list_decision",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +57,7 @@ EVENT_REASON = "AllocateFailed"
 
 R = TypeVar("R")
 P = TypeVar("P")
+G = TypeVar("G", bound="_Grant")
 
 Observe = Callable[..., None]
 """``observe(ok=, seconds=, reason=)``: the plugin's allocate metrics."""
@@ -73,6 +81,23 @@ class Decision(Generic[R]):
     done: bool
     summary: Mapping[str, object] = field(default_factory=dict)
     """Log fields describing the answer."""
+
+
+class _Grant(Protocol):
+    @property
+    def container_name(self) -> str: ...
+
+
+def list_decision(plan: ListPlan[G], *, key: str, **summary: object) -> Decision[tuple[G, ...]]:
+    """The decision of a plugin that serves containers from the pod's ``key`` list: answer with
+    ``plan``'s grants, write the rest of the list; ``summary`` adds log fields to the containers'
+    names."""
+    return Decision(
+        result=plan.grants,
+        writes={key: plan.remaining},
+        done=plan.done,
+        summary={"containers": [grant.container_name for grant in plan.grants], **summary},
+    )
 
 
 @dataclass(slots=True)

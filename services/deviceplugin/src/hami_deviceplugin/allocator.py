@@ -18,13 +18,11 @@ from dataclasses import dataclass
 import structlog
 
 from hami_deviceplugin.allocate import (
-    AllocateError,
     AllocateOptions,
     ContainerGrant,
     HookLayout,
     next_entry_uuids,
     plan_allocation,
-    pod_view,
     preferred_replicas,
 )
 from hami_deviceplugin.allocation_flow import (
@@ -32,10 +30,12 @@ from hami_deviceplugin.allocation_flow import (
     Decision,
     FlowConfig,
     PodAllocationFlow,
+    list_decision,
 )
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.inventory import Inventory
 from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.pod_entries import AllocateError, pod_view
 from hami_deviceplugin.podlookup import find_pod
 from hami_kube.errors import KubeError
 from hami_kube.events import EventRecorder
@@ -117,14 +117,10 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
             cache_names=names,
         )
         await self._host.prepare(plan.grants)
-        return Decision(
-            result=plan.grants,
-            writes={NVIDIA_DEVICES_TO_ALLOCATE: plan.remaining},
-            done=plan.done,
-            summary={
-                "containers": [grant.container_name for grant in plan.grants],
-                "devices": [[d.uuid for d in grant.devices] for grant in plan.grants],
-            },
+        return list_decision(
+            plan,
+            key=NVIDIA_DEVICES_TO_ALLOCATE,
+            devices=[[d.uuid for d in grant.devices] for grant in plan.grants],
         )
 
     # --- GetPreferredAllocation ---------------------------------------------------------------

@@ -36,6 +36,7 @@ from hami_deviceplugin.allocator import Allocator, AllocatorConfig
 from hami_deviceplugin.backends.base import Backend, BackendError, Gpu, NicSource
 from hami_deviceplugin.backends.fake import FakeBackend
 from hami_deviceplugin.backends.nvml import NvmlBackend
+from hami_deviceplugin.change_feed import follow_source
 from hami_deviceplugin.grpc_server import DevicePluginService, PluginServer
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.inventory import Inventory
@@ -87,8 +88,13 @@ class RunningPlugin:
     """None when the RDMA plugin does not run."""
 
     def ready(self) -> bool:
-        gpu_ready = self.server.serving and self.link.registered
-        return gpu_ready and (self.rdma is None or self.rdma.ready())
+        return _ready(self.server, self.link, self.rdma)
+
+
+def _ready(server: PluginServer, link: KubeletLink, rdma: RunningRdma | None) -> bool:
+    """``/readyz``: every plugin serves its socket and is registered with the kubelet."""
+    gpu_ready = server.serving and link.registered
+    return gpu_ready and (rdma is None or rdma.ready())
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -117,13 +123,9 @@ async def _open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]
 
 
 async def _follow_backend(backend: Backend, inventory: Inventory) -> None:
-    async for gpus in backend.updates():
-        if inventory.replace(gpus):
-            log.info(
-                "GPU inventory changed",
-                healthy=[g.uuid for g in gpus if g.healthy],
-                unhealthy={g.uuid: g.reason for g in gpus if not g.healthy},
-            )
+    await follow_source(
+        backend.updates(), inventory.replace, event="GPU inventory changed", key=lambda g: g.uuid
+    )
 
 
 async def _sample_usage(
@@ -223,13 +225,9 @@ async def run(
             retry_interval=settings.register_retry_interval_s,
             nics=None if rdma is None else rdma.inventory,
         )
-
-        def ready() -> bool:
-            gpu_ready = server.serving and link.registered
-            return gpu_ready and (rdma is None or rdma.ready())
-
         metrics_runner, metrics_port = await start_site(
-            metrics_app(metrics.registry, ready=ready), settings.metrics_bind_address
+            metrics_app(metrics.registry, ready=lambda: _ready(server, link, rdma)),
+            settings.metrics_bind_address,
         )
         stack.push_async_callback(metrics_runner.cleanup)
         running = RunningPlugin(

@@ -1,4 +1,5 @@
-"""The kubelet-facing gRPC service ``v1beta1.DevicePlugin`` and the unix-socket server that runs it.
+"""The GPU plugin's ``v1beta1.DevicePlugin`` service and the unix-socket server that runs either
+plugin's service.
 
 * ``GetDevicePluginOptions``: ``get_preferred_allocation_available`` =
   ``enablegetpreferredallocation``; no PreStartContainer.
@@ -8,29 +9,35 @@
   failure is answered with a gRPC error carrying the reason (the kubelet then rejects the pod
   with ``UnexpectedAdmissionError``).
 
+What the two plugins' services share is :mod:`hami_deviceplugin.plugin_service`.
 :class:`PluginServer` can be started again after a stop (the kubelet deletes plugin sockets when
 it restarts, so the server must come back on a fresh socket).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import grpc
 import structlog
 
-from hami_deviceplugin.allocate import AllocateError, ContainerGrant, FailureKind
+from hami_deviceplugin.allocate import ContainerGrant
 from hami_deviceplugin.allocator import Allocator, PreferredRequest
 from hami_deviceplugin.inventory import Inventory
-from hami_deviceplugin.replicas import PluginDevice, plugin_devices
-from hami_kube.deviceplugin_api.constants import HEALTHY, UNHEALTHY
+from hami_deviceplugin.plugin_service import (
+    Context,
+    StreamingService,
+    device_message,
+    status_code,
+)
+from hami_deviceplugin.replicas import plugin_devices
 from hami_kube.deviceplugin_api.v1beta1 import api_pb2, api_pb2_grpc
 
 __all__ = [
+    "Context",
     "DevicePluginService",
     "PluginServer",
     "StreamingService",
@@ -42,42 +49,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MAX_SOCKET_PATH: Final = 107
-
-_CODES: Final = {
-    FailureKind.NO_POD: grpc.StatusCode.NOT_FOUND,
-    FailureKind.INVALID: grpc.StatusCode.FAILED_PRECONDITION,
-    FailureKind.API: grpc.StatusCode.UNAVAILABLE,
-    FailureKind.HOST: grpc.StatusCode.INTERNAL,
-    FailureKind.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
-    FailureKind.INTERNAL: grpc.StatusCode.INTERNAL,
-}
-
-Context = grpc.aio.ServicerContext[object, object]
-
-
-def status_code(kind: FailureKind) -> grpc.StatusCode:
-    return _CODES.get(kind, grpc.StatusCode.INTERNAL)
-
-
-class StreamingService(api_pb2_grpc.DevicePluginServicer):
-    """A ``v1beta1.DevicePlugin`` servicer whose ListAndWatch streams a server can end."""
-
-    def open_streams(self) -> None:
-        raise NotImplementedError
-
-    def close_streams(self) -> None:
-        raise NotImplementedError
-
-
-def device_message(device: PluginDevice) -> api_pb2.Device:
-    topology = (
-        None
-        if device.numa is None
-        else api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=device.numa)])
-    )
-    return api_pb2.Device(
-        ID=device.id, health=HEALTHY if device.healthy else UNHEALTHY, topology=topology
-    )
 
 
 def grant_response(grant: ContainerGrant) -> api_pb2.ContainerAllocateResponse:
@@ -102,47 +73,20 @@ class DevicePluginService(StreamingService):
         numa_topology: bool,
         preferred_available: bool,
     ) -> None:
+        super().__init__(inventory=inventory, preferred_available=preferred_available)
         self._inventory = inventory
         self._allocator = allocator
         self._split = split
         self._numa = numa_topology
-        self._preferred = preferred_available
-        self._closing = asyncio.Event()
-
-    def open_streams(self) -> None:
-        self._closing = asyncio.Event()
-
-    def close_streams(self) -> None:
-        """End every ListAndWatch stream (before a stop, so the stop need not wait for them)."""
-        self._closing.set()
 
     def device_list(self) -> api_pb2.ListAndWatchResponse:
         devices = plugin_devices(self._inventory.gpus, split=self._split, numa_topology=self._numa)
         return api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
 
-    async def GetDevicePluginOptions(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.Empty, context: Context
-    ) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(
-            pre_start_required=False, get_preferred_allocation_available=self._preferred
-        )
-
-    async def ListAndWatch(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.Empty, context: Context
-    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
-        closing = self._closing
-        while not closing.is_set():
-            changed = self._inventory.changed
-            yield self.device_list()
-            waits = {
-                asyncio.ensure_future(changed.wait()),
-                asyncio.ensure_future(closing.wait()),
-            }
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
+    async def _container_responses(
+        self, requests: Sequence[tuple[str, ...]]
+    ) -> list[api_pb2.ContainerAllocateResponse]:
+        return [grant_response(g) for g in await self._allocator.allocate(requests)]
 
     async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
         self, request: api_pb2.PreferredAllocationRequest, context: Context
@@ -161,21 +105,6 @@ class DevicePluginService(StreamingService):
                 api_pb2.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in chosen
             ]
         )
-
-    async def Allocate(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.AllocateRequest, context: Context
-    ) -> api_pb2.AllocateResponse:
-        requests = [tuple(r.devices_ids) for r in request.container_requests]
-        try:
-            grants = await self._allocator.allocate(requests)
-        except AllocateError as exc:
-            await context.abort(status_code(exc.kind), exc.message)
-        return api_pb2.AllocateResponse(container_responses=[grant_response(g) for g in grants])
-
-    async def PreStartContainer(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.PreStartContainerRequest, context: Context
-    ) -> api_pb2.PreStartContainerResponse:
-        return api_pb2.PreStartContainerResponse()
 
 
 class PluginServer:

@@ -19,7 +19,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from hami_deviceplugin.allocate import AllocateError, ContainerGrant, FailureKind, HookLayout
+from hami_deviceplugin.allocate import ContainerGrant, HookLayout
+from hami_deviceplugin.pod_entries import AllocateError, FailureKind
 
 __all__ = ["HostDirs"]
 

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from hami_deviceplugin.grpc_server import PluginServer
 from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.plugin_service import plugin_options
 from hami_kube.deviceplugin_api.constants import VERSION
 from hami_kube.deviceplugin_api.v1beta1 import api_pb2, api_pb2_grpc
 
@@ -75,10 +76,7 @@ class KubeletLink:
                     version=VERSION,
                     endpoint=self._server.socket_path.name,
                     resource_name=self._resource,
-                    options=api_pb2.DevicePluginOptions(
-                        pre_start_required=False,
-                        get_preferred_allocation_available=self._preferred,
-                    ),
+                    options=plugin_options(preferred_available=self._preferred),
                 ),
                 timeout=self._timeout,
             )

@@ -11,7 +11,7 @@ The answer, per container:
   for a VF, the PF's for a whole NIC (each once, in list order);
 * device spec ``/dev/infiniband/rdma_cm``;
 
-all with permissions ``rw``.  Checks, each an :class:`~hami_deviceplugin.allocate.AllocateError`
+all with permissions ``rw``.  Checks, each an :class:`~hami_deviceplugin.pod_entries.AllocateError`
 with the reason: the pod belongs to this node and has not failed; an entry is waiting; the entry's
 container asks for the RDMA resource, as many units as the kubelet asked for ("device number not
 matched" otherwise: the list and the containers are out of step); every device is an ``RDMA``
@@ -22,25 +22,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
-from hami_deviceplugin.allocate import (
+from hami_deviceplugin.nics import RDMA_CM_DEVICE, NicFunction
+from hami_deviceplugin.pending import RDMA_DEVICE_TYPE
+from hami_deviceplugin.pod_entries import (
     AllocateError,
+    ContainerTurn,
     ContainerView,
     FailureKind,
+    ListPlan,
     PodView,
     check_pod,
+    consume_entries,
+    decode_entries,
+    invalid,
 )
-from hami_deviceplugin.nics import RDMA_CM_DEVICE, NicFunction
-from hami_deviceplugin.pending import RDMA_DEVICE_TYPE, others_pending
-from hami_protocol.devices import (
-    ContainerDevices,
-    PodSingleDevice,
-    decode_pod_devices_canonical,
-    encode_pod_devices,
-    has_pending,
-    pop_next_pending,
-)
+from hami_protocol.devices import ContainerDevices
 from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
 from hami_protocol.quantity import as_integer, parse_quantity
@@ -74,27 +72,8 @@ class RdmaGrant:
     devices: tuple[DeviceSpec, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RdmaPlan:
-    grants: tuple[RdmaGrant, ...]
-    remaining: str
-    """The new ``hami.io/rdma-devices-to-allocate`` value."""
-    done: bool
-    """No list of any vendor waits any more: bind-phase success, release the lock."""
-
-
-def _invalid(message: str) -> AllocateError:
-    return AllocateError(FailureKind.INVALID, message)
-
-
-def _decoded(pod: PodView) -> PodSingleDevice:
-    value = pod.annotations.get(RDMA_DEVICES_TO_ALLOCATE)
-    if value is None:
-        raise _invalid(f"pod has no {RDMA_DEVICES_TO_ALLOCATE} annotation")
-    try:
-        return decode_pod_devices_canonical(value, key=RDMA_DEVICES_TO_ALLOCATE)
-    except ProtocolError as exc:
-        raise _invalid(str(exc)) from None
+RdmaPlan: TypeAlias = ListPlan[RdmaGrant]
+"""The RDMA plugin's decision for one Allocate call."""
 
 
 def _requested_units(container: ContainerView, resource: str) -> int | None:
@@ -110,13 +89,13 @@ def _requested_units(container: ContainerView, resource: str) -> int | None:
 
 def _check_count(container: ContainerView, units: int, devices: int, resource: str) -> None:
     if container.limit(resource) is None:
-        raise _invalid(
+        raise invalid(
             f"device number not matched: container {container.name!r} asks for no {resource}, "
             f"but its {RDMA_DEVICES_TO_ALLOCATE} entry lists {devices} device(s)"
         )
     asked = _requested_units(container, resource)
     if asked is not None and asked != units:
-        raise _invalid(
+        raise invalid(
             f"device number not matched: kubelet asked for {units} {resource} unit(s), "
             f"container {container.name!r} requests {asked}"
         )
@@ -128,19 +107,19 @@ def _functions(
     chosen: list[NicFunction] = []
     for device in devices:
         if device.type != RDMA_DEVICE_TYPE:
-            raise _invalid(
+            raise invalid(
                 f"{RDMA_DEVICES_TO_ALLOCATE}: device {device.uuid!r} has type {device.type!r}, "
                 f"expected {RDMA_DEVICE_TYPE!r}"
             )
         try:
             bus_id = bus_id_from_list_device_id(device.uuid, annotation=RDMA_DEVICES_TO_ALLOCATE)
         except ProtocolError as exc:
-            raise _invalid(str(exc)) from None
+            raise invalid(str(exc)) from None
         function = functions.get(bus_id)
         if function is None:
-            raise _invalid(f"{bus_id} is not an RDMA NIC or VF of node {node_name}")
+            raise invalid(f"{bus_id} is not an RDMA NIC or VF of node {node_name}")
         if function in chosen:
-            raise _invalid(f"{RDMA_DEVICES_TO_ALLOCATE}: {bus_id} is listed twice")
+            raise invalid(f"{RDMA_DEVICES_TO_ALLOCATE}: {bus_id} is listed twice")
         if not function.uverbs:
             what = f"VF {bus_id}" if function.is_vf else "the physical function"
             raise AllocateError(
@@ -172,30 +151,17 @@ def plan_rdma_allocation(
     the kubelet allocates (``koordinator.sh/rdma``).
     """
     check_pod(pod, node_name)
-    current = _decoded(pod)
-    grants: list[RdmaGrant] = []
-    for device_ids in requests:
-        popped = pop_next_pending(current)
-        if popped is None:
-            raise _invalid(
-                f"no container of pod {pod.namespace}/{pod.name} is waiting for RDMA devices "
-                f"({RDMA_DEVICES_TO_ALLOCATE} has nothing left)"
-            )
-        index, devices, current = popped
-        if index >= len(pod.containers):
-            raise _invalid(
-                f"{RDMA_DEVICES_TO_ALLOCATE} entry {index} has no container "
-                f"(the pod has {len(pod.containers)})"
-            )
-        container = pod.containers[index]
-        _check_count(container, len(device_ids), len(devices), resource_name)
-        chosen = _functions(devices, functions, node_name)
-        grants.append(RdmaGrant(index, container.name, chosen, device_specs(chosen)))
-    try:
-        remaining = encode_pod_devices(current)
-    except ProtocolError as exc:
-        raise _invalid(str(exc)) from None
-    done = not has_pending(current) and not others_pending(
-        pod.annotations, own_key=RDMA_DEVICES_TO_ALLOCATE
+
+    def grant(turn: ContainerTurn) -> RdmaGrant:
+        _check_count(turn.container, len(turn.requested), len(turn.devices), resource_name)
+        chosen = _functions(turn.devices, functions, node_name)
+        return RdmaGrant(turn.index, turn.container.name, chosen, device_specs(chosen))
+
+    return consume_entries(
+        pod,
+        requests,
+        key=RDMA_DEVICES_TO_ALLOCATE,
+        entries=decode_entries(pod, RDMA_DEVICES_TO_ALLOCATE),
+        waiting_for="RDMA devices",
+        grant=grant,
     )
-    return RdmaPlan(grants=tuple(grants), remaining=remaining, done=done)

@@ -11,10 +11,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from hami_deviceplugin.allocate import pod_view
-from hami_deviceplugin.allocation_flow import Decision, FlowConfig, PodAllocationFlow
+from hami_deviceplugin.allocation_flow import (
+    Decision,
+    FlowConfig,
+    PodAllocationFlow,
+    list_decision,
+)
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.nic_inventory import NicInventory
+from hami_deviceplugin.pod_entries import pod_view
 from hami_deviceplugin.rdma_allocate import RdmaGrant, plan_rdma_allocation
 from hami_kube.events import EventRecorder
 from hami_kube.resources import JsonObject
@@ -59,12 +64,8 @@ class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
             resource_name=self._resource,
             node_name=self._flow.node_name,
         )
-        return Decision(
-            result=plan.grants,
-            writes={RDMA_DEVICES_TO_ALLOCATE: plan.remaining},
-            done=plan.done,
-            summary={
-                "containers": [grant.container_name for grant in plan.grants],
-                "rdma": [[f.bus_id for f in grant.functions] for grant in plan.grants],
-            },
+        return list_decision(
+            plan,
+            key=RDMA_DEVICES_TO_ALLOCATE,
+            rdma=[[f.bus_id for f in grant.functions] for grant in plan.grants],
         )

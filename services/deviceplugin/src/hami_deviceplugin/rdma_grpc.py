@@ -11,13 +11,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 
-from hami_deviceplugin.allocate import AllocateError
-from hami_deviceplugin.grpc_server import Context, StreamingService, device_message, status_code
 from hami_deviceplugin.nic_inventory import NicInventory
 from hami_deviceplugin.nics import rdma_plugin_devices
+from hami_deviceplugin.plugin_service import Context, StreamingService, device_message
 from hami_deviceplugin.rdma_allocate import RdmaGrant
 from hami_deviceplugin.rdma_allocator import RdmaAllocator
 from hami_kube.deviceplugin_api.v1beta1 import api_pb2
@@ -42,45 +40,19 @@ class RdmaPluginService(StreamingService):
     def __init__(
         self, *, inventory: NicInventory, allocator: RdmaAllocator, numa_topology: bool
     ) -> None:
+        super().__init__(inventory=inventory, preferred_available=False)
         self._inventory = inventory
         self._allocator = allocator
         self._numa = numa_topology
-        self._closing = asyncio.Event()
-
-    def open_streams(self) -> None:
-        self._closing = asyncio.Event()
-
-    def close_streams(self) -> None:
-        """End every ListAndWatch stream (before a stop, so the stop need not wait for them)."""
-        self._closing.set()
 
     def device_list(self) -> api_pb2.ListAndWatchResponse:
         devices = rdma_plugin_devices(self._inventory.nics, numa_topology=self._numa)
         return api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
 
-    async def GetDevicePluginOptions(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.Empty, context: Context
-    ) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(
-            pre_start_required=False, get_preferred_allocation_available=False
-        )
-
-    async def ListAndWatch(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.Empty, context: Context
-    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
-        closing = self._closing
-        while not closing.is_set():
-            changed = self._inventory.changed
-            yield self.device_list()
-            waits = {
-                asyncio.ensure_future(changed.wait()),
-                asyncio.ensure_future(closing.wait()),
-            }
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
+    async def _container_responses(
+        self, requests: Sequence[tuple[str, ...]]
+    ) -> list[api_pb2.ContainerAllocateResponse]:
+        return [rdma_grant_response(g) for g in await self._allocator.allocate(requests)]
 
     async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
         self, request: api_pb2.PreferredAllocationRequest, context: Context
@@ -96,20 +68,3 @@ class RdmaPluginService(StreamingService):
                 )
             )
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
-
-    async def Allocate(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.AllocateRequest, context: Context
-    ) -> api_pb2.AllocateResponse:
-        requests = [tuple(r.devices_ids) for r in request.container_requests]
-        try:
-            grants = await self._allocator.allocate(requests)
-        except AllocateError as exc:
-            await context.abort(status_code(exc.kind), exc.message)
-        return api_pb2.AllocateResponse(
-            container_responses=[rdma_grant_response(g) for g in grants]
-        )
-
-    async def PreStartContainer(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.PreStartContainerRequest, context: Context
-    ) -> api_pb2.PreStartContainerResponse:
-        return api_pb2.PreStartContainerResponse()

@@ -17,6 +17,7 @@ from hami_deviceplugin.allocation_flow import FlowConfig
 from hami_deviceplugin.backends.base import BackendError, NicSource
 from hami_deviceplugin.backends.fake_nics import FakeNicSource
 from hami_deviceplugin.backends.sysfs_nics import SysfsNicSource
+from hami_deviceplugin.change_feed import follow_source
 from hami_deviceplugin.grpc_server import PluginServer
 from hami_deviceplugin.kubelet_link import KubeletLink
 from hami_deviceplugin.metrics import PluginMetrics
@@ -76,13 +77,9 @@ async def open_nics(source: NicSource, settings: Settings) -> tuple[Nic, ...] | 
 
 
 async def follow_nics(source: NicSource, inventory: NicInventory) -> None:
-    async for nics in source.updates():
-        if inventory.replace(nics):
-            log.info(
-                "RDMA NIC inventory changed",
-                healthy=[n.id for n in nics if n.healthy],
-                unhealthy={n.id: n.reason for n in nics if not n.healthy},
-            )
+    await follow_source(
+        source.updates(), inventory.replace, event="RDMA NIC inventory changed", key=lambda n: n.id
+    )
 
 
 def rdma_plugin(

@@ -26,21 +26,19 @@ rewrite that does not parse is logged and ignored.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import structlog
-import yaml
-
-from hami_deviceplugin.backends.fake import (
-    FakeDevicesError,
-    _address,
-    _fail,
-    _integer,
-    _text,
+from hami_deviceplugin.backends.fake_file import (
+    FakeFileSource,
+    address_field,
+    fail,
+    integer_field,
+    list_field,
+    parse_document,
+    string_field,
 )
 from hami_deviceplugin.nics import Nic, assign_minors, rdma_register_value, uverbs_name_ok
 from hami_deviceplugin.rdma_sysfs import read_uverbs
@@ -49,8 +47,6 @@ from hami_protocol.errors import ValidationError
 from hami_protocol.topology import RdmaNic, VirtualFunction, VirtualFunctionGroup
 
 __all__ = ["FakeNic", "FakeNicSource", "FakeVf", "parse_fake_nics", "resolve_fake_nics"]
-
-log = structlog.get_logger(__name__)
 
 _NIC_KEYS: Final = frozenset(
     {
@@ -101,35 +97,35 @@ def _labels(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, str], ...]
     if not isinstance(raw, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
     ):
-        raise _fail(where, "labels must map strings to strings (quote values like 'true')")
+        raise fail(where, "labels must map strings to strings (quote values like 'true')")
     return tuple(sorted(raw.items()))
 
 
 def _uverbs(entry: Mapping[str, Any], where: str) -> str | None:
     if "uverbs" not in entry:
         return None
-    name = _text(entry, "uverbs", where)
+    name = string_field(entry, "uverbs", where)
     if not uverbs_name_ok(name):
-        raise _fail(where, f"uverbs must look like uverbs<N>, got {name!r}")
+        raise fail(where, f"uverbs must look like uverbs<N>, got {name!r}")
     return name
 
 
 def _keys(entry: object, allowed: frozenset[str], where: str) -> Mapping[str, Any]:
     if not isinstance(entry, Mapping):
-        raise _fail(where, "expected a mapping")
+        raise fail(where, "expected a mapping")
     unknown = sorted(str(key) for key in entry if key not in allowed)
     if unknown:
-        raise _fail(where, f"unknown keys {', '.join(unknown)}")
+        raise fail(where, f"unknown keys {', '.join(unknown)}")
     return entry
 
 
 def _parse_vf(raw: object, position: int, where: str) -> FakeVf:
     where = f"{where}.vfs[{position}]"
     entry = _keys(raw, _VF_KEYS, where)
-    bus_id = _address(entry, "bus_id", where)
+    bus_id = address_field(entry, "bus_id", where)
     if not bus_id:
-        raise _fail(where, "bus_id is required")
-    minor = _integer(entry, "minor", where)
+        raise fail(where, "bus_id is required")
+    minor = integer_field(entry, "minor", where)
     return FakeVf(
         bus_id=bus_id,
         minor=position if minor is None else minor,
@@ -141,23 +137,23 @@ def _parse_vf(raw: object, position: int, where: str) -> FakeVf:
 def _parse_nic(raw: object, position: int) -> FakeNic:
     where = f"nics[{position}]"
     entry = _keys(raw, _NIC_KEYS, where)
-    bus_id = _address(entry, "pci_bus_id", where)
+    bus_id = address_field(entry, "pci_bus_id", where)
     if not bus_id:
-        raise _fail(where, "pci_bus_id is required")
+        raise fail(where, "pci_bus_id is required")
     healthy = entry.get("healthy", True)
     if not isinstance(healthy, bool):
-        raise _fail(where, f"healthy must be true or false, got {healthy!r}")
+        raise fail(where, f"healthy must be true or false, got {healthy!r}")
     vfs = entry.get("vfs")
     vfs = [] if vfs is None else vfs
     if not isinstance(vfs, list):
-        raise _fail(where, "vfs must be a list")
+        raise fail(where, "vfs must be a list")
     return FakeNic(
-        name=_text(entry, "name", where, required=True),
+        name=string_field(entry, "name", where, required=True),
         pci_bus_id=bus_id,
-        minor=_integer(entry, "minor", where),
-        numa=_integer(entry, "numa", where),
-        pcie_switch=_address(entry, "pcie_switch", where),
-        pcie_root=_address(entry, "pcie_root", where),
+        minor=integer_field(entry, "minor", where),
+        numa=integer_field(entry, "numa", where),
+        pcie_switch=address_field(entry, "pcie_switch", where),
+        pcie_root=address_field(entry, "pcie_root", where),
         healthy=healthy,
         labels=_labels(entry, where),
         uverbs=_uverbs(entry, where),
@@ -167,18 +163,7 @@ def _parse_nic(raw: object, position: int) -> FakeNic:
 
 def parse_fake_nics(text: str) -> tuple[FakeNic, ...]:
     """The ``nics`` list of the fake devices file; raises :class:`FakeDevicesError`."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise FakeDevicesError(f"fake devices: not valid YAML: {exc}") from None
-    if document is None:
-        return ()
-    if not isinstance(document, Mapping):
-        raise _fail("document", "expected a mapping")
-    nics = document.get("nics")
-    nics = [] if nics is None else nics
-    if not isinstance(nics, list):
-        raise _fail("nics", "expected a list")
+    nics = list_field(parse_document(text), "nics")
     return tuple(_parse_nic(entry, position) for position, entry in enumerate(nics))
 
 
@@ -229,65 +214,34 @@ def resolve_fake_nics(entries: tuple[FakeNic, ...], sysfs_root: Path) -> tuple[N
     """
     fixed = {e.pci_bus_id: e.minor for e in entries if e.minor is not None}
     if len(set(fixed.values())) != len(fixed):
-        raise _fail("nics", "every NIC needs a distinct minor")
+        raise fail("nics", "every NIC needs a distinct minor")
     minors = assign_minors(((e.pci_bus_id, e.name) for e in entries), fixed=fixed)
     nics = tuple(_resolve(e, minors[e.pci_bus_id], sysfs_root) for e in entries)
     try:
         rdma_register_value(nics)
     except ValidationError as exc:
-        raise _fail("nics", exc.reason) from None
+        raise fail("nics", exc.reason) from None
     return tuple(sorted(nics, key=lambda nic: (nic.info.minor, nic.id)))
 
 
-class FakeNicSource:
+class FakeNicSource(FakeFileSource[tuple[Nic, ...]]):
     """NICs from the fake devices file, re-read when it changes."""
 
+    _rejected = "fake NICs rejected, keeping the previous list"
+
     def __init__(self, path: Path, *, sysfs_root: Path, poll_interval: float = 1.0) -> None:
-        self._path = path
-        self._sysfs = sysfs_root
-        self._poll = poll_interval
-        self._content: bytes | None = None
+        super().__init__(path, sysfs_root=sysfs_root, poll_interval=poll_interval)
         self._nics: tuple[Nic, ...] = ()
 
-    @property
-    def name(self) -> str:
-        return "fake"
-
-    def _load(self, content: bytes) -> tuple[Nic, ...]:
-        try:
-            text = content.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FakeDevicesError(f"fake devices: {self._path} is not UTF-8") from None
+    def _parse(self, text: str) -> tuple[Nic, ...]:
         return resolve_fake_nics(parse_fake_nics(text), self._sysfs)
 
-    def _read(self) -> bytes:
-        try:
-            return self._path.read_bytes()
-        except OSError as exc:
-            raise FakeDevicesError(f"fake devices: cannot read {self._path}: {exc}") from None
-
     async def open(self) -> tuple[Nic, ...]:
-        content = await asyncio.to_thread(self._read)
-        self._nics = await asyncio.to_thread(self._load, content)
-        self._content = content
+        self._nics = await self._open_file()
         return self._nics
 
     async def updates(self) -> AsyncIterator[tuple[Nic, ...]]:
-        while True:
-            await asyncio.sleep(self._poll)
-            try:
-                content = await asyncio.to_thread(self._read)
-            except FakeDevicesError as exc:
-                log.warning("fake devices file unreadable", error=str(exc))
-                continue
-            if content == self._content:
-                continue
-            self._content = content
-            try:
-                nics = await asyncio.to_thread(self._load, content)
-            except FakeDevicesError as exc:
-                log.warning("fake NICs rejected, keeping the previous list", error=str(exc))
-                continue
+        async for nics in self._rewrites():
             if nics != self._nics:
                 self._nics = nics
                 yield nics
