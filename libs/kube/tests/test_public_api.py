@@ -73,8 +73,10 @@ PUBLIC_API = {
         "EventHandlers",
         "Reflector",
         "ReflectorConfig",
+        "ReflectorGroup",
         "ReflectorStats",
         "UpdateHandler",
+        "upserting",
     },
     "hami_kube.resources": {
         "CONFIGMAPS",

@@ -12,7 +12,13 @@ import pytest
 
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.config import KubeSettings
-from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
+from hami_kube.reflector import (
+    EventHandlers,
+    Reflector,
+    ReflectorConfig,
+    ReflectorGroup,
+    upserting,
+)
 from hami_kube.resources import NODES, PODS, JsonObject, object_key, resource_version_of
 from hami_kube.rest import KubeClient, open_client
 from hami_kube.store import index_by_node_name
@@ -265,3 +271,36 @@ async def test_recovers_when_the_server_restarts_with_a_fresh_history() -> None:
                     await eventually(
                         lambda: reflector.store.keys() == ["new"], what="converges after restart"
                     )
+
+
+async def test_a_group_of_reflectors_syncs_and_stops_together(
+    sim: RunningApiServer, kube: KubeClient
+) -> None:
+    await sim.server.create("nodes", node("n1"))
+    await sim.server.create("pods", pod("a", node="n1"))
+    seen: dict[str, JsonObject] = {}
+
+    def upsert(obj: JsonObject) -> None:
+        seen[object_key(obj)] = obj
+
+    def remove(obj: JsonObject) -> None:
+        seen.pop(object_key(obj))
+
+    group = ReflectorGroup(
+        Reflector(kube, NODES, config=FAST, handlers=[upserting(upsert, remove)], name="g-nodes"),
+        Reflector(kube, PODS, config=FAST, handlers=[upserting(upsert, remove)], name="g-pods"),
+    )
+    assert not group.synced
+    async with asyncio.TaskGroup() as tasks:
+        started = group.start(tasks)
+        assert sorted(t.get_name() for t in started) == ["reflector-g-nodes", "reflector-g-pods"]
+        await asyncio.wait_for(group.wait_synced(), 10)
+        assert group.synced
+        assert sorted(seen) == ["default/a", "n1"]
+        # An update reaches the same upsert with the new object; a delete reaches remove.
+        await sim.server.patch("nodes", "n1", {"metadata": {"labels": {"gpu": "on"}}})
+        await eventually(lambda: seen["n1"]["metadata"].get("labels") == {"gpu": "on"}, what="up")
+        await sim.server.delete("pods", "a", namespace="default")
+        await eventually(lambda: "default/a" not in seen, what="pod removed")
+        for task in started:
+            task.cancel()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+import structlog
+import structlog.testing
 
 from hami_kube.runtime import loop
 
@@ -48,3 +50,34 @@ def test_run_propagates_the_coroutine_exception() -> None:
 def test_run_falls_back_to_asyncio_without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # makes `import uvloop` raise ImportError
     assert loop.run(_loop_module()) == "asyncio.unix_events"
+
+
+def test_serve_until_stopped_is_0_after_a_clean_stop() -> None:
+    async def main() -> None:
+        await asyncio.sleep(0)
+
+    assert loop.serve_until_stopped("svc", main()) == 0
+
+
+def test_a_service_that_cannot_start_exits_1_with_one_log_line() -> None:
+    async def main() -> None:
+        raise OSError("[Errno 98] address already in use")
+
+    with structlog.testing.capture_logs() as logs:
+        assert loop.serve_until_stopped("svc", main()) == 1
+    assert logs == [
+        {
+            "event": "svc_failed_to_start",
+            "log_level": "error",
+            "error": "[Errno 98] address already in use",
+            "error_type": "OSError",
+        }
+    ]
+
+
+def test_a_bug_is_not_swallowed_as_a_start_failure() -> None:
+    async def main() -> None:
+        raise KeyError("bug")
+
+    with pytest.raises(KeyError):
+        loop.serve_until_stopped("svc", main())

@@ -55,6 +55,17 @@ class EventHandlers:
     on_delete: DeleteHandler | None = None
 
 
+def upserting(
+    upsert: Callable[[JsonObject], None], remove: Callable[[JsonObject], None]
+) -> EventHandlers:
+    """Handlers for a cache that treats an add and an update alike (the usual case)."""
+
+    def update(_old: JsonObject, new: JsonObject) -> None:
+        upsert(new)
+
+    return EventHandlers(on_add=upsert, on_update=update, on_delete=remove)
+
+
 @dataclass(frozen=True, slots=True)
 class ReflectorConfig:
     """What to watch and how to recover.
@@ -312,12 +323,37 @@ def _error_from_status(status: JsonObject) -> ApiError:
     return api_error(code if isinstance(code, int) and code > 0 else 500, status, method="WATCH")
 
 
+class ReflectorGroup:
+    """Reflectors that feed one cache together: synced when all are, run as one set of tasks."""
+
+    def __init__(self, *reflectors: Reflector) -> None:
+        self.reflectors = reflectors
+
+    @property
+    def synced(self) -> bool:
+        return all(reflector.has_synced for reflector in self.reflectors)
+
+    async def wait_synced(self) -> None:
+        for reflector in self.reflectors:
+            await reflector.wait_synced()
+
+    def start(self, group: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        """Run every reflector as a task of ``group`` named ``reflector-<name>``; cancel them
+        to stop."""
+        return [
+            group.create_task(reflector.run(), name=f"reflector-{reflector.name}")
+            for reflector in self.reflectors
+        ]
+
+
 __all__ = [
     "AddHandler",
     "DeleteHandler",
     "EventHandlers",
     "Reflector",
     "ReflectorConfig",
+    "ReflectorGroup",
     "ReflectorStats",
     "UpdateHandler",
+    "upserting",
 ]

@@ -1,4 +1,8 @@
-"""``python -m hami_deviceplugin`` / ``hami-deviceplugin``: flags, logging, serve."""
+"""``python -m hami_deviceplugin`` / ``hami-deviceplugin``: flags, logging, serve.
+
+Exit status: 0 after a signal-driven shutdown, 1 when the service cannot start (no API server,
+kubelet directory or metrics address unusable), 2 for invalid flags.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,14 @@ from collections.abc import Sequence
 
 from hami_deviceplugin.app import run
 from hami_deviceplugin.settings import parse_settings
-from hami_kube.runtime import loop
 from hami_kube.runtime.logs import configure_logging
+from hami_kube.runtime.loop import serve_until_stopped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
     configure_logging(settings.log_format, settings.log_level)
-    loop.run(run(settings))
-    return 0
+    return serve_until_stopped("deviceplugin", run(settings))
 
 
 if __name__ == "__main__":

@@ -348,16 +348,7 @@ _FLAGS: Final = (
         None,
         "plugin socket file name (default from resource)",
     ),
-    Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
-    Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
-    Flag(
-        ("--metrics-bind-address",),
-        "metrics_bind_address",
-        DEFAULT_METRICS_BIND,
-        "metrics, /healthz and /readyz",
-    ),
-    Flag(("--log-format",), "log_format", "json", "log format", choices=tuple(LOG_FORMATS)),
-    Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    *flags.process_flags(metrics_bind=DEFAULT_METRICS_BIND),
     Flag(
         ("--register-interval",),
         "register_interval",

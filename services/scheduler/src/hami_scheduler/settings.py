@@ -165,9 +165,7 @@ def _duration(text: str) -> float:
 
 
 _FLAGS: Final = (
-    Flag(("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "extender listen address"),
-    Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
-    Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    *flags.https_flags(default_bind=DEFAULT_HTTP_BIND, what="extender"),
     Flag(
         ("--tls-reload-interval",),
         "tls_reload_interval",
@@ -175,17 +173,8 @@ _FLAGS: Final = (
         "how often the certificate files are checked for changes",
         _duration,
     ),
-    Flag(
-        ("--metrics-bind-address",),
-        "metrics_bind_address",
-        DEFAULT_METRICS_BIND,
-        "metrics listen address",
-    ),
-    Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
-    Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    *flags.process_flags(metrics_bind=DEFAULT_METRICS_BIND),
     Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
-    Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
-    Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
     Flag(("--kube-qps",), "kube_qps", "0", "API requests per second (0: unlimited)", _number),
     Flag(("--kube-burst",), "kube_burst", "10", "API request burst", non_negative),
     Flag(("--kube-timeout",), "kube_timeout", "30s", "timeout of one API request", _duration),

@@ -16,10 +16,9 @@ in stream order on the event loop, so the cache needs no locking.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
-from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
+from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upserting
 from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol import keys
@@ -30,7 +29,7 @@ from hami_scheduler.pod_state import slim_pod
 __all__ = ["CacheWatcher"]
 
 
-class CacheWatcher:
+class CacheWatcher(ReflectorGroup):
     """Three named reflectors keeping ``cache`` equal to the cluster."""
 
     def __init__(
@@ -44,68 +43,33 @@ class CacheWatcher:
         vendors = cache.vendors
         self.cache = cache
 
-        def add_node(obj: JsonObject) -> None:
+        def upsert_node(obj: JsonObject) -> None:
             slim_node(obj, vendors)
             cache.upsert_node(obj)
 
-        def update_node(_old: JsonObject, new: JsonObject) -> None:
-            add_node(new)
-
-        def add_pod(obj: JsonObject) -> None:
+        def upsert_pod(obj: JsonObject) -> None:
             slim_pod(obj, vendors)
             cache.upsert_pod(obj)
-
-        def update_pod(_old: JsonObject, new: JsonObject) -> None:
-            add_pod(new)
-
-        def update_quota(_old: JsonObject, new: JsonObject) -> None:
-            cache.upsert_quota(new)
 
         self.nodes = Reflector(
             client,
             NODES,
             config=base,
-            handlers=[
-                EventHandlers(on_add=add_node, on_update=update_node, on_delete=cache.remove_node)
-            ],
+            handlers=[upserting(upsert_node, cache.remove_node)],
             name="scheduler-nodes",
         )
         self.pods = Reflector(
             client,
             PODS,
             config=dataclasses.replace(base, label_selector=keys.VGPU_NODE),
-            handlers=[
-                EventHandlers(on_add=add_pod, on_update=update_pod, on_delete=cache.remove_pod)
-            ],
+            handlers=[upserting(upsert_pod, cache.remove_pod)],
             name="scheduler-pods",
         )
         self.quotas = Reflector(
             client,
             RESOURCE_QUOTAS,
             config=base,
-            handlers=[
-                EventHandlers(
-                    on_add=cache.upsert_quota,
-                    on_update=update_quota,
-                    on_delete=cache.remove_quota,
-                )
-            ],
+            handlers=[upserting(cache.upsert_quota, cache.remove_quota)],
             name="scheduler-resourcequotas",
         )
-
-    @property
-    def synced(self) -> bool:
-        return self.nodes.has_synced and self.pods.has_synced and self.quotas.has_synced
-
-    async def wait_synced(self) -> None:
-        await self.nodes.wait_synced()
-        await self.pods.wait_synced()
-        await self.quotas.wait_synced()
-
-    def start(self, group: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
-        """Run the reflectors as named tasks of ``group``; cancel them to stop."""
-        return [
-            group.create_task(self.nodes.run(), name="reflector-scheduler-nodes"),
-            group.create_task(self.pods.run(), name="reflector-scheduler-pods"),
-            group.create_task(self.quotas.run(), name="reflector-scheduler-resourcequotas"),
-        ]
+        super().__init__(self.nodes, self.pods, self.quotas)

@@ -10,11 +10,10 @@ The reflectors re-list on expiry and back off on errors; the request path only r
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
-from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
-from hami_kube.resources import PODS, RESOURCE_QUOTAS, JsonObject
+from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upserting
+from hami_kube.resources import PODS, RESOURCE_QUOTAS
 from hami_kube.rest import KubeClient
 from hami_protocol import keys
 from hami_webhook.quota import QuotaCache
@@ -22,7 +21,7 @@ from hami_webhook.quota import QuotaCache
 __all__ = ["QuotaWatcher"]
 
 
-class QuotaWatcher:
+class QuotaWatcher(ReflectorGroup):
     """Two named reflectors keeping ``cache`` equal to the cluster's quotas and placed pods."""
 
     def __init__(
@@ -34,48 +33,18 @@ class QuotaWatcher:
     ) -> None:
         base = config or ReflectorConfig()
         self.cache = cache
-
-        def update_quota(_old: JsonObject, new: JsonObject) -> None:
-            cache.set_quota(new)
-
-        def update_pod(_old: JsonObject, new: JsonObject) -> None:
-            cache.set_pod(new)
-
         self.quotas = Reflector(
             client,
             RESOURCE_QUOTAS,
             config=base,
-            handlers=[
-                EventHandlers(
-                    on_add=cache.set_quota, on_update=update_quota, on_delete=cache.remove_quota
-                )
-            ],
+            handlers=[upserting(cache.set_quota, cache.remove_quota)],
             name="webhook-resourcequotas",
         )
-        pod_config = dataclasses.replace(base, label_selector=keys.VGPU_NODE)
         self.pods = Reflector(
             client,
             PODS,
-            config=pod_config,
-            handlers=[
-                EventHandlers(
-                    on_add=cache.set_pod, on_update=update_pod, on_delete=cache.remove_pod
-                )
-            ],
+            config=dataclasses.replace(base, label_selector=keys.VGPU_NODE),
+            handlers=[upserting(cache.set_pod, cache.remove_pod)],
             name="webhook-pods",
         )
-
-    @property
-    def synced(self) -> bool:
-        return self.quotas.has_synced and self.pods.has_synced
-
-    async def wait_synced(self) -> None:
-        await self.quotas.wait_synced()
-        await self.pods.wait_synced()
-
-    def start(self, group: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
-        """Run both reflectors as named tasks of ``group``; cancel them to stop."""
-        return [
-            group.create_task(self.quotas.run(), name="reflector-webhook-resourcequotas"),
-            group.create_task(self.pods.run(), name="reflector-webhook-pods"),
-        ]
+        super().__init__(self.quotas, self.pods)

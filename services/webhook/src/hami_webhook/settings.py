@@ -102,9 +102,7 @@ def _positive_float(text: str) -> float:
 
 
 _FLAGS: Final = (
-    Flag(("--http_bind", "--http-bind"), "http_bind", DEFAULT_HTTP_BIND, "webhook listen address"),
-    Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
-    Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    *flags.https_flags(default_bind=DEFAULT_HTTP_BIND, what="webhook"),
     Flag(
         ("--tls-reload-interval",),
         "tls_reload_interval",
@@ -112,17 +110,8 @@ _FLAGS: Final = (
         "seconds between checks of the certificate files",
         _positive_float,
     ),
-    Flag(
-        ("--metrics-bind-address",),
-        "metrics_bind_address",
-        DEFAULT_METRICS_BIND,
-        "metrics listen address",
-    ),
-    Flag(("--log-format",), "log_format", "json", "log line format", choices=tuple(LOG_FORMATS)),
-    Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+    *flags.process_flags(metrics_bind=DEFAULT_METRICS_BIND),
     Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
-    Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
-    Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
     Flag(
         ("--enable-quota",),
         "enable_quota",

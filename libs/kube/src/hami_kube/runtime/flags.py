@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from hami_kube.runtime.logs import LOG_FORMATS
 from hami_protocol.config import DeviceConfig, device_config_from_mapping
 from hami_protocol.errors import ConfigError
 
@@ -161,6 +162,31 @@ def explicit_values(
         if value is not None:
             given[flag.dest] = value
     return given
+
+
+def https_flags(*, default_bind: str, what: str) -> tuple[Flag, ...]:
+    """Where a service serves HTTP(S) (HAMi's ``--http_bind``) and its TLS pair."""
+    return (
+        Flag(("--http_bind", "--http-bind"), "http_bind", default_bind, f"{what} listen address"),
+        Flag(("--cert_file", "--cert-file"), "cert_file", None, "TLS certificate (PEM)"),
+        Flag(("--key_file", "--key-file"), "key_file", None, "TLS private key (PEM)"),
+    )
+
+
+def process_flags(*, metrics_bind: str) -> tuple[Flag, ...]:
+    """What every service process has: its metrics/health address, logs and API server access."""
+    return (
+        Flag(
+            ("--metrics-bind-address",),
+            "metrics_bind_address",
+            metrics_bind,
+            "metrics, /healthz and /readyz listen address",
+        ),
+        Flag(("--log-format",), "log_format", "json", "log line format", choices=LOG_FORMATS),
+        Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
+        Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
+        Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+    )
 
 
 DEVICE_FLAGS: tuple[Flag, ...] = (
