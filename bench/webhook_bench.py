@@ -147,6 +147,17 @@ async def wait_ready(url: str, context: Any, process: asyncio.subprocess.Process
     raise RuntimeError("webhook did not become ready within 30 s")
 
 
+async def open_connections(http: aiohttp.ClientSession, url: str, body: bytes, count: int) -> None:
+    """Open ``count`` connections (TLS handshakes included) before measuring, as an API server
+    keeps its connections to a webhook."""
+
+    async def warm() -> None:
+        async with http.post(url + "/webhook", data=body) as response:
+            await response.read()
+
+    await asyncio.gather(*(warm() for _ in range(count)))
+
+
 async def load(
     url: str, context: Any, *, concurrency: int, seconds: float
 ) -> tuple[list[float], int, float]:
@@ -156,12 +167,7 @@ async def load(
     samples: list[float] = []
     errors = 0
     async with aiohttp.ClientSession(connector=connector) as http:
-        # Open every connection (TLS handshake) before measuring, as an API server keeps them.
-        async def warm() -> None:
-            async with http.post(url + "/webhook", data=bodies[0]) as response:
-                await response.read()
-
-        await asyncio.gather(*(warm() for _ in range(concurrency)))
+        await open_connections(http, url, bodies[0], concurrency)
         stop_at = time.perf_counter() + seconds
 
         async def worker(offset: int) -> None:
@@ -202,12 +208,7 @@ async def open_loop(
     errors = 0
     rng = random.Random(seed)
     async with aiohttp.ClientSession(connector=connector) as http:
-
-        async def warm() -> None:
-            async with http.post(url + "/webhook", data=bodies[0]) as response:
-                await response.read()
-
-        await asyncio.gather(*(warm() for _ in range(connections)))
+        await open_connections(http, url, bodies[0], connections)
 
         async def one(body: bytes, arrival: float) -> None:
             nonlocal errors

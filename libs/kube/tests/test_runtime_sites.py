@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
-from hami_kube.runtime.sites import metrics_app, parse_bind, start_site
+from hami_kube.runtime.sites import metrics_app, parse_bind, serving_sites, start_site
 
 
 @pytest.mark.parametrize(
@@ -50,3 +53,32 @@ async def test_metrics_site_serves_registry_and_readiness() -> None:
                 assert resp.status == 200
     finally:
         await runner.cleanup()
+
+
+async def test_serving_sites_drain_stops_the_app_first_then_the_background() -> None:
+    async def hello(_: web.Request) -> web.Response:
+        return web.Response(text="hi")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    metrics = metrics_app(CollectorRegistry(), ready=lambda: True)
+    background = asyncio.create_task(asyncio.Event().wait(), name="loop")
+    async with (
+        serving_sites(
+            app, "127.0.0.1:0", ssl_context=None, metrics=metrics, metrics_bind="127.0.0.1:0"
+        ) as sites,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(f"http://127.0.0.1:{sites.port}/") as response:
+            assert await response.text() == "hi"
+        await sites.drain([background])
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await http.get(f"http://127.0.0.1:{sites.port}/")
+        # Probes and metrics stay up until the block ends.
+        async with http.get(f"http://127.0.0.1:{sites.metrics_port}/healthz") as response:
+            assert response.status == 200
+        await asyncio.sleep(0)
+        assert background.cancelled()
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await http.get(f"http://127.0.0.1:{sites.metrics_port}/healthz")

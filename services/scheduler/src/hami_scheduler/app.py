@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from aiohttp import web
 
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
 from hami_kube.rest import KubeClient, open_client
 from hami_kube.runtime.embedded import embedded
 from hami_kube.runtime.shutdown import install_stop_signals
-from hami_kube.runtime.sites import metrics_app, start_site
+from hami_kube.runtime.sites import metrics_app, serving_sites
 from hami_kube.runtime.tls import ReloadingServerTLS
 from hami_protocol.selectors import parse_selector_string
 from hami_scheduler.bind import BindService
@@ -263,72 +262,62 @@ async def _serve(
         metrics=metrics,
         ready=lambda: parts.watcher.synced,
     )
-    app = build_app(state, max_body_bytes=settings.max_body_bytes)
-    metrics_runner, metrics_port = await start_site(
-        metrics_app(metrics.registry, ready=state.ready), settings.metrics_bind_address
-    )
-    runner: web.AppRunner | None = None
-    try:
-        runner, port = await start_site(
-            app, settings.http_bind, ssl_context=tls.context if tls else None
-        )
-        async with asyncio.TaskGroup() as group:
-            background = parts.watcher.start(group)
-            background += [
-                group.create_task(parts.recorder.run(), name="scheduler-events"),
-                group.create_task(parts.leadership.run(), name="scheduler-leadership"),
-                group.create_task(parts.handshakes.run(), name="scheduler-handshakes"),
+    async with (
+        serving_sites(
+            build_app(state, max_body_bytes=settings.max_body_bytes),
+            settings.http_bind,
+            ssl_context=tls.context if tls else None,
+            metrics=metrics_app(metrics.registry, ready=state.ready),
+            metrics_bind=settings.metrics_bind_address,
+        ) as sites,
+        asyncio.TaskGroup() as group,
+    ):
+        background = parts.watcher.start(group)
+        background += [
+            group.create_task(parts.recorder.run(), name="scheduler-events"),
+            group.create_task(parts.leadership.run(), name="scheduler-leadership"),
+            group.create_task(parts.handshakes.run(), name="scheduler-handshakes"),
+            group.create_task(_after_sync(parts, freeze_gc=freeze_gc), name="scheduler-after-sync"),
+        ]
+        if tls is not None:
+            background.append(group.create_task(tls.watch(), name="scheduler-tls-reload"))
+        if settings.leader.enabled and parts.labeller.enabled:
+            background.append(
                 group.create_task(
-                    _after_sync(parts, freeze_gc=freeze_gc), name="scheduler-after-sync"
-                ),
-            ]
-            if tls is not None:
-                background.append(group.create_task(tls.watch(), name="scheduler-tls-reload"))
-            if settings.leader.enabled and parts.labeller.enabled:
-                background.append(
-                    group.create_task(
-                        parts.labeller.label(parts.leadership.is_leader),
-                        name="scheduler-role-label",
-                    )
+                    parts.labeller.label(parts.leadership.is_leader),
+                    name="scheduler-role-label",
                 )
-            log.info(
-                "scheduler_started",
-                bind=settings.http_bind,
-                port=port,
-                tls=tls is not None,
-                metrics_port=metrics_port,
-                filter_mode=settings.filter_mode,
-                leader_elect=settings.leader.enabled,
-                leader_mode=settings.leader.mode if settings.leader.enabled else None,
-                identity=settings.leader.identity,
-                vendors=[vendor.common_word for vendor in settings.vendors],
             )
-            if on_started is not None:
-                on_started(
-                    RunningScheduler(
-                        port=port,
-                        metrics_port=metrics_port,
-                        tls=tls,
-                        cache=parts.cache,
-                        watcher=parts.watcher,
-                        leadership=parts.leadership,
-                        handshakes=parts.handshakes,
-                        filters=parts.filters,
-                        binder=parts.binder,
-                        metrics=metrics,
-                    )
+        log.info(
+            "scheduler_started",
+            bind=settings.http_bind,
+            port=sites.port,
+            tls=tls is not None,
+            metrics_port=sites.metrics_port,
+            filter_mode=settings.filter_mode,
+            leader_elect=settings.leader.enabled,
+            leader_mode=settings.leader.mode if settings.leader.enabled else None,
+            identity=settings.leader.identity,
+            vendors=[vendor.common_word for vendor in settings.vendors],
+        )
+        if on_started is not None:
+            on_started(
+                RunningScheduler(
+                    port=sites.port,
+                    metrics_port=sites.metrics_port,
+                    tls=tls,
+                    cache=parts.cache,
+                    watcher=parts.watcher,
+                    leadership=parts.leadership,
+                    handshakes=parts.handshakes,
+                    filters=parts.filters,
+                    binder=parts.binder,
+                    metrics=metrics,
                 )
-            await stop.wait()
-            log.info("scheduler_stopping")
-            # Stop accepting first and let in-flight requests finish, then end the loops.
-            await runner.cleanup()
-            runner = None
-            for task in background:
-                task.cancel()
-    finally:
-        if runner is not None:
-            await runner.cleanup()
-        await metrics_runner.cleanup()
+            )
+        await stop.wait()
+        log.info("scheduler_stopping")
+        await sites.drain(background)
     log.info("scheduler_stopped")
 
 

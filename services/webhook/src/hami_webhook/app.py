@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from aiohttp import web
 
 from hami_kube.rest import open_client
 from hami_kube.runtime.embedded import embedded
 from hami_kube.runtime.shutdown import install_stop_signals
-from hami_kube.runtime.sites import metrics_app, start_site
+from hami_kube.runtime.sites import metrics_app, serving_sites
 from hami_kube.runtime.tls import ReloadingServerTLS
 from hami_webhook.http import WebhookState, build_app
 from hami_webhook.metrics import WebhookMetrics
@@ -114,53 +113,45 @@ async def _serve(
     stop: asyncio.Event,
     on_started: Callable[[RunningWebhook], None] | None,
 ) -> None:
-    app = build_app(state, max_body_bytes=settings.max_body_bytes)
-    metrics_runner, metrics_port = await start_site(
-        metrics_app(state.metrics.registry, ready=state.ready), settings.metrics_bind_address
-    )
-    webhook_runner: web.AppRunner | None = None
-    try:
-        webhook_runner, port = await start_site(
-            app, settings.http_bind, ssl_context=tls.context if tls else None
+    async with (
+        serving_sites(
+            build_app(state, max_body_bytes=settings.max_body_bytes),
+            settings.http_bind,
+            ssl_context=tls.context if tls else None,
+            metrics=metrics_app(state.metrics.registry, ready=state.ready),
+            metrics_bind=settings.metrics_bind_address,
+        ) as sites,
+        asyncio.TaskGroup() as group,
+    ):
+        background: list[asyncio.Task[None]] = []
+        if tls is not None:
+            background.append(group.create_task(tls.watch(), name="webhook-tls-reload"))
+        if watcher is not None:
+            background += watcher.start(group)
+        log.info(
+            "webhook_started",
+            bind=settings.http_bind,
+            port=sites.port,
+            tls=tls is not None,
+            metrics_port=sites.metrics_port,
+            quota=watcher is not None,
+            scheduler_name=settings.rules.scheduler_name,
+            vendors=[vendor.common_word for vendor in settings.rules.vendors],
         )
-        async with asyncio.TaskGroup() as group:
-            background: list[asyncio.Task[None]] = []
-            if tls is not None:
-                background.append(group.create_task(tls.watch(), name="webhook-tls-reload"))
-            if watcher is not None:
-                background += watcher.start(group)
-            log.info(
-                "webhook_started",
-                bind=settings.http_bind,
-                port=port,
-                tls=tls is not None,
-                metrics_port=metrics_port,
-                quota=watcher is not None,
-                scheduler_name=settings.rules.scheduler_name,
-                vendors=[vendor.common_word for vendor in settings.rules.vendors],
-            )
-            if on_started is not None:
-                on_started(
-                    RunningWebhook(
-                        webhook_port=port,
-                        metrics_port=metrics_port,
-                        tls=tls,
-                        quota=watcher.cache if watcher else None,
-                        watcher=watcher,
-                        metrics=state.metrics,
-                    )
+        if on_started is not None:
+            on_started(
+                RunningWebhook(
+                    webhook_port=sites.port,
+                    metrics_port=sites.metrics_port,
+                    tls=tls,
+                    quota=watcher.cache if watcher else None,
+                    watcher=watcher,
+                    metrics=state.metrics,
                 )
-            await stop.wait()
-            log.info("webhook_stopping")
-            # Stop accepting first and let in-flight reviews finish, then end the watches.
-            await webhook_runner.cleanup()
-            webhook_runner = None
-            for task in background:
-                task.cancel()
-    finally:
-        if webhook_runner is not None:
-            await webhook_runner.cleanup()
-        await metrics_runner.cleanup()
+            )
+        await stop.wait()
+        log.info("webhook_stopping")
+        await sites.drain(background)
     log.info("webhook_stopped")
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
 import prometheus_client
 from aiohttp import web
@@ -74,3 +77,47 @@ async def start_site(
             bound = int(address[1])
             break
     return runner, bound
+
+
+@dataclass(slots=True)
+class ServingSites:
+    """A service's two HTTP sites as :func:`serving_sites` started them."""
+
+    port: int
+    metrics_port: int
+    _runner: web.AppRunner | None
+
+    async def drain(self, background: Sequence[asyncio.Task[None]] = ()) -> None:
+        """Stop accepting and let in-flight requests finish, then cancel ``background``.
+
+        In that order, so no request is cut off by the loops it depends on ending first.
+        Metrics and probes stay up until the block ends.
+        """
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        for task in background:
+            task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def serving_sites(
+    app: web.Application,
+    bind: str,
+    *,
+    ssl_context: ssl.SSLContext | None,
+    metrics: web.Application,
+    metrics_bind: str,
+) -> AsyncIterator[ServingSites]:
+    """Serve ``metrics`` on ``metrics_bind`` and ``app`` on ``bind`` for the block; both are
+    stopped on the way out (``app`` first) whatever ends it."""
+    metrics_runner, metrics_port = await start_site(metrics, metrics_bind)
+    try:
+        runner, port = await start_site(app, bind, ssl_context=ssl_context)
+        sites = ServingSites(port=port, metrics_port=metrics_port, _runner=runner)
+        try:
+            yield sites
+        finally:
+            await sites.drain()
+    finally:
+        await metrics_runner.cleanup()
