@@ -25,7 +25,7 @@ lint: sync
 	$(RUN) ruff format --check .
 
 typecheck: sync
-	$(RUN) mypy libs/protocol/src libs/kube/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src
+	$(RUN) mypy libs/protocol/src libs/kube/src libs/runtime/src libs/kubeletapi/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src
 
 layers: sync
 	$(RUN) lint-imports
@@ -39,7 +39,7 @@ bench: sync
 	@for b in bench/*.py; do echo "== $$b"; $(RUN) python $$b || exit 1; done
 
 proto: sync
-	$(RUN) python -m hami_kube.deviceplugin_api.generate
+	$(RUN) python -m hami_kubelet_api.generate
 
 fmt: sync
 	$(RUN) ruff format .

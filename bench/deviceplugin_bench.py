@@ -32,11 +32,10 @@ import yaml
 from hami_deviceplugin.app import serving
 from hami_deviceplugin.settings import Settings
 from hami_kube.config import KubeSettings
-from hami_kube.deviceplugin_api.v1beta1 import api_pb2, api_pb2_grpc
-from hami_kube.runtime.logs import configure_logging
-from hami_kubesim.cluster_config import NodeSpec
+from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
+from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.testing import RunningApiServer, running_apiserver
-from hami_protocol.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (
     BIND_PHASE,
     BIND_TIME,
@@ -45,8 +44,9 @@ from hami_protocol.keys import (
     NVIDIA_DEVICES_TO_ALLOCATE,
     VGPU_NODE,
 )
-from hami_protocol.node_config import NodeSettings
-from hami_protocol.nodelock import NodeLock, encode_node_lock
+from hami_protocol.node.lock import NodeLock, encode_node_lock
+from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
+from hami_runtime.logs import configure_logging
 
 NODE = "bench-node"
 UUIDS = [f"GPU-{i:08d}-0000-0000-0000-000000000000" for i in range(4)]

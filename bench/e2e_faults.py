@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Sequence
 
-from hami_kube.runtime.logs import configure_logging
 from hami_kubesim.stack.chaos import (
     CHAOS_LOCK_TIMEOUT,
     ScenarioResult,
@@ -28,6 +27,7 @@ from hami_kubesim.stack.chaos import (
 )
 from hami_kubesim.stack.scenarios import ScenarioConfig, describe, generate_scenario
 from hami_kubesim.stack.system import running_system
+from hami_runtime.logs import configure_logging
 
 
 def stop_on_sigterm() -> None:

@@ -44,7 +44,6 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from hami_kube.runtime.logs import configure_logging
 from hami_kubesim.stack.metrics import (
     HistogramSummary,
     Sample,
@@ -57,6 +56,7 @@ from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port,
 from hami_kubesim.stack.settle import until
 from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_kubesim.stack.system import System, deviceplugin_args, running_system
+from hami_runtime.logs import configure_logging
 
 THIS_SCRIPT = str(Path(__file__).resolve())
 GPUS_PER_NODE = 4

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from hami_kubesim.server import ApiServer, LocalWatch
+from hami_kubesim.apiserver.server import ApiServer, LocalWatch
 from hami_kubesim.testing import running_apiserver
 
 

@@ -3,7 +3,7 @@
 For each cluster size (10,000 and 100,000 running shared pods by default) a server process is
 started that
 
-* feeds its :class:`~hami_scheduler.caches.SchedulerCache` **directly**, through the same
+* feeds its :class:`~hami_scheduler.cache.view.SchedulerCache` **directly**, through the same
   handlers and object slimming the watches use, keeping every (slimmed) Node and Pod object in
   a ``hami_kube`` ``Store`` as the reflectors would — so its memory is what a deployment holds;
   the running pods' ``hami.io/vgpu-devices-allocated`` annotations are produced by the decision
@@ -45,22 +45,22 @@ from typing import Any
 import aiohttp
 
 from hami_kube.resources import JsonObject
-from hami_kube.runtime import loop
-from hami_kube.runtime.logs import configure_logging
-from hami_kube.runtime.sites import start_site
 from hami_kube.store import Store
 from hami_protocol import keys
-from hami_protocol.registry import DeviceInfo, encode_node_devices_json
-from hami_protocol.vendors import DEFAULT_VENDORS
-from hami_scheduler.caches import SchedulerCache
+from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.vendor.table import DEFAULT_VENDORS
+from hami_runtime import loop
+from hami_runtime.logs import configure_logging
+from hami_runtime.sites import start_site
+from hami_scheduler.cache.nodes import slim_node
+from hami_scheduler.cache.pods import slim_pod
+from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import decide_node
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.http import ExtenderState, build_app
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.node_state import slim_node
-from hami_scheduler.planning import Planner, decision_record, identify
-from hami_scheduler.pod_state import slim_pod
+from hami_scheduler.selection.plan import Planner, decision_record, identify
 
 GPU_MEM = 81920
 

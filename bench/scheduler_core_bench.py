@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hami_protocol.policy import parse_pod_policy
-from hami_protocol.registry import DeviceInfo
-from hami_protocol.requests import pod_device_requests
-from hami_protocol.vendors import DEFAULT_VENDORS
+from hami_protocol.node.registry import DeviceInfo
+from hami_protocol.pod.policy import parse_pod_policy
+from hami_protocol.request.containers import pod_device_requests
+from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.core import (
     NodeUsage,
     PodPlan,

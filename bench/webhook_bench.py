@@ -44,9 +44,9 @@ from typing import Any
 
 import aiohttp
 
-from hami_kube.runtime import loop
-from hami_kube.runtime.logs import configure_logging
 from hami_kubesim.certs import TlsFiles, client_ssl_context, generate_ca
+from hami_runtime import loop
+from hami_runtime.logs import configure_logging
 from hami_webhook.http import WebhookState, answer_review
 from hami_webhook.metrics import WebhookMetrics
 from hami_webhook.mutate import MutationRules
@@ -295,7 +295,7 @@ async def run_wrk(url: str, *, connections: int, seconds: float, tmp: Path) -> s
 _EMPTY_SERVER = """
 import asyncio, ssl, sys
 from aiohttp import web
-from hami_kube.runtime import loop
+from hami_runtime import loop
 
 async def review(request):
     await request.read()

@@ -10,6 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v uv >/dev/null 2>&1; then
-    exec uv run --frozen python -m hami_deviceplugin.nvml_smoke "$@"
+    exec uv run --frozen python -m hami_deviceplugin.gpu.nvml_smoke "$@"
 fi
-exec python3 -m hami_deviceplugin.nvml_smoke "$@"
+exec python3 -m hami_deviceplugin.gpu.nvml_smoke "$@"

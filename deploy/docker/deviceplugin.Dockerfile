@@ -21,6 +21,8 @@ WORKDIR /src
 COPY pyproject.toml uv.lock ./
 COPY libs/protocol/pyproject.toml libs/protocol/
 COPY libs/kube/pyproject.toml libs/kube/
+COPY libs/runtime/pyproject.toml libs/runtime/
+COPY libs/kubeletapi/pyproject.toml libs/kubeletapi/
 COPY libs/kubesim/pyproject.toml libs/kubesim/
 COPY services/scheduler/pyproject.toml services/scheduler/
 COPY services/webhook/pyproject.toml services/webhook/
@@ -29,6 +31,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace --package hami-deviceplugin
 COPY libs/protocol libs/protocol
 COPY libs/kube libs/kube
+COPY libs/runtime libs/runtime
+COPY libs/kubeletapi libs/kubeletapi
 COPY services/deviceplugin services/deviceplugin
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable --package hami-deviceplugin

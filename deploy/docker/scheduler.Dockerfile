@@ -20,6 +20,8 @@ WORKDIR /src
 COPY pyproject.toml uv.lock ./
 COPY libs/protocol/pyproject.toml libs/protocol/
 COPY libs/kube/pyproject.toml libs/kube/
+COPY libs/runtime/pyproject.toml libs/runtime/
+COPY libs/kubeletapi/pyproject.toml libs/kubeletapi/
 COPY libs/kubesim/pyproject.toml libs/kubesim/
 COPY services/scheduler/pyproject.toml services/scheduler/
 COPY services/webhook/pyproject.toml services/webhook/
@@ -28,6 +30,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace --package hami-scheduler
 COPY libs/protocol libs/protocol
 COPY libs/kube libs/kube
+COPY libs/runtime libs/runtime
 COPY services/scheduler services/scheduler
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable --package hami-scheduler

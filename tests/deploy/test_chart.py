@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hami_protocol.config import parse_device_config
-from hami_protocol.config_default import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import parse_device_config
 
 from .conftest import RenderFn
 from .helpers import CHART, Manifest, Rendered, UniqueKeyLoader

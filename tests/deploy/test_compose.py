@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from hami_kubesim.certs import client_ssl_context
-from hami_kubesim.cluster_config import ClusterConfig, load_cluster_config
-from hami_kubesim.scheduling_config import load_scheduler_config
+from hami_kubesim.cluster.config import ClusterConfig, load_cluster_config
+from hami_kubesim.scheduler.config import load_scheduler_config
 
 from .conftest import RenderFn
 from .helpers import CHART, REPO
@@ -275,7 +275,7 @@ def test_webhook_command_line(compose: dict[str, Any], volumes: dict[str, Path])
 def test_device_plugin_command_lines(
     compose: dict[str, Any], volumes: dict[str, Path], node: str
 ) -> None:
-    from hami_deviceplugin.backends.fake import parse_fake_devices
+    from hami_deviceplugin.gpu.backends.fake import parse_fake_devices
     from hami_deviceplugin.settings import parse_settings
 
     service = services(compose)[f"deviceplugin-{node}"]

@@ -160,7 +160,7 @@ def test_rules_and_dashboard_use_the_names_webhook_and_plugin_export() -> None:
 
 def test_rules_and_dashboard_use_the_names_the_scheduler_exports() -> None:
     metrics = pytest.importorskip("hami_scheduler.metrics")
-    caches = pytest.importorskip("hami_scheduler.caches")
+    caches = pytest.importorskip("hami_scheduler.cache.view")
     owner = metrics.SchedulerMetrics()
     # HAMi's device, quota and per-pod families come from the cache, read at scrape time.
     owner.track_cache(caches.SchedulerCache(()), lambda: True)

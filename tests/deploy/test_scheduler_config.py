@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 import yaml
 
-from hami_kubesim.scheduling_config import (
+from hami_kubesim.scheduler.config import (
     ManagedResource,
     load_scheduler_config,
     parse_scheduler_config,
 )
-from hami_protocol.config import parse_device_config
-from hami_protocol.config_default import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import parse_device_config
 
 from .conftest import RenderFn
 from .helpers import CHART, REPO

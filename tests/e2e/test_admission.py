@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.errors import ApiError
+from hami_kubesim.apiserver.errors import ApiError
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.objects import WEBHOOK_CONFIGURATION_NAME, gpu_pod
 from hami_kubesim.stack.settle import settled

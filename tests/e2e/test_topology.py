@@ -34,9 +34,9 @@ from hami_kubesim.stack.state import (
 )
 from hami_kubesim.stack.system import System, running_system
 from hami_protocol import keys
-from hami_protocol.devices import decode_pod_devices_canonical
-from hami_protocol.koordinator import decode_device_allocated
-from hami_protocol.topology import bus_id_from_list_device_id
+from hami_protocol.pod.devices import decode_pod_devices_canonical
+from hami_protocol.topology.koordinator import decode_device_allocated
+from hami_protocol.topology.layout import bus_id_from_list_device_id
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

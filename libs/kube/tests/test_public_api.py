@@ -121,7 +121,7 @@ PUBLIC_API = {
         "parse_time",
         "utc_now",
     },
-    "hami_kube.deviceplugin_api.constants": {
+    "hami_kubelet_api.constants": {
         "DEPRECATION_MARKER_FILE",
         "DEVICE_PLUGIN_PATH",
         "DEVICE_PLUGIN_PATH_WINDOWS",

@@ -20,7 +20,7 @@ from hami_kube.config import KubeSettings
 from hami_kube.errors import ApiError
 from hami_kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, PODS
 from hami_kube.rest import KubeClient, open_client
-from hami_kubesim.admission import AdmissionDispatcher
+from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.certs import ServerCertificate, ca_bundle_b64, generate_ca
 from hami_kubesim.testing import running_apiserver
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.admission_match import (
+from hami_kubesim.admission.match import (
     RequestAttributes,
     parse_configuration,
     webhooks_in_order,

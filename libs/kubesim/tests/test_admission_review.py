@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.admission_match import RequestAttributes
-from hami_kubesim.admission_review import (
+from hami_kubesim.admission.match import RequestAttributes
+from hami_kubesim.admission.review import (
     CallingError,
     PatchApplyError,
     apply_json_patch,

@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hami_kubesim.hooks import AdmissionDenied
+from hami_kubesim.apiserver.hooks import AdmissionDenied
 from hami_kubesim.testing import RunningApiServer, running_apiserver
 
 

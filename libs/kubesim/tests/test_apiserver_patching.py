@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hami_kubesim.errors import ApiError
-from hami_kubesim.patching import (
+from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.objects.patching import (
     JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_PATCH,

@@ -9,9 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.errors import ApiError, BadRequestError
-from hami_kubesim.resources import NODES, PODS
-from hami_kubesim.selectors import field_value, label_selector_from_query, parse_field_selector
+from hami_kubesim.apiserver.errors import ApiError, BadRequestError
+from hami_kubesim.apiserver.selectors import (
+    field_value,
+    label_selector_from_query,
+    parse_field_selector,
+)
+from hami_kubesim.objects.resources import NODES, PODS
 
 LABELS = {"app": "web", "tier": "gpu", "n": "5"}
 

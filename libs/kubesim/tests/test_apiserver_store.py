@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.errors import ApiError
-from hami_kubesim.resources import (
+from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.selectors import parse_field_selector
+from hami_kubesim.apiserver.store import BOOTSTRAP_NAMESPACES, Store
+from hami_kubesim.objects.resources import (
     CONFIG_MAPS,
     LEASES,
     MUTATING_WEBHOOKS,
@@ -15,8 +17,6 @@ from hami_kubesim.resources import (
     NODES,
     PODS,
 )
-from hami_kubesim.selectors import parse_field_selector
-from hami_kubesim.store import BOOTSTRAP_NAMESPACES, Store
 
 
 def pod(name: str = "p", **spec: Any) -> dict[str, Any]:

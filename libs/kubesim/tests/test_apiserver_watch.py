@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.errors import ApiError
-from hami_kubesim.patching import MERGE_PATCH as MERGE
-from hami_kubesim.resources import CONFIG_MAPS
-from hami_kubesim.selectors import FieldSelector
-from hami_kubesim.server import ApiServer, LocalWatch, WatchEvent
-from hami_kubesim.store import Store
-from hami_kubesim.watch import Watcher
+from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.selectors import FieldSelector
+from hami_kubesim.apiserver.server import ApiServer, LocalWatch, WatchEvent
+from hami_kubesim.apiserver.store import Store
+from hami_kubesim.apiserver.watch import Watcher
+from hami_kubesim.objects.patching import MERGE_PATCH as MERGE
+from hami_kubesim.objects.resources import CONFIG_MAPS
 from hami_protocol.selectors import LabelSelector
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hami_kubesim.cluster import running_cluster
-from hami_kubesim.cluster_config import ClusterConfigError, parse_cluster_config
+from hami_kubesim.cluster.config import ClusterConfigError, parse_cluster_config
+from hami_kubesim.cluster.simulated import running_cluster
 from hami_kubesim.testing import eventually
 
 

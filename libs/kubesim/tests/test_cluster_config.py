@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.cluster_config import (
+from hami_kubesim.cluster.config import (
     DEFAULT_NAMESPACES,
     ClusterConfigError,
     load_cluster_config,

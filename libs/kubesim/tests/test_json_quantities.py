@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.json_quantities import read_quantity, stringify
+from hami_kubesim.objects.quantities import read_quantity, stringify
 from hami_protocol.errors import RequestError
 
 

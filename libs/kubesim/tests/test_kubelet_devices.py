@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.kubelet_devices import (
+from hami_kubesim.kubelet.devices import (
     ContainerDemand,
     DeviceAllocationError,
     DeviceLedger,

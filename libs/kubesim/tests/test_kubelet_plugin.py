@@ -19,12 +19,12 @@ from typing import Any
 import grpc
 import pytest
 
-from hami_kube.deviceplugin_api.v1beta1 import api_pb2, api_pb2_grpc
-from hami_kubesim.cluster_config import NodeSpec
-from hami_kubesim.kubelet import KubeletSettings, KubeletStandIn
-from hami_kubesim.kubelet_devicemanager import AdmissionError, DeviceManager
-from hami_kubesim.kubelet_registration import RegistrationServer
-from hami_kubesim.kubelet_status import ALLOCATIONS_ANNOTATION
+from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
+from hami_kubesim.cluster.config import NodeSpec
+from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager
+from hami_kubesim.kubelet.registration import RegistrationServer
+from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.kubelet.status import ALLOCATIONS_ANNOTATION
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 
 RESOURCE = "example.com/gpu"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.kubelet_devices import ResourceDevices
-from hami_kubesim.kubelet_status import (
+from hami_kubesim.kubelet.devices import ResourceDevices
+from hami_kubesim.kubelet.status import (
     ContainerAllocation,
     DeviceSpecRecord,
     MountRecord,

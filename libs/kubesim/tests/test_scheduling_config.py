@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.scheduling_config import (
+from hami_kubesim.scheduler.config import (
     DEFAULT_SCHEDULER_NAME,
     ExtenderConfig,
     ManagedResource,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.scheduling_config import ExtenderConfig, ManagedResource
-from hami_kubesim.scheduling_extender_wire import (
+from hami_kubesim.scheduler.config import ExtenderConfig, ManagedResource
+from hami_kubesim.scheduler.extender_wire import (
     ExtenderError,
     binding_args,
     extender_args,

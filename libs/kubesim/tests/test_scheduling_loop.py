@@ -16,8 +16,8 @@ from hami_kube.errors import ApiError
 from hami_kube.resources import EVENTS, NODES, PODS
 from hami_kube.rest import KubeClient, open_client
 from hami_kubesim.certs import generate_ca
-from hami_kubesim.scheduling_config import parse_scheduler_config
-from hami_kubesim.scheduling_loop import SchedulingLoop
+from hami_kubesim.scheduler.config import parse_scheduler_config
+from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.testing import running_apiserver
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.scheduling_predicates import (
+from hami_kubesim.scheduler.predicates import (
     NodeUsage,
     ResourceParseError,
     check_node,

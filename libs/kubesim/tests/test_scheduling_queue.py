@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.scheduling_queue import SchedulingQueue, backoff_duration
+from hami_kubesim.scheduler.queue import SchedulingQueue, backoff_duration
 
 
 class FakeClock:

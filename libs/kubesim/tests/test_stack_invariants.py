@@ -20,9 +20,9 @@ from hami_kubesim.stack.invariants import (
 )
 from hami_kubesim.stack.state import ClusterState, Outcome, device_loads, outcome, stage
 from hami_protocol import keys
-from hami_protocol.devices import ContainerDevice, encode_pod_devices
-from hami_protocol.nodelock import NodeLock, encode_node_lock
-from hami_protocol.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.node.lock import NodeLock, encode_node_lock
+from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 
 NOW = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
 GPU_A, GPU_B = "GPU-aaaa", "GPU-bbbb"

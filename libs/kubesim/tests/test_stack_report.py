@@ -14,8 +14,8 @@ from hami_kubesim.stack.expectations import evaluate, expectation_of
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ClusterState
 from hami_protocol import keys
-from hami_protocol.devices import ContainerDevice, encode_pod_devices
-from hami_protocol.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.config import (
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import (
     DeviceConfig,
     MigProfileAllow,
     NodeDefaults,
@@ -17,10 +18,7 @@ from hami_protocol.config import (
     device_config_from_mapping,
     parse_device_config,
 )
-from hami_protocol.config_default import DEFAULT_DEVICE_CONFIG_YAML
-from hami_protocol.config_vendors import AscendTemplate
-from hami_protocol.errors import ConfigError
-from hami_protocol.node_config import (
+from hami_protocol.config.node import (
     FilterDevices,
     NodeConfigEntry,
     NodeSettings,
@@ -28,6 +26,8 @@ from hami_protocol.node_config import (
     node_configs_from_mapping,
     parse_node_configs,
 )
+from hami_protocol.config.vendor_sections import AscendTemplate
+from hami_protocol.errors import ConfigError
 
 # --- device-config.yaml: defaults ------------------------------------------------------------
 

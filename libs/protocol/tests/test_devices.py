@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.devices import (
+from hami_protocol.errors import DecodeError, ProtocolError, ValidationError
+from hami_protocol.pod.devices import (
     MISSING_FIELDS_MESSAGE,
     ContainerDevice,
     DeviceUsageSummary,
@@ -23,7 +24,6 @@ from hami_protocol.devices import (
     next_pending,
     pop_next_pending,
 )
-from hami_protocol.errors import DecodeError, ProtocolError, ValidationError
 
 GPU = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
 KEY = "hami.io/vgpu-devices-to-allocate"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.handshake import (
+from hami_protocol.node.handshake import (
     DEFAULT_HANDSHAKE_EXPIRY,
     Handshake,
     HandshakeVerdict,

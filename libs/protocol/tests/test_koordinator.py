@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from hami_protocol import keys
 from hami_protocol.errors import DecodeError, ProtocolError, ValidationError
-from hami_protocol.koordinator import (
+from hami_protocol.selectors import EVERYTHING, parse_selector_string
+from hami_protocol.topology.koordinator import (
     TOPOLOGY_SCOPE_LEVEL,
     AllocatedVF,
     AllocateStrategy,
@@ -28,7 +29,6 @@ from hami_protocol.koordinator import (
     parse_device_allocate_hints,
     parse_device_joint_allocate,
 )
-from hami_protocol.selectors import EVERYTHING, parse_selector_string
 
 # --- device-joint-allocate ------------------------------------------------------------------------
 JOINT_EXAMPLES: list[tuple[str, DeviceJointAllocate]] = [

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_protocol.errors import DecodeError, ValidationError
-from hami_protocol.nodelock import (
+from hami_protocol.node.lock import (
     DEFAULT_LOCK_TIMEOUT,
     LockAction,
     NodeLock,

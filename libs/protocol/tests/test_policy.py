@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hami_protocol import keys
 from hami_protocol.errors import ValidationError
-from hami_protocol.policy import (
+from hami_protocol.pod.policy import (
     SPREAD,
     GpuPolicy,
     PodPolicy,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_protocol.errors import RequestError
-from hami_protocol.quantity import (
+from hami_protocol.request.quantity import (
     INT32_MAX,
     MAX_QUANTITY_LENGTH,
     as_integer,

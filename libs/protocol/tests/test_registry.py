@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_protocol.errors import DecodeError, ProtocolError, ValidationError
-from hami_protocol.registry import (
+from hami_protocol.node.registry import (
     DeviceInfo,
     DevicePairScore,
     MigPlacement,

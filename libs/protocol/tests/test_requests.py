@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.config import parse_device_config
-from hami_protocol.config_default import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import parse_device_config
 from hami_protocol.errors import RequestError
-from hami_protocol.requests import (
+from hami_protocol.request.containers import (
     PERCENTAGE_UNSET,
     ContainerDeviceRequest,
     container_mentions_vendor,
@@ -21,7 +21,7 @@ from hami_protocol.requests import (
     priority_value,
     vendor_request,
 )
-from hami_protocol.vendors import (
+from hami_protocol.vendor.table import (
     DEFAULT_VENDORS,
     NVIDIA,
     Vendor,

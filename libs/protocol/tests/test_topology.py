@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hami_protocol import keys
 from hami_protocol.errors import DecodeError, ProtocolError, ValidationError
 from hami_protocol.selectors import EVERYTHING, parse_selector_string
-from hami_protocol.topology import (
+from hami_protocol.topology.layout import (
     GPUTopology,
     RdmaNic,
     TopologyLevel,

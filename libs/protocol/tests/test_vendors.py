@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from hami_protocol import keys
-from hami_protocol.config import DeviceConfig, parse_device_config
-from hami_protocol.config_default import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import DeviceConfig, parse_device_config
 from hami_protocol.errors import ConfigError
-from hami_protocol.vendors import (
+from hami_protocol.vendor.table import (
     DEFAULT_VENDORS,
     NVIDIA,
     Vendor,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hami_kubesim.cluster_config import NodeSpec
+from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.testing import RunningApiServer, running_apiserver
 
 from .helpers import NODE

@@ -12,7 +12,7 @@ import yaml
 from hami_deviceplugin.settings import Settings
 from hami_kube.config import KubeSettings
 from hami_kubesim.testing import eventually
-from hami_protocol.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (
     BIND_PHASE,
     BIND_TIME,
@@ -21,8 +21,8 @@ from hami_protocol.keys import (
     NVIDIA_DEVICES_TO_ALLOCATE,
     VGPU_NODE,
 )
-from hami_protocol.node_config import NodeSettings
-from hami_protocol.nodelock import NodeLock, encode_node_lock
+from hami_protocol.node.lock import NodeLock, encode_node_lock
+from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 
 __all__ = [
     "NODE",

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from hami_deviceplugin.allocate import AllocateError, ContainerGrant, FailureKind, HookLayout
-from hami_deviceplugin.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.allocation.lookup import lock_owner, pick_pending_pod
+from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.gpu.plan import AllocateError, ContainerGrant, FailureKind, HookLayout
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
-from hami_deviceplugin.podlookup import lock_owner, pick_pending_pod
 from hami_protocol.keys import BIND_PHASE, BIND_TIME, NODE_LOCK, VGPU_NODE
 
 NODE = "n1"

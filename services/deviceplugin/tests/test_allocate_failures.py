@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hami_deviceplugin.allocator import EVENT_REASON
+from hami_deviceplugin.gpu.allocator import EVENT_REASON
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.keys import BIND_PHASE, NODE_LOCK, NVIDIA_DEVICES_TO_ALLOCATE
 

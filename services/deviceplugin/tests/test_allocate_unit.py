@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_deviceplugin.allocate import (
+from hami_deviceplugin.gpu.plan import (
     AllocateError,
     AllocateOptions,
     ContainerView,
@@ -22,9 +22,13 @@ from hami_deviceplugin.allocate import (
     pod_view,
     preferred_replicas,
 )
-from hami_deviceplugin.grpc_server import grant_response
-from hami_protocol.devices import ContainerDevice, decode_pod_devices_canonical, encode_pod_devices
+from hami_deviceplugin.kubelet.server import grant_response
 from hami_protocol.keys import BIND_PHASE, NVIDIA_DEVICES_TO_ALLOCATE, VGPU_NODE
+from hami_protocol.pod.devices import (
+    ContainerDevice,
+    decode_pod_devices_canonical,
+    encode_pod_devices,
+)
 
 from .helpers import devices_value
 

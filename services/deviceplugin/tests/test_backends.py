@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hami_deviceplugin.backends.base import BackendError, Gpu, GpuUsage
-from hami_deviceplugin.backends.fake import FakeBackend, FakeDevicesError, parse_fake_devices
-from hami_deviceplugin.backends.nvml import (
+from hami_deviceplugin.gpu.backends.base import BackendError, Gpu, GpuUsage
+from hami_deviceplugin.gpu.backends.fake import FakeBackend, FakeDevicesError, parse_fake_devices
+from hami_deviceplugin.gpu.backends.nvml import (
     DEFAULT_IGNORED_XIDS,
     HealthChecks,
     NvmlBackend,
@@ -284,8 +284,8 @@ async def test_nvml_smoke_prints_what_the_plugin_would_register(
 ) -> None:
     import json
 
-    from hami_deviceplugin.nvml_smoke import smoke
-    from hami_protocol.node_config import NodeSettings
+    from hami_deviceplugin.gpu.nvml_smoke import smoke
+    from hami_protocol.config.node import NodeSettings
 
     status = await smoke(
         sysfs_root=fake_sysfs(tmp_path / "sys"),

@@ -18,9 +18,10 @@ import aiohttp
 import pytest
 
 from hami_deviceplugin.app import RunningPlugin, serving
-from hami_deviceplugin.backends.base import BackendError
-from hami_kubesim.kubelet import KubeletSettings, KubeletStandIn
+from hami_deviceplugin.gpu.backends.base import BackendError
+from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
+from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (
     BIND_PHASE,
     NODE_LOCK,
@@ -29,8 +30,7 @@ from hami_protocol.keys import (
     NVIDIA_HANDSHAKE,
     NVIDIA_REGISTER,
 )
-from hami_protocol.node_config import NodeSettings
-from hami_protocol.registry import decode_node_devices
+from hami_protocol.node.registry import decode_node_devices
 
 from .helpers import (
     NODE,

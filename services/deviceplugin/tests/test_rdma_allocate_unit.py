@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_deviceplugin.allocate import (
+from hami_deviceplugin.allocation.pending import others_pending
+from hami_deviceplugin.gpu.plan import (
     AllocateError,
     AllocateOptions,
     ContainerView,
@@ -18,11 +19,9 @@ from hami_deviceplugin.allocate import (
     plan_allocation,
     pod_view,
 )
-from hami_deviceplugin.nics import Nic, function_index
-from hami_deviceplugin.pending import others_pending
-from hami_deviceplugin.rdma_allocate import DeviceSpec, plan_rdma_allocation
-from hami_deviceplugin.rdma_grpc import rdma_grant_response
-from hami_protocol.devices import ContainerDevice, encode_pod_devices
+from hami_deviceplugin.rdma.nics import Nic, function_index
+from hami_deviceplugin.rdma.plan import DeviceSpec, plan_rdma_allocation
+from hami_deviceplugin.rdma.servicer import rdma_grant_response
 from hami_protocol.keys import (
     BIND_PHASE,
     NVIDIA_DEVICES_TO_ALLOCATE,
@@ -30,7 +29,8 @@ from hami_protocol.keys import (
     VGPU_NODE,
     devices_to_allocate_key,
 )
-from hami_protocol.topology import (
+from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.topology.layout import (
     RdmaNic,
     VirtualFunction,
     VirtualFunctionGroup,

@@ -18,11 +18,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hami_deviceplugin.allocator import EVENT_REASON
 from hami_deviceplugin.app import RunningPlugin
-from hami_kubesim.kubelet import KubeletStandIn
+from hami_deviceplugin.gpu.allocator import EVENT_REASON
+from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
-from hami_protocol.devices import ContainerDevice, encode_pod_devices
 from hami_protocol.keys import (
     BIND_PHASE,
     NODE_LOCK,
@@ -32,8 +31,9 @@ from hami_protocol.keys import (
     RDMA_DEVICES_TO_ALLOCATE,
     RDMA_REGISTER,
 )
-from hami_protocol.registry import decode_node_devices
-from hami_protocol.topology import decode_rdma_register, list_device_id
+from hami_protocol.node.registry import decode_node_devices
+from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.topology.layout import decode_rdma_register, list_device_id
 
 from .fake_sysfs import GpuNode, gpu_node
 from .helpers import NODE, RESOURCE, devices_value, eventually, gpu, scheduled_pod, write_devices

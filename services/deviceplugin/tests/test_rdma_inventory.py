@@ -9,25 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from hami_deviceplugin.backends.fake import FakeDevicesError
-from hami_deviceplugin.backends.fake_nics import (
+from hami_deviceplugin.gpu.backends.fake import FakeDevicesError
+from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.node.register import annotations_to_write
+from hami_deviceplugin.rdma.discovery import discover_nics
+from hami_deviceplugin.rdma.fake_nics import (
     UNHEALTHY_REASON,
     FakeNicSource,
     parse_fake_nics,
     resolve_fake_nics,
 )
-from hami_deviceplugin.metrics import PluginMetrics
-from hami_deviceplugin.nic_inventory import NicInventory
-from hami_deviceplugin.nics import (
+from hami_deviceplugin.rdma.inventory import NicInventory
+from hami_deviceplugin.rdma.nics import (
     RDMA_UNITS_PER_NIC,
     Nic,
     rdma_plugin_devices,
     rdma_register_value,
 )
-from hami_deviceplugin.rdma_sysfs import discover_nics
-from hami_deviceplugin.register import annotations_to_write
 from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER, RDMA_REGISTER
-from hami_protocol.topology import RdmaNic, VirtualFunction, decode_rdma_register
+from hami_protocol.topology.layout import RdmaNic, VirtualFunction, decode_rdma_register
 
 from .fake_sysfs import gpu_node
 from .helpers import eventually, write_devices
@@ -259,7 +259,7 @@ async def test_fake_nic_source_follows_the_file(tmp_path: Path) -> None:
 
 
 def test_example_node_file_parses(tmp_path: Path) -> None:
-    from hami_deviceplugin.backends.fake import parse_fake_devices
+    from hami_deviceplugin.gpu.backends.fake import parse_fake_devices
 
     example = Path(__file__).parents[1] / "examples" / "fake-gpu-rdma-node.yaml"
     text = example.read_text()

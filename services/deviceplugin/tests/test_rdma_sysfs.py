@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from hami_deviceplugin.backends.base import BackendError
-from hami_deviceplugin.backends.sysfs_nics import SysfsNicSource
-from hami_deviceplugin.nics import assign_minors, function_index, mellanox_minor
-from hami_deviceplugin.rdma_sysfs import discover_nics, port_health
+from hami_deviceplugin.gpu.backends.base import BackendError
+from hami_deviceplugin.rdma.discovery import discover_nics, port_health
+from hami_deviceplugin.rdma.nics import assign_minors, function_index, mellanox_minor
+from hami_deviceplugin.rdma.sysfs_nics import SysfsNicSource
 from hami_deviceplugin.sysfs import PciePlacement, pcie_placement, read_numa_node
-from hami_protocol.topology import VirtualFunction
+from hami_protocol.topology.layout import VirtualFunction
 
 from .fake_sysfs import NIC_CLASS, FakeSysfs, GpuNode, gpu_node
 
@@ -232,8 +232,8 @@ async def test_sysfs_source_needs_sysfs(tmp_path: Path) -> None:
 async def test_nvml_smoke_prints_the_nics(
     node: GpuNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hami_deviceplugin.nvml_smoke import smoke
-    from hami_protocol.node_config import NodeSettings
+    from hami_deviceplugin.gpu.nvml_smoke import smoke
+    from hami_protocol.config.node import NodeSettings
 
     from .fake_pynvml import FakeGpu, FakeNvml
 

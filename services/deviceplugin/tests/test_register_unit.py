@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_deviceplugin.backends.base import Gpu
-from hami_deviceplugin.inventory import Inventory
-from hami_deviceplugin.register import (
+from hami_deviceplugin.gpu.backends.base import Gpu
+from hami_deviceplugin.gpu.inventory import Inventory
+from hami_deviceplugin.gpu.replicas import PluginDevice, plugin_devices, replica_owners
+from hami_deviceplugin.node.register import (
     annotations_to_write,
     device_infos,
     device_type,
@@ -19,10 +20,9 @@ from hami_deviceplugin.register import (
     register_value,
     visible_gpus,
 )
-from hami_deviceplugin.replicas import PluginDevice, plugin_devices, replica_owners
+from hami_protocol.config.node import FilterDevices, NodeSettings
 from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER
-from hami_protocol.node_config import FilterDevices, NodeSettings
-from hami_protocol.registry import decode_node_devices
+from hami_protocol.node.registry import decode_node_devices
 
 NOW = datetime(2026, 5, 1, 12, 30, 15, tzinfo=UTC)
 T4 = Gpu("GPU-a", 0, "Tesla T4", 15360, numa=1, pci_bus_id="0000:1b:00.0")

@@ -7,15 +7,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hami_protocol.policy import parse_pod_policy
-from hami_protocol.registry import DevicePairScore
-from hami_protocol.requests import (
+from hami_protocol.node.registry import DevicePairScore
+from hami_protocol.pod.policy import parse_pod_policy
+from hami_protocol.request.containers import (
     PERCENTAGE_UNSET,
     ContainerDeviceRequest,
     PodDeviceRequests,
     pod_device_requests,
 )
-from hami_protocol.vendors import DEFAULT_VENDORS
+from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.core import (
     DeviceUsage,
     NodeUsage,

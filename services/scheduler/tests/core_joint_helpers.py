@@ -13,15 +13,20 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hami_protocol.devices import DeviceUsageSummary
-from hami_protocol.policy import parse_pod_policy
-from hami_protocol.requests import pod_device_requests
-from hami_protocol.topology import GPUTopology, RdmaNic, VirtualFunction, VirtualFunctionGroup
-from hami_protocol.vendors import DEFAULT_VENDORS
+from hami_protocol.pod.devices import DeviceUsageSummary
+from hami_protocol.pod.policy import parse_pod_policy
+from hami_protocol.request.containers import pod_device_requests
+from hami_protocol.topology.layout import (
+    GPUTopology,
+    RdmaNic,
+    VirtualFunction,
+    VirtualFunctionGroup,
+)
+from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.core import NodeUsage, PodPlan, apply_usage, pod_plan
-from hami_scheduler.core.hints import JointRequest, joint_request_of_pod
-from hami_scheduler.core.joint import JointDecision, decide_joint
-from hami_scheduler.core.rdma import (
+from hami_scheduler.core.joint.decide import JointDecision, decide_joint
+from hami_scheduler.core.joint.hints import JointRequest, joint_request_of_pod
+from hami_scheduler.core.joint.nics import (
     NicHold,
     NicLayout,
     NicPodUsage,

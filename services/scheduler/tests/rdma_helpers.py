@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_protocol import keys
-from hami_protocol.devices import decode_pod_devices_canonical
-from hami_protocol.registry import DeviceInfo
-from hami_protocol.topology import (
+from hami_protocol.node.registry import DeviceInfo
+from hami_protocol.pod.devices import decode_pod_devices_canonical
+from hami_protocol.topology.layout import (
     RdmaNic,
     VirtualFunction,
     VirtualFunctionGroup,

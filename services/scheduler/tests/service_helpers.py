@@ -16,11 +16,15 @@ import aiohttp
 
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.reflector import ReflectorConfig
-from hami_kubesim.server import ApiServer
+from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 from hami_protocol import keys
-from hami_protocol.handshake import format_reported
-from hami_protocol.registry import DeviceInfo, encode_node_devices_colon, encode_node_devices_json
+from hami_protocol.node.handshake import format_reported
+from hami_protocol.node.registry import (
+    DeviceInfo,
+    encode_node_devices_colon,
+    encode_node_devices_json,
+)
 from hami_scheduler.app import RunningScheduler, serving
 from hami_scheduler.settings import Settings
 

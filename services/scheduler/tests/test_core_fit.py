@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hami_protocol.policy import parse_device_cordon, parse_pod_policy
+from hami_protocol.pod.policy import parse_device_cordon, parse_pod_policy
 from hami_scheduler.core import (
     DeviceSelectors,
     FitContext,

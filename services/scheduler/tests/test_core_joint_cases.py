@@ -21,13 +21,22 @@ import json
 import pytest
 
 from hami_protocol.errors import ProtocolError, RequestError, ValidationError
-from hami_protocol.koordinator import decode_device_allocated
-from hami_protocol.topology import GPUTopology, RdmaNic, VirtualFunction, VirtualFunctionGroup
-from hami_scheduler.core.hints import NicDemand, normalise_rdma
-from hami_scheduler.core.joint import JOINT_RULES_VIOLATION, TOPOLOGY_SCOPED_GPUS, JointDecision
-from hami_scheduler.core.jointwire import device_allocations, nic_usage_from_annotations
-from hami_scheduler.core.nicfit import INSUFFICIENT_RDMA, INSUFFICIENT_VFS, order_preferred
-from hami_scheduler.core.rdma import NicHold, NicLayout
+from hami_protocol.topology.koordinator import decode_device_allocated
+from hami_protocol.topology.layout import (
+    GPUTopology,
+    RdmaNic,
+    VirtualFunction,
+    VirtualFunctionGroup,
+)
+from hami_scheduler.core.joint.decide import (
+    JOINT_RULES_VIOLATION,
+    TOPOLOGY_SCOPED_GPUS,
+    JointDecision,
+)
+from hami_scheduler.core.joint.hints import NicDemand, normalise_rdma
+from hami_scheduler.core.joint.nicfit import INSUFFICIENT_RDMA, INSUFFICIENT_VFS, order_preferred
+from hami_scheduler.core.joint.nics import NicHold, NicLayout
+from hami_scheduler.core.joint.wire import device_allocations, nic_usage_from_annotations
 
 from .core_joint_helpers import (
     DEFAULT_HINT,

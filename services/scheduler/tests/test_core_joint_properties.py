@@ -23,21 +23,21 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hami_protocol.devices import DeviceUsageSummary
+from hami_protocol.pod.devices import DeviceUsageSummary
 from hami_scheduler.core import NodeUsage, PodPlan, apply_usage, decision_usage, remove_usage
-from hami_scheduler.core.hints import JointRequest
-from hami_scheduler.core.joint import JointDecision, decide_joint, pod_gpu_uuids
-from hami_scheduler.core.jointwire import (
-    decision_nic_usage,
-    joint_annotations,
-    nic_usage_from_annotations,
-)
-from hami_scheduler.core.rdma import (
+from hami_scheduler.core.joint.decide import JointDecision, decide_joint, pod_gpu_uuids
+from hami_scheduler.core.joint.hints import JointRequest
+from hami_scheduler.core.joint.nics import (
     NicPodUsage,
     NicUsage,
     apply_nic_usage,
     build_nic_usage,
     remove_nic_usage,
+)
+from hami_scheduler.core.joint.wire import (
+    decision_nic_usage,
+    joint_annotations,
+    nic_usage_from_annotations,
 )
 
 from .core_joint_helpers import container, f_layout, f_node, plan_and_request, pod_json

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hami_protocol.devices import encode_pod_devices
-from hami_protocol.policy import parse_pod_policy
-from hami_protocol.requests import pod_device_requests
-from hami_protocol.vendors import DEFAULT_VENDORS
+from hami_protocol.pod.devices import encode_pod_devices
+from hami_protocol.pod.policy import parse_pod_policy
+from hami_protocol.request.containers import pod_device_requests
+from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.core import (
     decide_node,
     decision_usage,

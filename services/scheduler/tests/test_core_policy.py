@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hami_protocol.devices import PodSingleDevice
 from hami_protocol.errors import ValidationError
-from hami_protocol.policy import GpuPolicy, ScoringWeights, parse_pod_policy
+from hami_protocol.pod.devices import PodSingleDevice
+from hami_protocol.pod.policy import GpuPolicy, ScoringWeights, parse_pod_policy
 from hami_scheduler.core import (
     DeviceSelectors,
     DeviceUsage,

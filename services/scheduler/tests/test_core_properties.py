@@ -12,8 +12,8 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_protocol.devices import DeviceUsageSummary
-from hami_protocol.vendors import NVIDIA
+from hami_protocol.pod.devices import DeviceUsageSummary
+from hami_protocol.vendor.table import NVIDIA
 from hami_scheduler.core import (
     NodeUsage,
     QuotaLedger,

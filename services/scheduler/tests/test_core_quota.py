@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.devices import ContainerDevice, DeviceUsageSummary
-from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA
+from hami_protocol.pod.devices import ContainerDevice, DeviceUsageSummary
+from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
 from hami_scheduler.core import (
     PodQuotaTally,
     QuotaLedger,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from hami_protocol.devices import decode_pod_devices_canonical
-from hami_protocol.registry import DeviceInfo
-from hami_protocol.topology import GPUTopology
+from hami_protocol.node.registry import DeviceInfo
+from hami_protocol.pod.devices import decode_pod_devices_canonical
+from hami_protocol.topology.layout import GPUTopology
 from hami_scheduler.core import (
     NodeUsage,
     apply_usage,
@@ -18,16 +18,9 @@ from hami_scheduler.core import (
     remove_usage,
 )
 from hami_scheduler.core.decide import NodeDecision
-from hami_scheduler.core.hints import NO_JOINT
-from hami_scheduler.core.joint import decide_joint, pod_gpu_uuids, select_joint
-from hami_scheduler.core.jointwire import (
-    decision_nic_usage,
-    joint_annotations,
-    nic_pod_usage,
-    nic_usage_from_annotations,
-    rdma_pod_devices,
-)
-from hami_scheduler.core.rdma import (
+from hami_scheduler.core.joint.decide import decide_joint, pod_gpu_uuids, select_joint
+from hami_scheduler.core.joint.hints import NO_JOINT
+from hami_scheduler.core.joint.nics import (
     NicHold,
     NicPodUsage,
     NicUsage,
@@ -38,6 +31,13 @@ from hami_scheduler.core.rdma import (
     nic_layout,
     remove_nic_usage,
     unknown_nics,
+)
+from hami_scheduler.core.joint.wire import (
+    decision_nic_usage,
+    joint_annotations,
+    nic_pod_usage,
+    nic_usage_from_annotations,
+    rdma_pod_devices,
 )
 
 from .core_helpers import gpu, plan_of
@@ -319,7 +319,10 @@ def test_removal_of_a_placed_pod_restores_both_usages() -> None:
 
 def test_joint_api_is_pinned() -> None:
     """What the service shell calls; changing it breaks the shell."""
-    from hami_scheduler.core import hints, joint, jointwire, nicfit, rdma
+    from hami_scheduler.core.joint import decide as joint
+    from hami_scheduler.core.joint import hints, nicfit
+    from hami_scheduler.core.joint import nics as rdma
+    from hami_scheduler.core.joint import wire as jointwire
 
     assert set(joint.__all__) >= {"JointDecision", "decide_joint", "select_joint"}
     assert set(hints.__all__) >= {"JointRequest", "NO_JOINT", "joint_request_of_pod"}

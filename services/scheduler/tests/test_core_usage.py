@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hami_protocol.devices import DeviceUsageSummary, PodDevices, decode_pod_devices_canonical
-from hami_protocol.registry import DeviceInfo, DevicePairScore
+from hami_protocol.node.registry import DeviceInfo, DevicePairScore
+from hami_protocol.pod.devices import DeviceUsageSummary, PodDevices, decode_pod_devices_canonical
 from hami_scheduler.core import (
     UsageTotals,
     apply_usage,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hami_protocol import keys
-from hami_protocol.nodelock import NodeLock, decode_node_lock, encode_node_lock
+from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
 
 from .service_helpers import (
     Harness,

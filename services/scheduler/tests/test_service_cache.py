@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hami_protocol import keys
-from hami_protocol.devices import DeviceUsageSummary
-from hami_protocol.registry import DevicePairScore, encode_pair_scores
+from hami_protocol.node.registry import DevicePairScore, encode_pair_scores
+from hami_protocol.pod.devices import DeviceUsageSummary
 from hami_protocol.selectors import parse_selector_string
-from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA
-from hami_scheduler.caches import SchedulerCache
+from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
+from hami_scheduler.cache.pods import Holding, allocation_key, slim_pod
+from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import QuotaLimits
-from hami_scheduler.pod_state import Holding, allocation_key, slim_pod
 
 from .service_helpers import gpus, node_object, pod_object, register_annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hami_protocol import keys
-from hami_protocol.devices import decode_pod_devices_canonical
+from hami_protocol.pod.devices import decode_pod_devices_canonical
 from hami_scheduler.filter import MISSING_POD
 
 from .service_helpers import (

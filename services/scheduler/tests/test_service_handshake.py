@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hami_protocol import keys
-from hami_protocol.handshake import format_reported, parse_handshake
+from hami_protocol.node.handshake import format_reported, parse_handshake
 from hami_scheduler.settings import LeaderElectSettings
 
 from .service_helpers import (

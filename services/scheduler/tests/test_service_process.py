@@ -17,14 +17,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.certs import client_ssl_context, generate_ca
-from hami_kubesim.scheduling_config import parse_scheduler_config
-from hami_kubesim.scheduling_loop import SchedulingLoop
-from hami_kubesim.server import ApiServer
+from hami_kubesim.scheduler.config import parse_scheduler_config
+from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.testing import running_apiserver
 from hami_protocol import keys
-from hami_protocol.devices import decode_pod_devices_canonical
-from hami_protocol.nodelock import decode_node_lock
+from hami_protocol.node.lock import decode_node_lock
+from hami_protocol.pod.devices import decode_pod_devices_canonical
 
 from .service_helpers import (
     annotations_of,

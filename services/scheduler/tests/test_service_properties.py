@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from hami_kube.errors import ServerError
 from hami_protocol import keys
-from hami_protocol.registry import DeviceInfo
-from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA
-from hami_scheduler.caches import SchedulerCache
+from hami_protocol.node.registry import DeviceInfo
+from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
+from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import (
     FailureReasons,
     NodeUsage,
@@ -40,7 +40,7 @@ from hami_scheduler.core import (
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.planning import Planner
+from hami_scheduler.selection.plan import Planner
 from hami_scheduler.wire import ExtenderArgs
 
 from .core_helpers import node_st, plan_st

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from hami_protocol import keys
-from hami_protocol.koordinator import decode_device_allocated
-from hami_protocol.nodelock import decode_node_lock
-from hami_scheduler.caches import SchedulerCache
-from hami_scheduler.core.rdma import NicUsage
-from hami_scheduler.nic_cache import nic_pod_usage_of
+from hami_protocol.node.lock import decode_node_lock
+from hami_protocol.topology.koordinator import decode_device_allocated
+from hami_scheduler.cache.nics import nic_pod_usage_of
+from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.core.joint.nics import NicUsage
 
 from .rdma_helpers import (
     HINT,

@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami_protocol import keys
-from hami_protocol.vendors import DEFAULT_VENDORS
-from hami_scheduler.caches import SchedulerCache
-from hami_scheduler.core.rdma import NicUsage, build_nic_usage
+from hami_protocol.vendor.table import DEFAULT_VENDORS
+from hami_scheduler.cache.nics import nic_pod_usage_of
+from hami_scheduler.cache.nodes import read_node, slim_node
+from hami_scheduler.cache.pods import NIC_ANNOTATIONS, NicSource, read_pod, slim_pod
+from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.core.joint.nics import NicUsage, build_nic_usage
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.nic_cache import nic_pod_usage_of
-from hami_scheduler.node_state import read_node, slim_node
-from hami_scheduler.planning import Planner
-from hami_scheduler.pod_state import NIC_ANNOTATIONS, NicSource, read_pod, slim_pod
+from hami_scheduler.selection.plan import Planner
 from hami_scheduler.wire import ExtenderArgs
 
 from .rdma_helpers import HINT, JOINT, PFS, SAME_PCIE, rdma_pod, topo_annotations, topo_nics, vf_id

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hami_scheduler.durations import format_go_duration, parse_go_duration
+from hami_protocol.durations import format_go_duration, parse_go_duration
 from hami_scheduler.settings import parse_settings
 
 

@@ -18,9 +18,9 @@ import pytest
 from hami_kube.config import KubeSettings, create_api_client
 from hami_kube.errors import ApiError
 from hami_kube.rest import KubeClient
-from hami_kubesim.admission import AdmissionDispatcher
+from hami_kubesim.admission.dispatch import AdmissionDispatcher
+from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.certs import ca_bundle_b64, client_ssl_context
-from hami_kubesim.server import ApiServer
 from hami_kubesim.testing import running_apiserver
 from hami_webhook.app import RunningWebhook, serving
 from hami_webhook.settings import Settings

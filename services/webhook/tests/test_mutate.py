@@ -9,8 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from hami_protocol.config import NvidiaConfig
-from hami_protocol.vendors import DEFAULT_VENDORS, nvidia_vendor
+from hami_protocol.config.device import NvidiaConfig
+from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
 from hami_webhook.mutate import Decision, MutationRules, admit_pod
 from hami_webhook.quota import QuotaCache
 

@@ -15,8 +15,8 @@ import jsonpatch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.config import NvidiaConfig
-from hami_protocol.vendors import DEFAULT_VENDORS, nvidia_vendor
+from hami_protocol.config.device import NvidiaConfig
+from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
 from hami_webhook.mutate import MutationRules, admit_pod
 from hami_webhook.quota import QuotaCache
 

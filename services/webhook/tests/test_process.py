@@ -16,7 +16,7 @@ import pytest
 from hami_kube.config import KubeSettings, create_api_client
 from hami_kube.errors import ApiError
 from hami_kube.rest import KubeClient
-from hami_kubesim.admission import AdmissionDispatcher
+from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.certs import ca_bundle_b64, client_ssl_context
 from hami_kubesim.testing import running_apiserver
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA, vendor_by_word
+from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, vendor_by_word
 from hami_webhook.quota import QuotaCache, QuotaLimit, check_quota
 
 MEM = "nvidia.com/gpumem"

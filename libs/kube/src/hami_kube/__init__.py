@@ -12,6 +12,6 @@ Modules (each small, each its own public surface):
 - ``events``        ``EventRecorder`` (core/v1 Events with aggregation; never raises)
 - ``leaderelection`` Lease-based ``LeaderElector`` (client-go's algorithm)
 - ``backoff``, ``ratelimit``, ``timefmt``  small pure helpers
-- ``deviceplugin_api``  kubelet device-plugin API v1beta1 (proto, generated bindings, constants)
-- ``runtime``       process plumbing shared by the services (logging, HTTP sites, TLS, shutdown)
+
+It never serves: the service runtime is ``hami_runtime``, the kubelet API ``hami_kubelet_api``.
 """

@@ -13,8 +13,11 @@ import sys
 from collections.abc import Sequence
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("serve the emulated Kubernetes API server over plain HTTP", "hami_kubesim.serve"),
-    "cluster": ("run a simulated cluster described by a YAML file", "hami_kubesim.cluster_cli"),
+    "serve": (
+        "serve the emulated Kubernetes API server over plain HTTP",
+        "hami_kubesim.cluster.serve",
+    ),
+    "cluster": ("run a simulated cluster described by a YAML file", "hami_kubesim.cluster.cli"),
 }
 
 

@@ -32,8 +32,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from hami_kube.runtime.logs import configure_logging
-from hami_kubesim.errors import ApiError
+from hami_kubesim.apiserver.errors import ApiError
 from hami_kubesim.stack.expectations import ExpectationResult, evaluate, expectation_of
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.report import render_report
@@ -41,6 +40,7 @@ from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.spec import REPO_ROOT, SystemSpec, gpu_model_node
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system import System, running_system
+from hami_runtime.logs import configure_logging
 
 __all__ = ["DEMO_NODES", "demo_spec", "load_examples", "main"]
 

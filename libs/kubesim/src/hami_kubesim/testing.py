@@ -17,9 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
-from hami_kubesim.apiserver import create_app
-from hami_kubesim.hooks import MutatingAdmission
-from hami_kubesim.server import ApiServer
+from hami_kubesim.apiserver.app import create_app
+from hami_kubesim.apiserver.hooks import MutatingAdmission
+from hami_kubesim.apiserver.server import ApiServer
 
 
 def api_client(url: str) -> Any:

@@ -11,13 +11,13 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from hami_protocol import keys
-from hami_protocol.devices import decode_pod_devices_canonical, encode_pod_devices
 from hami_protocol.errors import ProtocolError
-from hami_protocol.handshake import check_handshake, parse_handshake
-from hami_protocol.nodelock import decide_acquire, decode_node_lock
-from hami_protocol.registry import decode_node_devices, encode_node_devices_json
-from hami_protocol.requests import pod_device_requests
-from hami_protocol.vendors import DEFAULT_VENDORS
+from hami_protocol.node.handshake import check_handshake, parse_handshake
+from hami_protocol.node.lock import decide_acquire, decode_node_lock
+from hami_protocol.node.registry import decode_node_devices, encode_node_devices_json
+from hami_protocol.pod.devices import decode_pod_devices_canonical, encode_pod_devices
+from hami_protocol.request.containers import pod_device_requests
+from hami_protocol.vendor.table import DEFAULT_VENDORS
 
 V100_REGISTER = (
     "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"

@@ -1,7 +1,7 @@
 """Every annotation and label key the system reads or writes.  Nowhere else spells them.
 
 Per-vendor keys follow patterns (``hami.io/<word>-devices-to-allocate``); the functions below build
-them so vendor rows in :mod:`hami_protocol.vendors` stay data.
+them so vendor rows in :mod:`hami_protocol.vendor.table` stay data.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def node_handshake_key(word: str) -> str:
     return f"{HAMI_PREFIX}node-handshake-{word}"
 
 
-# --- Vendor-specific keys (rows of hami_protocol.vendors) ------------------------------------
+# --- Vendor-specific keys (rows of hami_protocol.vendor.table) ------------------------------------
 CAMBRICON_DSMLU_LOCK: Final = "cambricon.com/dsmlu.lock"
 """Cambricon's own node lock: an RFC3339 time, expiring after 2 minutes."""
 CAMBRICON_USE_UUID: Final = "cambricon.com/use-gpuuuid"

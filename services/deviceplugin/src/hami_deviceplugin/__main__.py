@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from hami_deviceplugin.app import run
 from hami_deviceplugin.settings import parse_settings
-from hami_kube.runtime.logs import configure_logging
-from hami_kube.runtime.loop import serve_until_stopped
+from hami_runtime.logs import configure_logging
+from hami_runtime.loop import serve_until_stopped
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,31 +31,31 @@ from typing import Any
 
 import structlog
 
-from hami_deviceplugin.allocate import AllocateOptions
-from hami_deviceplugin.allocator import Allocator, AllocatorConfig
-from hami_deviceplugin.backends.base import Backend, BackendError, Gpu, NicSource
-from hami_deviceplugin.backends.fake import FakeBackend
-from hami_deviceplugin.backends.nvml import NvmlBackend
 from hami_deviceplugin.change_feed import follow_source
-from hami_deviceplugin.grpc_server import DevicePluginService, PluginServer
+from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig
+from hami_deviceplugin.gpu.backends.base import Backend, BackendError, Gpu, NicSource
+from hami_deviceplugin.gpu.backends.fake import FakeBackend
+from hami_deviceplugin.gpu.backends.nvml import NvmlBackend
+from hami_deviceplugin.gpu.inventory import Inventory
+from hami_deviceplugin.gpu.plan import AllocateOptions
 from hami_deviceplugin.hostdirs import HostDirs
-from hami_deviceplugin.inventory import Inventory
-from hami_deviceplugin.kubelet_link import KubeletLink
+from hami_deviceplugin.kubelet.link import KubeletLink
+from hami_deviceplugin.kubelet.server import DevicePluginService, PluginServer
 from hami_deviceplugin.metrics import PluginMetrics, plugin_version
-from hami_deviceplugin.rdma_wiring import (
+from hami_deviceplugin.node.registrar import Registrar
+from hami_deviceplugin.rdma.wiring import (
     RunningRdma,
     follow_nics,
     make_nic_source,
     open_nics,
     rdma_plugin,
 )
-from hami_deviceplugin.registrar import Registrar
 from hami_deviceplugin.settings import Settings
 from hami_kube.events import EventRecorder
 from hami_kube.rest import open_client
-from hami_kube.runtime.embedded import embedded
-from hami_kube.runtime.shutdown import install_stop_signals
-from hami_kube.runtime.sites import metrics_app, start_site
+from hami_runtime.embedded import embedded
+from hami_runtime.signals import install_stop_signals
+from hami_runtime.sites import metrics_app, start_site
 
 __all__ = [
     "EVENT_COMPONENT",

@@ -19,8 +19,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from hami_deviceplugin.allocate import ContainerGrant, HookLayout
-from hami_deviceplugin.pod_entries import AllocateError, FailureKind
+from hami_deviceplugin.allocation.entries import AllocateError, FailureKind
+from hami_deviceplugin.gpu.plan import ContainerGrant, HookLayout
 
 __all__ = ["HostDirs"]
 

@@ -47,10 +47,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from hami_deviceplugin.backends.base import Gpu, GpuUsage
-from hami_deviceplugin.nics import Nic
-from hami_deviceplugin.register import device_type
-from hami_kube.runtime.build_info import package_version, register_build_info
+from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.node.register import device_type
+from hami_deviceplugin.rdma.nics import Nic
+from hami_runtime.build_info import package_version, register_build_info
 
 __all__ = ["ZONE", "PluginMetrics", "plugin_version"]
 

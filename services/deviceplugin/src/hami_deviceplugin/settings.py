@@ -42,17 +42,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
-from hami_deviceplugin.backends.nvml import HealthChecks, parse_health_env
+from hami_deviceplugin.gpu.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
-from hami_kube.deviceplugin_api.constants import KUBELET_SOCKET
-from hami_kube.runtime import flags
-from hami_kube.runtime.flags import Flag, parse_bool
-from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
-from hami_kube.runtime.sites import parse_bind
-from hami_protocol.config import DeviceConfig
+from hami_kubelet_api.constants import KUBELET_SOCKET
+from hami_protocol.config.device import DeviceConfig
+from hami_protocol.config.node import NodeSettings, effective_node_config, parse_node_configs
 from hami_protocol.errors import ConfigError
-from hami_protocol.node_config import NodeSettings, effective_node_config, parse_node_configs
-from hami_protocol.topology import RDMA_RESOURCE as _RDMA_RESOURCE
+from hami_protocol.topology.layout import RDMA_RESOURCE as _RDMA_RESOURCE
+from hami_runtime import flags
+from hami_runtime.flags import Flag, parse_bool
+from hami_runtime.logs import LOG_FORMATS, LogFormat
+from hami_runtime.sites import parse_bind
 
 __all__ = [
     "DEFAULT_HOOK_PATH",

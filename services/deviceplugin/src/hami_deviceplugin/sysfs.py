@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hami_protocol.errors import ValidationError
-from hami_protocol.topology import normalize_pci_bus_id, normalize_pcie_root
+from hami_protocol.topology.layout import normalize_pci_bus_id, normalize_pcie_root
 
 __all__ = ["PciePlacement", "pci_device_dir", "pcie_placement", "read_numa_node"]
 

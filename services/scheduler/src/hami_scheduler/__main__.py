@@ -10,8 +10,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hami_kube.runtime.logs import configure_logging
-from hami_kube.runtime.loop import serve_until_stopped
+from hami_runtime.logs import configure_logging
+from hami_runtime.loop import serve_until_stopped
 from hami_scheduler.app import run
 from hami_scheduler.settings import parse_settings
 

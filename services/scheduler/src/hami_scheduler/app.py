@@ -32,13 +32,14 @@ import structlog
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
 from hami_kube.rest import KubeClient, open_client
-from hami_kube.runtime.embedded import embedded
-from hami_kube.runtime.shutdown import install_stop_signals
-from hami_kube.runtime.sites import metrics_app, serving_sites
-from hami_kube.runtime.tls import ReloadingServerTLS
 from hami_protocol.selectors import parse_selector_string
+from hami_runtime.embedded import embedded
+from hami_runtime.signals import install_stop_signals
+from hami_runtime.sites import metrics_app, serving_sites
+from hami_runtime.tls import ReloadingServerTLS
 from hami_scheduler.bind import BindService
-from hami_scheduler.caches import SchedulerCache
+from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.cache.watch import CacheWatcher
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.handshake import HandshakeLoop
@@ -46,10 +47,9 @@ from hami_scheduler.http import ExtenderState, build_app
 from hami_scheduler.leader import AlwaysLeader, Leadership, LeaseCampaign, LeaseFollower
 from hami_scheduler.locks import NodeLocker
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.planning import Planner
 from hami_scheduler.pod_writes import KubeDecisionWriter, RoleLabeller
+from hami_scheduler.selection.plan import Planner
 from hami_scheduler.settings import Settings
-from hami_scheduler.watch import CacheWatcher
 
 __all__ = ["RunningScheduler", "run", "serving"]
 

@@ -39,17 +39,17 @@ from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
-from hami_protocol.requests import PodDeviceRequests
-from hami_scheduler.caches import SchedulerCache
-from hami_scheduler.core.hints import KoordRequests, koord_requests
+from hami_protocol.request.containers import PodDeviceRequests
+from hami_scheduler.cache.pods import AllocationKey
+from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import not_leader_message
-from hami_scheduler.joint_planning import joint_request, managed, wants_rdma
-from hami_scheduler.joint_select import decide_on, record_of
 from hami_scheduler.locks import LockContendedError, LockError, NodeLocker
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.planning import Planner, PodIdentity, identify
-from hami_scheduler.pod_state import AllocationKey
+from hami_scheduler.selection.joint_plan import joint_request, managed, wants_rdma
+from hami_scheduler.selection.plan import Planner, PodIdentity, identify
+from hami_scheduler.selection.select import decide_on, record_of
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import BindingArgs
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from hami_kube.events import MAX_MESSAGE_LENGTH, EventRecorder, EventType, ObjectReference
-from hami_scheduler.planning import PodIdentity
+from hami_scheduler.selection.plan import PodIdentity
 
 __all__ = [
     "BINDING_FAILED",

@@ -23,7 +23,7 @@
    to-allocate and allocated lists, and for a joint decision the RDMA lists and
    ``scheduling.koordinator.sh/device-allocated``); a failed patch forgets the assumption and
    answers ``Error``.  The reply names the chosen node only.  Which core selection runs is
-   :func:`~hami_scheduler.joint_select.choose`'s business: pods without Koordinator requests
+   :func:`~hami_scheduler.selection.select.choose`'s business: pods without Koordinator requests
    keep HAMi's fast path;
 6. ``--filter-mode all``: the reply names every fitting node and writes nothing; prioritize
    scores them and bind decides for the node kube-scheduler picked.
@@ -45,18 +45,18 @@ import structlog
 from hami_kube.errors import KubeError
 from hami_kube.resources import JsonObject
 from hami_protocol.errors import ProtocolError
-from hami_protocol.policy import parse_pod_policy
-from hami_protocol.requests import PodDeviceRequests
-from hami_scheduler.caches import SchedulerCache
+from hami_protocol.pod.policy import parse_pod_policy
+from hami_protocol.request.containers import PodDeviceRequests
+from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo, select_node
-from hami_scheduler.core.hints import JointRequest, KoordRequests, koord_requests
-from hami_scheduler.core.joint import select_joint
-from hami_scheduler.core.rdma import NicUsage
+from hami_scheduler.core.joint.decide import select_joint
+from hami_scheduler.core.joint.hints import JointRequest, KoordRequests, koord_requests
+from hami_scheduler.core.joint.nics import NicUsage
 from hami_scheduler.events import SchedulerEvents
-from hami_scheduler.joint_planning import joint_request, managed
-from hami_scheduler.joint_select import choose, record_of, resolved
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.planning import Planner, PodIdentity, identify
+from hami_scheduler.selection.joint_plan import joint_request, managed
+from hami_scheduler.selection.plan import Planner, PodIdentity, identify
+from hami_scheduler.selection.select import choose, record_of, resolved
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import ExtenderArgs
 

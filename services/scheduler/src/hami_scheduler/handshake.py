@@ -1,7 +1,7 @@
 """The handshake loop: judge node health every ``--handshake-interval``; the leader writes.
 
 Per node × vendor with a handshake key (HAMi's ``CheckHealth``, via
-:func:`~hami_protocol.handshake.check_handshake` with expiry ``--handshake-timeout``):
+:func:`~hami_protocol.node.handshake.check_handshake` with expiry ``--handshake-timeout``):
 
 * a value that is not ``Requesting_<ts>`` (absent, ``Reported ...``): healthy, and the leader
   writes ``Requesting_<now>``, which a live device plugin answers with ``Reported <now>``;
@@ -30,8 +30,8 @@ from hami_kube.patch import patch_metadata
 from hami_kube.resources import NODES
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
-from hami_protocol.handshake import format_requesting
-from hami_scheduler.caches import HandshakeWrite, SchedulerCache
+from hami_protocol.node.handshake import format_requesting
+from hami_scheduler.cache.view import HandshakeWrite, SchedulerCache
 
 __all__ = ["HandshakeLoop"]
 

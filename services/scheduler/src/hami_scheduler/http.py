@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from hami_kube.runtime.sites import add_health_routes
+from hami_runtime.sites import add_health_routes
 from hami_scheduler.bind import BindService
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics

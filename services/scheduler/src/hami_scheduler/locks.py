@@ -4,7 +4,7 @@ Bind holds the lock from before the Binding until the device plugin's Allocate r
 the plugin knows which pod it serves.  :meth:`NodeLocker.acquire`:
 
 1. reads the node (the caller's fresh copy first) and decides with
-   :func:`~hami_protocol.nodelock.decide_acquire`: no lock → take it; ours → re-enter (nothing
+   :func:`~hami_protocol.node.lock.decide_acquire`: no lock → take it; ours → re-enter (nothing
    to write); expired or unreadable → take it over; owner pod gone (checked with a GET) → take
    it over; another live pod → contended;
 2. writes ``<RFC3339>,<ns>,<pod>`` with a merge patch carrying the node's ``resourceVersion``,
@@ -15,7 +15,8 @@ the plugin knows which pod it serves.  :meth:`NodeLocker.acquire`:
    members, which retry every 100 ms for ``retry_timeout_s`` (HAMi's
    ``--node-lock-retry-timeout``).
 
-:meth:`NodeLocker.release` deletes the lock only when :func:`~hami_protocol.nodelock.decide_release`
+:meth:`NodeLocker.release` deletes the lock only when
+:func:`~hami_protocol.node.lock.decide_release`
 allows it (ours, or a legacy lock), with the same precondition.
 """
 
@@ -33,8 +34,9 @@ from hami_kube.patch import patch_metadata
 from hami_kube.resources import NODES, PODS, JsonObject, resource_version_of
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
+from hami_protocol.durations import format_go_duration
 from hami_protocol.keys import NODE_LOCK
-from hami_protocol.nodelock import (
+from hami_protocol.node.lock import (
     LockAction,
     NodeLock,
     ReleaseAction,
@@ -43,8 +45,7 @@ from hami_protocol.nodelock import (
     encode_node_lock,
     owner_to_check,
 )
-from hami_scheduler.durations import format_go_duration
-from hami_scheduler.node_state import string_map
+from hami_scheduler.cache.nodes import string_map
 
 __all__ = ["LockContendedError", "LockError", "NodeLocker"]
 

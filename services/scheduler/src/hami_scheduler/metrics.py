@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from hami_kube.runtime.build_info import register_build_info
-from hami_scheduler.caches import SchedulerCache
+from hami_runtime.build_info import register_build_info
+from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.events import reason_words
 
 __all__ = ["SchedulerMetrics"]

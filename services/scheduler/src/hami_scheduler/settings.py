@@ -31,16 +31,22 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, cast
 
 from hami_kube.config import KubeSettings
-from hami_kube.runtime import flags
-from hami_kube.runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
-from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
-from hami_kube.runtime.sites import parse_bind
-from hami_protocol.config import DeviceConfig
+from hami_protocol.config.device import DeviceConfig
+from hami_protocol.durations import parse_go_duration
 from hami_protocol.errors import ProtocolError
-from hami_protocol.policy import SPREAD, GpuPolicy, NodePolicy, parse_gpu_policy, parse_node_policy
+from hami_protocol.pod.policy import (
+    SPREAD,
+    GpuPolicy,
+    NodePolicy,
+    parse_gpu_policy,
+    parse_node_policy,
+)
 from hami_protocol.selectors import format_selector, parse_selector_string
-from hami_protocol.vendors import Vendor, vendors_from_config
-from hami_scheduler.durations import parse_go_duration
+from hami_protocol.vendor.table import Vendor, vendors_from_config
+from hami_runtime import flags
+from hami_runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
+from hami_runtime.logs import LOG_FORMATS, LogFormat
+from hami_runtime.sites import parse_bind
 
 __all__ = [
     "DEFAULT_HTTP_BIND",

@@ -23,10 +23,10 @@ from typing import Any
 import structlog
 
 from hami_kube.rest import open_client
-from hami_kube.runtime.embedded import embedded
-from hami_kube.runtime.shutdown import install_stop_signals
-from hami_kube.runtime.sites import metrics_app, serving_sites
-from hami_kube.runtime.tls import ReloadingServerTLS
+from hami_runtime.embedded import embedded
+from hami_runtime.signals import install_stop_signals
+from hami_runtime.sites import metrics_app, serving_sites
+from hami_runtime.tls import ReloadingServerTLS
 from hami_webhook.http import WebhookState, build_app
 from hami_webhook.metrics import WebhookMetrics
 from hami_webhook.quota import QuotaCache

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from hami_kube.runtime.sites import add_health_routes
+from hami_runtime.sites import add_health_routes
 from hami_webhook.metrics import WebhookMetrics
 from hami_webhook.mutate import Decision, MutationRules, Outcome, admit_pod
 from hami_webhook.quota import QuotaView

@@ -20,7 +20,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hami_kube.runtime.build_info import register_build_info
+from hami_runtime.build_info import register_build_info
 from hami_webhook.mutate import Outcome
 
 __all__ = ["OUTCOMES", "WebhookMetrics"]

@@ -48,13 +48,14 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from hami_protocol import envs, keys
-from hami_protocol.config import NvidiaConfig
+from hami_protocol import keys
+from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.errors import ProtocolError, RequestError
-from hami_protocol.quantity import parse_quantity, to_int_ceil
-from hami_protocol.requests import PodDeviceRequests, pod_device_requests, priority_value
-from hami_protocol.topology import RDMA_RESOURCE
-from hami_protocol.vendors import DEFAULT_VENDORS, NVIDIA, Vendor
+from hami_protocol.pod import envs
+from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests, priority_value
+from hami_protocol.request.quantity import parse_quantity, to_int_ceil
+from hami_protocol.topology.layout import RDMA_RESOURCE
+from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, Vendor
 from hami_webhook.patch import PatchOp, copy_json, diff
 from hami_webhook.quota import QuotaView, check_quota
 

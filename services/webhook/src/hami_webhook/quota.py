@@ -16,7 +16,7 @@ quota manager applies them:
 **What "used" is here.**  HAMi's webhook reads the scheduler's pod cache in the same process.  This
 webhook is its own process, so it rebuilds usage from what the scheduler writes on the pods it
 placed: the ``hami.io/<vendor>-devices-allocated`` annotation, decoded with
-:mod:`hami_protocol.devices` and collapsed the way the scheduler counts a pod (init containers
+:mod:`hami_protocol.pod.devices` and collapsed the way the scheduler counts a pod (init containers
 peak, app containers add up).  Pods in phase ``Succeeded`` or ``Failed`` hold nothing.  Pods that
 were admitted but not yet placed hold nothing either (the same gap HAMi's own check has: two pods
 admitted together may each fit on their own; the scheduler's quota check at filter time is the
@@ -36,10 +36,10 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from hami_protocol.devices import collapse_device_usage, decode_pod_devices_canonical
 from hami_protocol.errors import ProtocolError
-from hami_protocol.quantity import as_integer, parse_quantity
-from hami_protocol.vendors import Vendor
+from hami_protocol.pod.devices import collapse_device_usage, decode_pod_devices_canonical
+from hami_protocol.request.quantity import as_integer, parse_quantity
+from hami_protocol.vendor.table import Vendor
 
 __all__ = [
     "LIMITS_PREFIX",

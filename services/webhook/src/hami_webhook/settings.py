@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Final, cast
 
 from hami_kube.config import KubeSettings
-from hami_kube.runtime import flags
-from hami_kube.runtime.flags import ENV_PREFIX, Flag, parse_bool
-from hami_kube.runtime.logs import LOG_FORMATS, LogFormat
-from hami_kube.runtime.sites import parse_bind
-from hami_protocol.config import DeviceConfig
+from hami_protocol.config.device import DeviceConfig
 from hami_protocol.errors import ConfigError
-from hami_protocol.vendors import vendors_from_config
+from hami_protocol.vendor.table import vendors_from_config
+from hami_runtime import flags
+from hami_runtime.flags import ENV_PREFIX, Flag, parse_bool
+from hami_runtime.logs import LOG_FORMATS, LogFormat
+from hami_runtime.sites import parse_bind
 from hami_webhook.mutate import MutationRules
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from hami_kubesim.errors import ApiError
+from hami_kubesim.apiserver.errors import ApiError
 from hami_kubesim.stack.invariants import Violation, check_all, stale_locks
 from hami_kubesim.stack.processes import ServiceProcess
 from hami_kubesim.stack.scenarios import (

@@ -43,9 +43,10 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_protocol import envs, keys
+from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
-from hami_protocol.nodelock import NodeLock, decode_node_lock
+from hami_protocol.node.lock import NodeLock, decode_node_lock
+from hami_protocol.pod import envs
 
 __all__ = [
     "CHECKS",

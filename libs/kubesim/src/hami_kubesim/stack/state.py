@@ -18,15 +18,15 @@ from enum import StrEnum
 from typing import Any
 
 from hami_protocol import keys
-from hami_protocol.devices import (
+from hami_protocol.errors import ProtocolError
+from hami_protocol.node.registry import DeviceInfo, decode_node_devices
+from hami_protocol.pod.devices import (
     ContainerDevice,
     DeviceUsageSummary,
     PodSingleDevice,
     collapse_device_usage,
     decode_pod_devices_canonical,
 )
-from hami_protocol.errors import ProtocolError
-from hami_protocol.registry import DeviceInfo, decode_node_devices
 
 __all__ = [
     "ALLOCATIONS_ANNOTATION",

@@ -4,11 +4,12 @@
 
 1. mints a CA and server certificates for the webhook and the extender, writes one fake-devices
    file per GPU node, and picks free ports;
-2. starts the simulated cluster (:func:`hami_kubesim.cluster.running_cluster`): the API server,
+2. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`): the API
+server,
    admission dispatch (the webhook's Service resolved to its local port) and one kubelet
    stand-in per node; the MutatingWebhookConfiguration (with the generated ``caBundle``) and
    the spec's objects are created with it; then the scheduling loop
-   (:class:`~hami_kubesim.scheduling_loop.SchedulingLoop`) from the chart's
+   (:class:`~hami_kubesim.scheduler.loop.SchedulingLoop`) from the chart's
    KubeSchedulerConfiguration with only the extender's ``urlPrefix`` replaced — run here rather
    than by ``running_cluster`` so a spec can shorten the pod backoff, a kube-scheduler setting
    the fault suite needs;
@@ -40,19 +41,19 @@ from typing import Any
 import aiohttp
 import structlog
 
+from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
-from hami_kubesim.cluster import Cluster, running_cluster, scheduler_config_for
-from hami_kubesim.cluster_config import (
+from hami_kubesim.cluster.config import (
     AdmissionSpec,
     ClusterConfig,
     KubeletDefaults,
     NodeSpec,
     SchedulingSpec,
 )
-from hami_kubesim.errors import ApiError
-from hami_kubesim.kubelet import KubeletStandIn
-from hami_kubesim.scheduling_loop import SchedulingLoop
-from hami_kubesim.server import ApiServer
+from hami_kubesim.cluster.simulated import Cluster, running_cluster, scheduler_config_for
+from hami_kubesim.kubelet.standin import KubeletStandIn
+from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.metrics import sample_value, scrape
 from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
 from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port, stop_all

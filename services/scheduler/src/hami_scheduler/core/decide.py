@@ -1,7 +1,7 @@
 """The whole-pod decision for one node: does the pod fit, on which devices, with what score.
 
 Containers are taken init containers first, then app containers (the order of
-:class:`~hami_protocol.requests.PodDeviceRequests`):
+:class:`~hami_protocol.request.containers.PodDeviceRequests`):
 
 * each **init container** is fitted on a fresh copy of the node — init containers run one
   after another, so none sees another's devices (nor the app containers');
@@ -14,7 +14,7 @@ Containers are taken init containers first, then app containers (the order of
 
 The result lists, per vendor the pod requests, one segment per container in init+app order —
 empty for containers without devices of that vendor — ready for
-:func:`~hami_protocol.devices.encode_pod_devices`.  (HAMi keys that padding by device model and
+:func:`~hami_protocol.pod.devices.encode_pod_devices`.  (HAMi keys that padding by device model and
 can shift entries, quirk Q1; this is the intended format.)  The node score is the usage score
 before the pod (:attr:`~hami_scheduler.core.usage.NodeUsage.base_score`); NVIDIA adds nothing
 to it.  The usage the pod will hold is :func:`decision_usage` — init peak against app sum per
@@ -26,13 +26,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hami_protocol.devices import (
+from hami_protocol.pod.devices import (
     ContainerDevice,
     ContainerDevices,
     DeviceUsageSummary,
     PodDevices,
 )
-from hami_protocol.requests import ContainerDeviceRequest, ContainerSlot
+from hami_protocol.request.containers import ContainerDeviceRequest, ContainerSlot
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, QuotaProbe, fit_request
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan

@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from hami_protocol.devices import ContainerDevice
-from hami_protocol.requests import PERCENTAGE_UNSET, ContainerDeviceRequest
+from hami_protocol.pod.devices import ContainerDevice
+from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.plan import NO_SELECTORS, DeviceSelectors
 from hami_scheduler.core.topology import PairScore, best_subset, worst_connected

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from hami_protocol.koordinator import TopologyScope
+from hami_protocol.topology.koordinator import TopologyScope
 
 __all__ = ["MAX_GPU_SETS", "GpuPlace", "gpu_sets"]
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from hami_protocol.policy import (
+from hami_protocol.pod.policy import (
     SPREAD,
     GpuPolicy,
     NodePolicy,
@@ -23,8 +23,8 @@ from hami_protocol.policy import (
     type_allowed,
     uuid_allowed,
 )
-from hami_protocol.requests import ContainerDeviceRequest, PodDeviceRequests
-from hami_protocol.vendors import NVIDIA
+from hami_protocol.request.containers import ContainerDeviceRequest, PodDeviceRequests
+from hami_protocol.vendor.table import NVIDIA
 from hami_scheduler.core.quota import VendorQuota
 
 __all__ = ["NO_SELECTORS", "DeviceSelectors", "PodPlan", "pod_plan"]
@@ -148,7 +148,8 @@ def pod_plan(
     """A plan from parsed requests and policy annotations.
 
     ``policy`` carries the NVIDIA selectors (``nvidia.com/use-gputype`` ...); other vendors'
-    selectors, parsed with their own :class:`~hami_protocol.policy.SelectorKeys`, can be given in
+    selectors, parsed with their own :class:`~hami_protocol.pod.policy.SelectorKeys`, can be given
+    in
     ``selectors`` (which also overrides NVIDIA's when it names it).
     """
     chosen: dict[str, DeviceSelectors] = {NVIDIA: DeviceSelectors.from_policy(policy)}

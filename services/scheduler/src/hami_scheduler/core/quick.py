@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from hami_protocol.requests import PERCENTAGE_UNSET
+from hami_protocol.request.containers import PERCENTAGE_UNSET
 from hami_scheduler.core.fit import MAX_CORES, clamped_cores
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import VendorQuota

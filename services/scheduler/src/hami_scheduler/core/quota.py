@@ -22,16 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hami_protocol.devices import (
+from hami_protocol.errors import ProtocolError
+from hami_protocol.pod.devices import (
     ContainerDevice,
     ContainerDevices,
     DeviceUsageSummary,
     PodSingleDevice,
     collapse_device_usage,
 )
-from hami_protocol.errors import ProtocolError
-from hami_protocol.quantity import as_integer, parse_quantity
-from hami_protocol.vendors import Vendor
+from hami_protocol.request.quantity import as_integer, parse_quantity
+from hami_protocol.vendor.table import Vendor
 
 __all__ = [
     "UNLIMITED",

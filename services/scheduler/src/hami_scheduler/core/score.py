@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from hami_protocol.policy import GpuPolicy, NodePolicy, ScoringWeights
-from hami_protocol.requests import PERCENTAGE_UNSET, ContainerDeviceRequest
+from hami_protocol.pod.policy import GpuPolicy, NodePolicy, ScoringWeights
+from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
 from hami_scheduler.core.usage import DeviceUsage
 
 __all__ = ["DEFAULT_WEIGHTS", "device_score", "node_better", "sort_devices"]

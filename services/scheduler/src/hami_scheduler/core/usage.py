@@ -17,9 +17,10 @@ sorted by free memory) and :meth:`NodeUsage.derived` (e.g. the device order of a
 computed on first use and kept by that node version, so pod events stay cheap and an unchanged
 node never recomputes them.
 
-Pod usage arrives as :class:`~hami_protocol.devices.DeviceUsageSummary` values (the collapsed,
+Pod usage arrives as :class:`~hami_protocol.pod.devices.DeviceUsageSummary` values (the collapsed,
 per-device effect of one pod: init peak vs. app sum, see
-:func:`~hami_protocol.devices.collapse_device_usage`); :func:`pod_usage` builds them from a pod's
+:func:`~hami_protocol.pod.devices.collapse_device_usage`); :func:`pod_usage` builds them from a
+pod's
 per-vendor device lists.  Summaries naming a UUID the node does not have are ignored (a device
 that left the registry holds nothing any more); :func:`unknown_devices` lists them for logging.
 """
@@ -30,8 +31,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar, cast
 
-from hami_protocol.devices import DeviceUsageSummary, PodDevices, collapse_device_usage
-from hami_protocol.registry import DeviceInfo, DevicePairScore
+from hami_protocol.node.registry import DeviceInfo, DevicePairScore
+from hami_protocol.pod.devices import DeviceUsageSummary, PodDevices, collapse_device_usage
 
 __all__ = [
     "MIG_MODE",
@@ -397,7 +398,7 @@ def pod_usage(
     """The collapsed usage of one pod over all its vendors (what the caches apply and remove).
 
     ``devices`` are the pod's decoded ``-devices-allocated`` lists, one segment per container,
-    init containers first.  See :func:`~hami_protocol.devices.collapse_device_usage`.
+    init containers first.  See :func:`~hami_protocol.pod.devices.collapse_device_usage`.
     """
     summaries: list[DeviceUsageSummary] = []
     for _, pod in devices.entries:

@@ -1,0 +1,404 @@
+"""The in-memory API server: the store plus admission, watches and fault injection.
+
+The HTTP layer (``apiserver.py``) and tests both drive this object.  Its in-process methods copy
+objects in and out (callers may keep and mutate what they pass or get); reads are synchronous,
+writes are coroutines because pod creation runs the admission chain.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hami_kubesim.apiserver.errors import ApiError, BadRequestError, reason_for
+from hami_kubesim.apiserver.faults import ErrorRule, Faults, LatencyRule
+from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Entry, clone
+from hami_kubesim.apiserver.hooks import AdmissionDenied, MutatingAdmission
+from hami_kubesim.apiserver.selectors import (
+    FieldSelector,
+    label_selector_from_query,
+    parse_field_selector,
+)
+from hami_kubesim.apiserver.store import Store
+from hami_kubesim.apiserver.watch import Watcher
+from hami_kubesim.objects.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from hami_kubesim.objects.resources import PODS, ResourceType
+from hami_protocol.selectors import EVERYTHING, LabelSelector
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+PATCH_TYPES = {"merge": MERGE_PATCH, "strategic": STRATEGIC_PATCH, "json": JSON_PATCH}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event of an in-process watch; ``object`` carries ``kind`` and ``apiVersion``."""
+
+    type: str
+    object: dict[str, Any]
+
+
+class LocalWatch:
+    """An in-process watch: ``async for event in watch`` (an ERROR event ends it); close with
+    :meth:`aclose` or ``async with``."""
+
+    def __init__(self, server: ApiServer, watcher: Watcher) -> None:
+        self._server = server
+        self._watcher = watcher
+        self._buffer: list[tuple[str, Entry]] = []
+        self._done = False
+
+    def __aiter__(self) -> LocalWatch:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        watcher = self._watcher
+        while not self._buffer:
+            if self._done:
+                raise StopAsyncIteration
+            self._buffer = watcher.drain()
+            if self._buffer:
+                break
+            if watcher.closed:
+                self._done = True
+                await self.aclose()
+                if watcher.error is not None:
+                    return WatchEvent("ERROR", watcher.error.status())
+                raise StopAsyncIteration
+            await watcher.wait(None)
+        kind, entry = self._buffer.pop(0)
+        return WatchEvent(kind, json.loads(entry.wire_json(watcher.rt.wire_prefix)))
+
+    async def aclose(self) -> None:
+        self._server.close_watch(self._watcher)
+
+    async def __aenter__(self) -> LocalWatch:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class ApiServer:
+    """Objects, watches, admission seam and fault plan of one emulated cluster."""
+
+    def __init__(
+        self,
+        *,
+        history: int = 10_000,
+        watch_queue_limit: int = 10_000,
+        bookmark_interval: float = 60.0,
+        admission: MutatingAdmission | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.store = Store(history=history, seed=seed)
+        self.registry = self.store.registry
+        self.faults = Faults(seed)
+        self.admission = admission
+        self.watch_queue_limit = watch_queue_limit
+        self.bookmark_interval = bookmark_interval
+        self._watchers: set[Watcher] = set()
+
+    # ----- lookups -----------------------------------------------------------------------
+    def resource(self, resource: str | ResourceType) -> ResourceType:
+        """A resource type by plural (``pods``), short name, kind-ish singular or
+        ``plural.group`` (``leases.coordination.k8s.io``)."""
+        if isinstance(resource, ResourceType):
+            return resource
+        try:
+            return self.registry.resolve(resource)
+        except KeyError:
+            raise BadRequestError(f"unknown resource {resource!r}") from None
+
+    @property
+    def resource_version(self) -> int:
+        return self.store.rv
+
+    def wire(self, rt: ResourceType, entry: Entry) -> dict[str, Any]:
+        """A private copy of a stored object, with ``kind`` and ``apiVersion``."""
+        out: dict[str, Any] = {"apiVersion": rt.api_version, "kind": rt.kind}
+        out.update(clone(entry.obj))
+        return out
+
+    # ----- request-level operations (shared with the HTTP layer; no copies) ---------------
+    async def create_entry(
+        self, rt: ResourceType, body: Any, namespace: str | None, *, dry_run: bool = False
+    ) -> Entry:
+        """CREATE with the admission chain (pods) between defaulting and storage."""
+        obj = self.store.prepare_create(rt, body, namespace)
+        if rt is PODS and self.admission is not None:
+            self.store.check_namespace(namespace or "")
+            try:
+                obj = await self.admission(
+                    "CREATE",
+                    "pods",
+                    {"apiVersion": rt.api_version, "kind": rt.kind, **obj},
+                    namespace,
+                )
+            except AdmissionDenied as denied:
+                raise ApiError(
+                    denied.code, denied.message, reason=denied.reason or reason_for(denied.code)
+                ) from denied
+        with self.store.dry_run(dry_run):
+            return self.store.create(rt, obj, namespace=namespace)
+
+    def open_watch(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None = None,
+        labels: LabelSelector | None = None,
+        fields: FieldSelector | None = None,
+        resource_version: str | None = None,
+        send_initial_events: bool | None = None,
+        allow_bookmarks: bool = False,
+    ) -> Watcher:
+        """Start a watch as the API server does: no resourceVersion (or ``"0"``) first replays
+        the current state as ADDED; a specific one replays only later changes, or ends at once
+        with 410 Expired when those changes are no longer held."""
+        watcher = Watcher(
+            rt,
+            namespace=namespace,
+            labels=labels or EVERYTHING,
+            fields=fields or FieldSelector(),
+            limit=self.watch_queue_limit,
+        )
+        rv_text = resource_version or ""
+        if rv_text not in ("", "0") and not rv_text.isdigit():
+            raise BadRequestError(f'resourceVersion: Invalid value: "{rv_text}": must be a number')
+        initial = send_initial_events is True or (
+            send_initial_events is None and rv_text in ("", "0")
+        )
+        if initial:
+            page = self.store.select(
+                rt, namespace=namespace, labels=watcher.labels, fields=watcher.fields
+            )
+            events = [(ADDED, e) for e in page.entries]
+            if send_initial_events and allow_bookmarks:
+                marker = {
+                    "metadata": {
+                        "resourceVersion": str(page.rv),
+                        "annotations": {INITIAL_EVENTS_END: "true"},
+                    }
+                }
+                events.append((BOOKMARK, Entry(marker, page.rv)))
+            watcher.preload(events)
+        elif rv_text not in ("", "0"):
+            start = int(rv_text)
+            if start > self.store.rv:
+                watcher.close(
+                    ApiError(
+                        504,
+                        f"Too large resource version: {start}, current: {self.store.rv}",
+                        reason="Timeout",
+                        details={
+                            "causes": [
+                                {
+                                    "reason": "ResourceVersionTooLarge",
+                                    "message": "Too large resource version",
+                                }
+                            ],
+                            "retryAfterSeconds": 1,
+                        },
+                    )
+                )
+                return watcher
+            history = self.store.history(rt)
+            changes = history.since(start)
+            if changes is None:
+                watcher.close(
+                    ApiError(
+                        410,
+                        f"too old resource version: {start} ({history.floor})",
+                        reason="Expired",
+                    )
+                )
+                return watcher
+            watcher.replay(changes)
+        self.store.hubs[rt.key].add(watcher)
+        self._watchers.add(watcher)
+        return watcher
+
+    def close_watch(self, watcher: Watcher) -> None:
+        self.store.hubs[watcher.rt.key].remove(watcher)
+        self._watchers.discard(watcher)
+        watcher.close()
+
+    # ----- in-process API (copies in and out) ---------------------------------------------
+    def get(
+        self, resource: str | ResourceType, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        rt = self.resource(resource)
+        return self.wire(rt, self.store.entry(rt, namespace, name))
+
+    def try_get(
+        self, resource: str | ResourceType, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        rt = self.resource(resource)
+        entry = self.store.find(rt, namespace, name)
+        return None if entry is None else self.wire(rt, entry)
+
+    def list(
+        self,
+        resource: str | ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[dict[str, Any]]:
+        rt = self.resource(resource)
+        page = self.store.select(
+            rt,
+            namespace=namespace,
+            labels=label_selector_from_query(label_selector),
+            fields=parse_field_selector(field_selector, rt.field_labels),
+        )
+        return [self.wire(rt, e) for e in page.entries]
+
+    async def create(
+        self, resource: str | ResourceType, obj: dict[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        rt = self.resource(resource)
+        if namespace is None and rt.namespaced:
+            namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        return self.wire(rt, await self.create_entry(rt, clone(obj), namespace))
+
+    async def update(
+        self,
+        resource: str | ResourceType,
+        obj: dict[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        rt = self.resource(resource)
+        meta = obj.get("metadata") or {}
+        if namespace is None and rt.namespaced:
+            namespace = meta.get("namespace") or "default"
+        entry = self.store.update(
+            rt, namespace, meta.get("name", ""), clone(obj), subresource=subresource
+        )
+        return self.wire(rt, entry)
+
+    async def patch(
+        self,
+        resource: str | ResourceType,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: str = "strategic",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """``patch_type``: ``merge``, ``strategic`` or ``json`` (or a full media type)."""
+        rt = self.resource(resource)
+        ctype = PATCH_TYPES.get(patch_type, patch_type)
+        entry = self.store.patch(rt, namespace, name, ctype, clone(body), subresource=subresource)
+        return self.wire(rt, entry)
+
+    async def delete(
+        self, resource: str | ResourceType, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        rt = self.resource(resource)
+        return self.wire(rt, self.store.delete(rt, namespace, name))
+
+    async def bind(
+        self, namespace: str, name: str, node: str, *, annotations: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Assign a pod to ``node`` through the binding subresource's rules; returns the pod."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        binding = {"metadata": meta, "target": {"kind": "Node", "name": node}}
+        return self.wire(PODS, self.store.bind(namespace, name, binding))
+
+    def watch(
+        self,
+        resource: str | ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str | None = None,
+    ) -> LocalWatch:
+        """Open a watch now; iterate it for events as the HTTP stream would carry them."""
+        rt = self.resource(resource)
+        watcher = self.open_watch(
+            rt,
+            namespace=namespace,
+            labels=label_selector_from_query(label_selector),
+            fields=parse_field_selector(field_selector, rt.field_labels),
+            resource_version=resource_version,
+        )
+        return LocalWatch(self, watcher)
+
+    # ----- faults and history control ----------------------------------------------------
+    def inject_error(
+        self,
+        verb: str = "*",
+        resource: str = "*",
+        *,
+        code: int = 500,
+        rate: float = 1.0,
+        times: int | None = None,
+        message: str = "",
+    ) -> None:
+        """Answer matching HTTP requests with ``code`` (see :class:`ErrorRule`)."""
+        self.faults.add_error(ErrorRule(verb, resource, code, rate, times, message))
+
+    def inject_latency(self, seconds: float, verb: str = "*", resource: str = "*") -> None:
+        self.faults.add_latency(LatencyRule(seconds, verb, resource))
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def compact(self, resource_version: int | None = None) -> int:
+        """Drop watch history up to ``resource_version`` (default: current); returns it."""
+        return self.store.compact(resource_version)
+
+    def set_history_size(self, size: int) -> None:
+        self.store.set_history_size(size)
+
+    def drop_watches(self, resource: str | None = None, *, mode: str = "close") -> int:
+        """End open watches: ``close`` ends the stream cleanly, ``expire`` sends ERROR 410 first,
+        ``abort`` cuts the connection mid-stream.  Returns how many were dropped."""
+        if mode not in ("close", "expire", "abort"):
+            raise BadRequestError(f"unknown drop mode {mode!r}; use close, expire or abort")
+        rt = self.resource(resource) if resource else None
+        dropped = 0
+        for watcher in list(self._watchers):
+            if rt is not None and watcher.rt is not rt:
+                continue
+            error = (
+                ApiError(410, "too old resource version: watch dropped", reason="Expired")
+                if mode == "expire"
+                else None
+            )
+            watcher.close(error, abort=mode == "abort")
+            self.store.hubs[watcher.rt.key].remove(watcher)
+            self._watchers.discard(watcher)
+            dropped += 1
+        return dropped
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "resourceVersion": str(self.store.rv),
+            "objects": {rt.key: self.store.count(rt) for rt in self.registry.types},
+            "watchers": {rt.key: len(self.store.hubs[rt.key]) for rt in self.registry.types},
+            "history": {
+                rt.key: {
+                    "events": len(self.store.history(rt)),
+                    "floor": self.store.history(rt).floor,
+                }
+                for rt in self.registry.types
+            },
+            "historySize": self.store.history_size,
+        }
+
+    def shutdown(self) -> None:
+        """End every open watch cleanly (server stopping)."""
+        for watcher in list(self._watchers):
+            self.close_watch(watcher)
+
+
+__all__ = ["ApiServer", "LocalWatch", "WatchEvent"]

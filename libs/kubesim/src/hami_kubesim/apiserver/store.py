@@ -1,0 +1,403 @@
+"""The object store: every write path of the API server, with one global resourceVersion.
+
+Plain synchronous code: each call is one atomic step on the event loop, so a write, its
+resourceVersion and the fan-out of its watch event happen together.  The store owns the dicts
+passed in and never mutates a dict once stored; callers must not mutate what they get back.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from hami_kubesim.apiserver.errors import (
+    AlreadyExistsError,
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    InvalidError,
+    NotFoundError,
+    precondition_failed,
+)
+from hami_kubesim.apiserver.history import ADDED, DELETED, MODIFIED, Change, Entry, History
+from hami_kubesim.apiserver.listing import Listing, ListPage
+from hami_kubesim.apiserver.watch import WatchHub
+from hami_kubesim.objects import strategies
+from hami_kubesim.objects.clock import generated_name, new_uid, rfc3339
+from hami_kubesim.objects.patching import apply_patch
+from hami_kubesim.objects.pods import bind_pod
+from hami_kubesim.objects.resources import NAMESPACES, PODS, Registry, ResourceType
+
+Key = tuple[str, str]  # (namespace or "", name)
+BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class Store:
+    """All objects of all resource types, their change history and their watchers."""
+
+    def __init__(
+        self,
+        *,
+        registry: Registry | None = None,
+        history: int = 10_000,
+        clock: Callable[[], str] = rfc3339,
+        seed: int | None = None,
+        bootstrap: bool = True,
+    ) -> None:
+        self.registry = registry or Registry()
+        self.rv = 0
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._history_size = history
+        self._objects: dict[str, dict[str, dict[str, Entry]]] = {}
+        self._history: dict[str, History] = {}
+        self.hubs: dict[str, WatchHub] = {}
+        self.listing = Listing(self)
+        self._dry = False
+        for rt in self.registry.types:
+            self._objects[rt.key] = {}
+            self._history[rt.key] = History(history)
+            self.hubs[rt.key] = WatchHub(rt)
+        if bootstrap:
+            for name in BOOTSTRAP_NAMESPACES:
+                self.create(NAMESPACES, {"metadata": {"name": name}}, namespace=None)
+
+    @contextmanager
+    def dry_run(self, enabled: bool = True) -> Iterator[None]:
+        """Within the block, writes are checked and answered but not stored (``dryRun=All``).
+        The block must not await: the flag belongs to the single step it wraps."""
+        previous, self._dry = self._dry, enabled
+        try:
+            yield
+        finally:
+            self._dry = previous
+
+    # ----- reads -------------------------------------------------------------------------
+    def buckets(self, rt: ResourceType) -> dict[str, dict[str, Entry]]:
+        return self._objects[rt.key]
+
+    def history(self, rt: ResourceType) -> History:
+        return self._history[rt.key]
+
+    def entry(self, rt: ResourceType, namespace: str | None, name: str) -> Entry:
+        found = self._objects[rt.key].get(namespace or "", {}).get(name)
+        if found is None:
+            raise NotFoundError(rt.plural, rt.group, name)
+        return found
+
+    def find(self, rt: ResourceType, namespace: str | None, name: str) -> Entry | None:
+        return self._objects[rt.key].get(namespace or "", {}).get(name)
+
+    def count(self, rt: ResourceType) -> int:
+        return sum(len(b) for b in self._objects[rt.key].values())
+
+    def select(self, rt: ResourceType, **kwargs: Any) -> ListPage:
+        """See :meth:`Listing.list`."""
+        return self.listing.list(rt, **kwargs)
+
+    # ----- writes ------------------------------------------------------------------------
+    def prepare_create(self, rt: ResourceType, obj: Any, namespace: str | None) -> dict[str, Any]:
+        """Normalize and default a new object (what admission sees)."""
+        normalized = strategies.normalize_body(rt, obj, namespace)
+        strategies.prepare_for_create(rt, normalized)
+        return normalized
+
+    def create(self, rt: ResourceType, obj: Any, *, namespace: str | None) -> Entry:
+        obj = self.prepare_create(rt, obj, namespace)
+        meta = obj["metadata"]
+        if rt.namespaced:
+            self.check_namespace(namespace or "")
+        if meta.get("resourceVersion"):
+            raise ApiError(500, "resourceVersion should not be set on objects to be created")
+        bucket = self._objects[rt.key].get(namespace or "", {})
+        name = meta.get("name")
+        if not name:
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise InvalidError(
+                    rt.kind,
+                    rt.group,
+                    "",
+                    [
+                        (
+                            "metadata.name",
+                            "FieldValueRequired",
+                            "Required value: name or generateName is required",
+                        )
+                    ],
+                )
+            for _ in range(16):
+                name = generated_name(prefix, self._rng)
+                if name not in bucket:
+                    break
+            meta["name"] = name
+        causes = strategies.validate_create(rt, obj)
+        if causes:
+            raise InvalidError(rt.kind, rt.group, name, causes)
+        if name in bucket:
+            raise AlreadyExistsError(rt.plural, rt.group, name)
+        for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            meta.pop(key, None)
+        meta["uid"] = new_uid()
+        meta["creationTimestamp"] = self._clock()
+        return self._commit(rt, ADDED, obj, None)
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        obj: Any,
+        *,
+        subresource: str | None = None,
+    ) -> Entry:
+        """PUT: the body replaces the object; its resourceVersion is a precondition."""
+        obj = strategies.normalize_body(rt, obj, namespace)
+        meta = obj["metadata"]
+        if meta.get("name") != name:
+            raise BadRequestError(
+                f"the name of the object ({meta.get('name', '')}) does not match the name on "
+                f"the URL ({name})"
+            )
+        old = self.find(rt, namespace, name)
+        if old is None:
+            if rt.allow_create_on_update and subresource is None:
+                meta.pop("resourceVersion", None)
+                return self.create(rt, obj, namespace=namespace)
+            raise NotFoundError(rt.plural, rt.group, name)
+        old_meta = old.obj["metadata"]
+        given_rv = meta.get("resourceVersion")
+        if not given_rv:
+            if not rt.allow_unconditional_update:
+                raise InvalidError(
+                    rt.kind,
+                    rt.group,
+                    name,
+                    [
+                        (
+                            "metadata.resourceVersion",
+                            "FieldValueInvalid",
+                            "Invalid value: 0x0: must be specified for an update",
+                        )
+                    ],
+                )
+        elif given_rv != old_meta["resourceVersion"]:
+            raise ConflictError(rt.plural, rt.group, name)
+        uid = meta.get("uid")
+        if uid and uid != old_meta["uid"]:
+            raise ConflictError(
+                rt.plural,
+                rt.group,
+                name,
+                precondition_failed("UID", uid, old_meta["uid"]),
+            )
+        return self._replace(rt, old, obj, subresource)
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+    ) -> Entry:
+        """PATCH against the latest stored version; a resourceVersion the patch sets is a
+        precondition, a changed uid is invalid."""
+        old = self.entry(rt, namespace, name)
+        original = {"apiVersion": rt.api_version, "kind": rt.kind, **old.obj}
+        patched = apply_patch(rt.kind, original, content_type, body)
+        meta = patched.get("metadata")
+        if not isinstance(meta, dict):
+            raise BadRequestError("metadata must be an object")
+        old_meta = old.obj["metadata"]
+        rv = meta.get("resourceVersion")
+        if rv and rv != old_meta["resourceVersion"]:
+            raise ConflictError(rt.plural, rt.group, name)
+        if meta.get("name") != name:
+            raise BadRequestError(
+                f"the name of the object ({meta.get('name', '')}) does not match the name on "
+                f"the URL ({name})"
+            )
+        causes = strategies.validate_immutable(meta, old_meta)
+        if causes:
+            raise InvalidError(rt.kind, rt.group, name, causes)
+        patched = strategies.normalize_body(rt, patched, namespace)
+        return self._replace(rt, old, patched, subresource)
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        options: dict[str, Any] | None = None,
+    ) -> Entry:
+        """Delete at once, or mark ``deletionTimestamp`` while finalizers remain."""
+        old = self.entry(rt, namespace, name)
+        meta = old.obj["metadata"]
+        pre = (options or {}).get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != meta["uid"]:
+            raise ConflictError(
+                rt.plural,
+                rt.group,
+                name,
+                precondition_failed("UID", pre["uid"], meta["uid"]),
+            )
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+            raise ConflictError(
+                rt.plural,
+                rt.group,
+                name,
+                precondition_failed(
+                    "ResourceVersion", pre["resourceVersion"], meta["resourceVersion"]
+                ),
+            )
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return old
+            marked = {
+                **old.obj,
+                "metadata": {
+                    **meta,
+                    "deletionTimestamp": self._clock(),
+                    "deletionGracePeriodSeconds": 0,
+                },
+            }
+            return self._commit(rt, MODIFIED, marked, old)
+        if rt is NAMESPACES:
+            self._delete_namespace_contents(name)
+        return self._remove(rt, old)
+
+    def delete_collection(self, rt: ResourceType, entries: Iterable[Entry]) -> list[Entry]:
+        out = []
+        for entry in list(entries):
+            meta = entry.obj["metadata"]
+            current = self.find(rt, meta.get("namespace"), meta["name"])
+            if current is not None:
+                out.append(self.delete(rt, meta.get("namespace"), meta["name"]))
+        return out
+
+    def bind(self, namespace: str, name: str, binding: Any) -> Entry:
+        """``pods/binding``: assign the pod to a node, atomically."""
+        if not isinstance(binding, dict):
+            raise BadRequestError("the body of the request must be a JSON object")
+        old = self.entry(PODS, namespace, name)
+        new = bind_pod(old.obj, binding, name, self._clock())
+        return self._commit(PODS, MODIFIED, new, old)
+
+    # ----- internals ---------------------------------------------------------------------
+    def check_namespace(self, namespace: str) -> None:
+        ns = self.find(NAMESPACES, None, namespace)
+        if ns is None:
+            raise NotFoundError("namespaces", "", namespace)
+        if ns.obj["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                f"unable to create new content in namespace {namespace} because it is being "
+                "terminated",
+                reason="Forbidden",
+            )
+
+    def _replace(
+        self, rt: ResourceType, old: Entry, obj: dict[str, Any], subresource: str | None
+    ) -> Entry:
+        old_meta = old.obj["metadata"]
+        new = strategies.prepare_for_update(rt, obj, old.obj, subresource)
+        meta = dict(new["metadata"])
+        meta["uid"] = old_meta["uid"]
+        meta["creationTimestamp"] = old_meta["creationTimestamp"]
+        for key in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        new["metadata"] = meta
+        causes = strategies.validate_update(rt, new, old.obj, subresource)
+        if causes:
+            raise InvalidError(rt.kind, rt.group, meta["name"], causes)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(rt, old, new)
+        if new == old.obj:
+            return old  # identical writes do not reach storage: no new resourceVersion, no event
+        return self._commit(rt, MODIFIED, new, old)
+
+    def _commit(
+        self, rt: ResourceType, kind: str, obj: dict[str, Any], prev: Entry | None
+    ) -> Entry:
+        meta = obj["metadata"]
+        if prev is not None and meta is prev.obj["metadata"]:
+            meta = obj["metadata"] = dict(meta)
+        if self._dry:
+            if prev is None:
+                meta.pop("resourceVersion", None)
+            else:
+                meta["resourceVersion"] = prev.obj["metadata"]["resourceVersion"]
+            return Entry(obj, self.rv)
+        self.rv += 1
+        meta["resourceVersion"] = str(self.rv)
+        entry = Entry(obj, self.rv)
+        bucket_key = meta.get("namespace") or ""
+        buckets = self._objects[rt.key]
+        bucket = buckets.get(bucket_key)
+        if bucket is None:
+            bucket = buckets[bucket_key] = {}
+        if prev is None:
+            self.listing.invalidate(rt, bucket_key)
+        bucket[meta["name"]] = entry
+        self.listing.reindex(rt, prev, entry)
+        self._publish(rt, Change(kind, entry, prev))
+        return entry
+
+    def _remove(self, rt: ResourceType, old: Entry, last: dict[str, Any] | None = None) -> Entry:
+        """Delete ``old``; the DELETED event carries ``last`` (default: ``old``'s state)."""
+        if self._dry:
+            return old
+        self.rv += 1
+        meta = old.obj["metadata"]
+        state = last if last is not None else old.obj
+        final = Entry(
+            {**state, "metadata": {**state["metadata"], "resourceVersion": str(self.rv)}}, self.rv
+        )
+        bucket_key = meta.get("namespace") or ""
+        bucket = self._objects[rt.key].get(bucket_key, {})
+        bucket.pop(meta["name"], None)
+        if not bucket:
+            self._objects[rt.key].pop(bucket_key, None)
+        self.listing.invalidate(rt, bucket_key)
+        self.listing.reindex(rt, old, None)
+        self._publish(rt, Change(DELETED, final, None))
+        return final
+
+    def _publish(self, rt: ResourceType, change: Change) -> None:
+        self._history[rt.key].append(change)
+        self.hubs[rt.key].dispatch(change)
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        for rt in self.registry.types:
+            if not rt.namespaced:
+                continue
+            bucket = self._objects[rt.key].get(namespace)
+            for entry in list((bucket or {}).values()):
+                self._remove(rt, entry)
+
+    # ----- history control ---------------------------------------------------------------
+    def compact(self, rv: int | None = None) -> int:
+        """Forget history up to ``rv`` (default: now); older watch starting points get 410."""
+        target = self.rv if rv is None else rv
+        for hist in self._history.values():
+            hist.compact(target)
+        return target
+
+    def set_history_size(self, size: int) -> None:
+        self._history_size = size
+        for hist in self._history.values():
+            hist.resize(size)
+
+    @property
+    def history_size(self) -> int:
+        return self._history_size

@@ -1,0 +1,224 @@
+"""A whole simulated cluster: the API server plus the configured control-plane stand-ins.
+
+``async with running_cluster(config) as cluster:`` serves the API server, creates the configured
+namespaces and nodes, connects the admission dispatcher (webhook calls on pod CREATE), creates the
+initial objects, then runs the scheduling loop and one kubelet stand-in per node under one
+``asyncio.TaskGroup``. It returns once everything has synced; a stand-in that crashes cancels
+the block with its error. Leaving the block stops everything and removes any temporary plugin
+directory it created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from hami_kubesim.admission.dispatch import AdmissionDispatcher
+from hami_kubesim.apiserver.server import ApiServer
+from hami_kubesim.cluster.config import (
+    ClusterConfig,
+    ClusterConfigError,
+    SchedulingSpec,
+    load_cluster_config,
+)
+from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.objects.resources import ResourceType
+from hami_kubesim.scheduler.config import (
+    SchedulerConfig,
+    load_scheduler_config,
+)
+from hami_kubesim.scheduler.loop import SchedulingLoop
+from hami_kubesim.testing import RunningApiServer, running_apiserver
+
+log = structlog.get_logger(__name__)
+
+_MAX_PLUGIN_DIR = 90
+"""Longest plugin dir path accepted: unix socket paths are limited to 107 bytes, and plugin
+socket names (``nvidia-gpu.sock``) need room after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A running simulated cluster."""
+
+    url: str
+    """The API server's plain-http URL."""
+    config: ClusterConfig
+    apiserver: RunningApiServer
+    """The served API server (``apiserver.server`` for in-process access and fault injection)."""
+    kubelets: Mapping[str, KubeletStandIn]
+    """Kubelet stand-ins by node name (restart simulation, allocation records)."""
+    plugin_dirs: Mapping[str, Path]
+    """Where each node's ``kubelet.sock`` is: point that node's device plugin here."""
+    admission: AdmissionDispatcher | None
+    scheduler: SchedulingLoop | None
+
+    def kubelet(self, node: str) -> KubeletStandIn:
+        return self.kubelets[node]
+
+    def info(self) -> dict[str, Any]:
+        """What a script needs to drive the cluster, as JSON-ready data."""
+        return {
+            "url": self.url,
+            "nodes": {
+                name: {
+                    "pluginDir": str(path),
+                    "kubeletSocket": str(self.kubelets[name].kubelet_socket),
+                }
+                for name, path in self.plugin_dirs.items()
+            },
+        }
+
+
+def scheduler_config_for(spec: SchedulingSpec) -> SchedulerConfig:
+    """The KubeSchedulerConfiguration to run, with ``extenderURLs`` applied in order."""
+    config = SchedulerConfig() if spec.config is None else load_scheduler_config(spec.config)
+    for index, url in enumerate(spec.extender_urls):
+        try:
+            config = config.with_extender_url(url, index=index)
+        except IndexError as error:
+            raise ClusterConfigError(
+                f"scheduling.extenderURLs[{index}]", url, str(error)
+            ) from error
+    return config
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(
+    config: ClusterConfig | Path | str,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+) -> AsyncIterator[Cluster]:
+    """Run the cluster ``config`` describes (a parsed config or a path to its YAML file)."""
+    if not isinstance(config, ClusterConfig):
+        config = load_cluster_config(config)
+    scheduler_config = (
+        scheduler_config_for(config.scheduling) if config.scheduling.enabled else None
+    )
+    admission = (
+        AdmissionDispatcher(service_urls=config.admission.service_urls)
+        if config.admission.enabled
+        else None
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        plugin_dirs = _plugin_dirs(config, stack)
+        sim = await stack.enter_async_context(
+            running_apiserver(
+                admission=admission,
+                host=host if host is not None else config.host,
+                port=port if port is not None else config.port,
+            )
+        )
+        await _create_nodes_and_namespaces(sim.server, config)
+        if admission is not None:
+            await stack.enter_async_context(admission.connected(sim.url))
+        await _create_objects(sim.server, config)
+        kubelets = {
+            node.name: KubeletStandIn(
+                KubeletSettings(
+                    node_name=node.name,
+                    plugin_dir=plugin_dirs[node.name],
+                    api_url=sim.url,
+                    pod_cidr=node.pod_cidr,
+                    host_ip=node.address,
+                    grace_period=config.kubelet.grace_period,
+                    call_timeout=config.kubelet.call_timeout,
+                )
+            )
+            for node in config.nodes
+            if node.kubelet
+        }
+        scheduler = (
+            None if scheduler_config is None else SchedulingLoop(scheduler_config, api_url=sim.url)
+        )
+        cluster = Cluster(
+            url=sim.url,
+            config=config,
+            apiserver=sim,
+            kubelets=kubelets,
+            plugin_dirs=plugin_dirs,
+            admission=admission,
+            scheduler=scheduler,
+        )
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(k.run(), name=f"kubelet-{name}") for name, k in kubelets.items()
+            ]
+            if scheduler is not None:
+                tasks.append(group.create_task(scheduler.run(), name="kubesim-scheduler"))
+            try:
+                for kubelet in kubelets.values():
+                    await kubelet.wait_ready()
+                if scheduler is not None:
+                    await scheduler.wait_ready()
+                log.info("cluster ready", url=sim.url, nodes=sorted(plugin_dirs))
+                yield cluster
+            finally:
+                for task in tasks:
+                    task.cancel()
+
+
+def _plugin_dirs(config: ClusterConfig, stack: contextlib.AsyncExitStack) -> dict[str, Path]:
+    root = config.kubelet.plugin_root
+    if root is None and any(n.kubelet and n.plugin_dir is None for n in config.nodes):
+        root = Path(tempfile.mkdtemp(prefix="kubesim-"))
+        stack.callback(shutil.rmtree, root, ignore_errors=True)
+    dirs: dict[str, Path] = {}
+    for node in config.nodes:
+        if not node.kubelet:
+            continue
+        path = node.plugin_dir or (root or Path()) / node.name
+        path = path.absolute()
+        if len(str(path)) > _MAX_PLUGIN_DIR:
+            raise ClusterConfigError(
+                f"plugin dir of {node.name}",
+                str(path),
+                f"must be at most {_MAX_PLUGIN_DIR} characters (unix socket path limit)",
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        dirs[node.name] = path
+    return dirs
+
+
+async def _create_nodes_and_namespaces(server: ApiServer, config: ClusterConfig) -> None:
+    for namespace in config.namespaces:
+        if server.try_get("namespaces", namespace) is None:
+            await server.create(
+                "namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+    for node in config.nodes:
+        await server.create("nodes", node.to_object())
+        # Status is set through its subresource too, in case creation drops it.
+        await server.patch(
+            "nodes", node.name, {"status": node.status()}, patch_type="merge", subresource="status"
+        )
+
+
+async def _create_objects(server: ApiServer, config: ClusterConfig) -> None:
+    for index, obj in enumerate(config.objects):
+        rt = _resource_type(server, str(obj["apiVersion"]), str(obj["kind"]))
+        if rt is None:
+            raise ClusterConfigError(
+                f"objects[{index}]",
+                f"{obj['apiVersion']} {obj['kind']}",
+                "kind not served by the emulator",
+            )
+        namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        await server.create(rt, dict(obj), namespace=namespace if rt.namespaced else None)
+
+
+def _resource_type(server: ApiServer, api_version: str, kind: str) -> ResourceType | None:
+    return next(
+        (t for t in server.registry.types if t.api_version == api_version and t.kind == kind),
+        None,
+    )

@@ -1,0 +1,429 @@
+"""A kubelet stand-in for one simulated node.
+
+It serves the device-plugin ``Registration`` service on ``<plugin dir>/kubelet.sock``, keeps the
+node's device capacity/allocatable current from every plugin's ListAndWatch stream, and admits
+the pods bound to its node one at a time, like the kubelet's pod workers. No container runs.
+
+What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
+
+* Node status: per resource, capacity = all devices, allocatable = devices reported
+  ``Healthy`` (merge patches on ``nodes/<node>/status``; other resources untouched). It patches
+  as soon as a plugin reports a change, where the kubelet waits for its next status sync.
+* A plugin's stream ending: all its devices become unhealthy (capacity kept, allocatable 0);
+  after the grace period (5 min) without a new registration the resource is dropped and reported
+  with capacity and allocatable 0. A re-registration replaces the old endpoint at once.
+* Admission: see :mod:`.kubelet_devicemanager`. A refusal marks the pod ``Failed`` with reason
+  ``UnexpectedAdmissionError`` and message ``Pod was rejected: Allocate failed due to <error>,
+  which is unexpected`` and posts a Warning Event, as ``rejectPod`` does. Pods asking for no
+  device-plugin resource go straight to ``Running``.
+* Devices are freed when a pod is deleted or reaches ``Succeeded``/``Failed``; a pod marked for
+  deletion is deleted with grace period 0 once "stopped".
+* Restart (:meth:`KubeletStandIn.restart`): every unix socket in the plugin dir is deleted
+  (plugin sockets included, other files kept), plugin connections drop, ``kubelet.sock`` is
+  created again; pod allocations survive (the kubelet's checkpoint) and device lists stay empty
+  until the plugins register again. Node status is not rewritten meanwhile.
+
+What each container was given (device IDs, envs, mounts, devices, annotations, CDI devices) is
+kept in memory (:attr:`KubeletStandIn.allocations`) and, for pods that got any device, written
+to the emulator's own pod annotation ``kubesim.hami.io/container-allocations`` as JSON
+``{"node": N, "containers": [{"name", "kind": init|sidecar|app, "resources": [{"resource",
+"deviceIDs", "envs", "mounts", "devices", "annotations", "cdiDevices"}]}]}`` before the pod is
+marked ``Running``. A failing ``PreStartContainer`` leaves the pod ``Pending`` with that
+container waiting in ``CreateContainerConfigError`` (no retry). Status writes are retried on
+5xx/429 and lost connections.
+
+It talks to the API server through :mod:`hami_kube`: a ``Reflector`` follows the node's pods
+(``fieldSelector=spec.nodeName=<node>``), writes go through ``KubeClient`` (retried with
+``with_retries``), and the rejection Event through ``EventRecorder``, which bumps the count of a
+repeated one as the kubelet's recorder does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+
+from hami_kube.backoff import Backoff
+from hami_kube.errors import KubeError, NotFoundError
+from hami_kube.events import EventRecorder, EventType
+from hami_kube.patch import patch_metadata, with_retries
+from hami_kube.reflector import EventHandlers, Reflector
+from hami_kube.resources import NODES, PODS, JsonObject
+from hami_kube.rest import KubeClient
+from hami_kube.timefmt import format_time, utc_now
+from hami_kubelet_api.constants import (
+    ENDPOINT_STOP_GRACE_PERIOD_SECONDS,
+    KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS,
+)
+from hami_kubesim.access import RECONNECT_BACKOFF, connect, reflector_config
+from hami_kubesim.background_tasks import start, stop
+from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager, PreStartError
+from hami_kubesim.kubelet.devices import ResourceDevices
+from hami_kubesim.kubelet.registration import RegistrationServer
+from hami_kubesim.kubelet.status import (
+    ALLOCATIONS_ANNOTATION,
+    REASON_UNEXPECTED_ADMISSION,
+    PodAllocation,
+    admission_failure_message,
+    capacity_patch,
+    next_pod_ip,
+    rejected_status,
+    running_status,
+    start_failed_status,
+)
+
+log = structlog.get_logger(__name__)
+
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+_WRITE_ATTEMPTS = 10
+_COMPONENT = "kubelet"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletSettings:
+    """How one kubelet stand-in runs.
+
+    ``plugin_dir`` plays ``/var/lib/kubelet/device-plugins/``; keep its path short (unix socket
+    paths are limited to 107 bytes). ``pod_cidr`` is where pod IPs come from; ``host_ip`` is used
+    when the node object has no ``InternalIP`` address.
+    """
+
+    node_name: str
+    plugin_dir: Path
+    api_url: str
+    pod_cidr: str = "10.244.0.0/24"
+    host_ip: str = "127.0.0.1"
+    dial_timeout: float = float(KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS)
+    call_timeout: float = 60.0
+    """Deadline for GetPreferredAllocation/Allocate (the kubelet sets none; a safeguard here)."""
+    grace_period: float = float(ENDPOINT_STOP_GRACE_PERIOD_SECONDS)
+
+
+class KubeletStandIn:
+    """Run with ``async with KubeletStandIn(settings) as kubelet:`` or ``await run()``."""
+
+    def __init__(self, settings: KubeletSettings) -> None:
+        self.settings = settings
+        self._wake_publisher = asyncio.Event()
+        self._devices = DeviceManager(
+            node=settings.node_name,
+            publish=self._wake_publisher.set,
+            grace_period=settings.grace_period,
+        )
+        self._registration = RegistrationServer(
+            plugin_dir=settings.plugin_dir,
+            on_register=self._devices.register,
+            dial_timeout=settings.dial_timeout,
+            call_timeout=settings.call_timeout,
+        )
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._handled: set[str] = set()
+        self._finalizing: set[str] = set()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._allocations: dict[tuple[str, str], PodAllocation] = {}
+        self._pod_ips: dict[str, str] = {}
+        self._ready = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._client: KubeClient | None = None
+        self.restarts = 0
+
+    # ----- public views ------------------------------------------------------------------
+
+    @property
+    def node_name(self) -> str:
+        return self.settings.node_name
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.settings.plugin_dir
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self._registration.socket_path
+
+    @property
+    def registrations(self) -> Mapping[str, int]:
+        """Registrations accepted so far, per resource name."""
+        return dict(self._devices.registrations)
+
+    def resources(self) -> dict[str, ResourceDevices]:
+        """Devices per registered resource, as last reported by the plugins."""
+        return self._devices.resources()
+
+    @property
+    def allocations(self) -> Mapping[tuple[str, str], PodAllocation]:
+        """What each admitted pod's containers were given, by ``(namespace, name)``."""
+        return dict(self._allocations)
+
+    def allocation(self, namespace: str, name: str) -> PodAllocation | None:
+        return self._allocations.get((namespace, name))
+
+    def devices_in_use(self, resource: str) -> frozenset[str]:
+        """Device IDs held by active pods on this node."""
+        return self._devices.in_use(resource)
+
+    # ----- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._runner = await start(
+            self.run(),
+            self._ready,
+            name=f"kubelet-{self.node_name}",
+            limit=None,
+            what=f"kubelet {self.node_name}",
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        runner, self._runner = self._runner, None
+        await stop(runner)
+
+    async def wait_ready(self) -> None:
+        """Until kubelet.sock is served and the first pod list has been read."""
+        await self._ready.wait()
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
+        component = f"{_COMPONENT}/{self.node_name}"
+        try:
+            async with connect(self.settings.api_url, component=component) as client:
+                self._client = client
+                await self._serve(client)
+        finally:
+            self._ready.clear()
+            self._client = None
+            await self._registration.stop()
+            await self._devices.aclose()
+
+    async def _serve(self, client: KubeClient) -> None:
+        name = self.node_name
+        events = EventRecorder(client, component=_COMPONENT, host=name)
+        pods = Reflector(
+            client,
+            PODS,
+            config=reflector_config(field_selector=f"spec.nodeName={name}"),
+            handlers=[
+                EventHandlers(on_add=self._observe, on_update=self._replaced, on_delete=self._gone)
+            ],
+            name=f"kubelet-{name}-pods",
+        )
+        self._remove_sockets()
+        await self._registration.start()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
+            group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
+            group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
+            await pods.wait_synced()
+            self._ready.set()
+
+    async def restart(self) -> None:
+        """Simulate a kubelet restart as the plugins see it.
+
+        The Registration server goes away, every unix socket in the plugin dir is deleted (the
+        kubelet's start-up clean-up; other files stay), all plugin connections are dropped and
+        ``kubelet.sock`` is created again. Pod allocations survive (the kubelet's checkpoint);
+        device lists are empty until each plugin registers again.
+        """
+        await self._registration.stop()
+        self._remove_sockets()
+        await self._devices.forget_plugins()
+        await self._registration.start()
+        self.restarts += 1
+        log.info("kubelet restarted", node=self.node_name)
+
+    def _remove_sockets(self) -> None:
+        """The kubelet's start-up clean-up: every unix socket in the plugin dir goes."""
+        for entry in self.settings.plugin_dir.iterdir():
+            if entry.is_socket():
+                entry.unlink(missing_ok=True)
+
+    # ----- node status -------------------------------------------------------------------
+
+    async def _publish_loop(self, client: KubeClient) -> None:
+        backoff = Backoff(RECONNECT_BACKOFF)
+        while True:
+            await self._wake_publisher.wait()
+            self._wake_publisher.clear()
+            patch = capacity_patch(self._devices.capacity_view())
+            try:
+                await client.patch(NODES, self.node_name, patch, subresource="status")
+                backoff.reset()
+            except KubeError as error:
+                log.warning("node status patch failed", node=self.node_name, error=str(error))
+                await asyncio.sleep(backoff.next_delay())
+                self._wake_publisher.set()
+
+    # ----- pods --------------------------------------------------------------------------
+
+    async def _replaced(self, old: JsonObject, new: JsonObject) -> None:
+        if _uid(old) != _uid(new):  # deleted and created again under the same name
+            self._forget(_uid(old))
+        await self._observe(new)
+
+    def _gone(self, pod: JsonObject) -> None:
+        self._forget(_uid(pod))
+
+    async def _observe(self, pod: JsonObject) -> None:
+        meta = pod.get("metadata") or {}
+        uid = _uid(pod)
+        if (pod.get("spec") or {}).get("nodeName") != self.node_name:
+            self._forget(uid)
+            return
+        self._pods[uid] = pod
+        phase = (pod.get("status") or {}).get("phase")
+        if meta.get("deletionTimestamp"):
+            self._free(uid)
+            await self._finalize(pod)
+        elif phase in _TERMINAL:
+            self._free(uid)
+            self._handled.add(uid)
+        elif uid not in self._handled:
+            self._handled.add(uid)
+            if phase == "Running":
+                return  # started before this stand-in knew it; nothing to admit
+            self._queue.put_nowait(uid)
+
+    def _free(self, uid: str) -> None:
+        # Freed devices change nothing on the node object: allocatable never subtracts usage.
+        self._devices.release(uid)
+        self._pod_ips.pop(uid, None)
+
+    def _forget(self, uid: str) -> None:
+        self._free(uid)
+        pod = self._pods.pop(uid, None)
+        self._handled.discard(uid)
+        self._finalizing.discard(uid)
+        if pod is not None:
+            meta = pod.get("metadata") or {}
+            key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
+            found = self._allocations.get(key)
+            if found is not None and found.uid == uid:
+                del self._allocations[key]
+
+    async def _finalize(self, pod: Mapping[str, Any]) -> None:
+        """Confirm a graceful deletion: the containers are 'stopped', delete with grace 0."""
+        uid = _uid(pod)
+        if uid in self._finalizing or self._client is None:
+            return
+        self._finalizing.add(uid)
+        namespace, name = _namespaced_name(pod)
+        with contextlib.suppress(KubeError):
+            await self._client.delete(
+                PODS, name, namespace=namespace, uid=uid, grace_period_seconds=0
+            )
+
+    async def _admit_loop(self, client: KubeClient, events: EventRecorder) -> None:
+        while True:
+            uid = await self._queue.get()
+            pod = self._pods.get(uid)
+            if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            try:
+                await self._admit(client, events, pod)
+            except KubeError as error:
+                log.warning("pod admission write failed", node=self.node_name, error=str(error))
+            except Exception:
+                # One bad pod must not stop the node's pod worker.
+                log.exception("pod admission crashed", node=self.node_name)
+
+    async def _admit(self, client: KubeClient, events: EventRecorder, pod: dict[str, Any]) -> None:
+        uid = _uid(pod)
+        namespace, name = _namespaced_name(pod)
+        try:
+            allocation = await self._devices.admit(pod)
+        except AdmissionError as error:
+            await self._reject(client, events, pod, admission_failure_message(str(error)))
+            return
+        if uid not in self._pods:  # deleted while the plugins were answering
+            self._free(uid)
+            return
+        self._allocations[(namespace, name)] = allocation
+        if allocation.has_devices:
+            annotations = {ALLOCATIONS_ANNOTATION: allocation.annotation_value()}
+            written = await _write(
+                lambda: patch_metadata(
+                    client, PODS, name, namespace=namespace, annotations=annotations
+                )
+            )
+            if written is None:
+                self._forget(uid)
+                return
+        try:
+            await self._devices.pre_start(allocation)
+        except PreStartError as error:
+            status = start_failed_status(pod, error.container, str(error))
+            await _patch_status(client, pod, status)
+            return
+        host_ip = await self._host_ip(client)
+        spec = pod.get("spec") or {}
+        pod_ip = host_ip if spec.get("hostNetwork") else self._pod_ip(uid)
+        status = running_status(pod, host_ip=host_ip, pod_ip=pod_ip, now=format_time(utc_now()))
+        if await _patch_status(client, pod, status) is not None:
+            log.info("pod running", node=self.node_name, pod=f"{namespace}/{name}")
+        else:
+            self._forget(uid)
+
+    async def _reject(
+        self, client: KubeClient, events: EventRecorder, pod: Mapping[str, Any], message: str
+    ) -> None:
+        namespace, name = _namespaced_name(pod)
+        log.info("pod rejected", node=self.node_name, pod=f"{namespace}/{name}", message=message)
+        await _patch_status(client, pod, rejected_status(pod, message))
+        await events.record(pod, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
+
+    async def _host_ip(self, client: KubeClient) -> str:
+        try:
+            node = await client.get(NODES, self.node_name)
+        except KubeError:
+            return self.settings.host_ip
+        for address in (node.get("status") or {}).get("addresses") or []:
+            if address.get("type") == "InternalIP" and address.get("address"):
+                return str(address["address"])
+        return self.settings.host_ip
+
+    def _pod_ip(self, uid: str) -> str:
+        if uid not in self._pod_ips:
+            taken = frozenset(self._pod_ips.values())
+            self._pod_ips[uid] = next_pod_ip(self.settings.pod_cidr, taken, node=self.node_name)
+        return self._pod_ips[uid]
+
+
+async def _write(operation: Callable[[], Awaitable[JsonObject]]) -> JsonObject | None:
+    """``operation()``, retried as the kubelet's status manager retries (5xx, 429, lost
+    connections) with backoff; ``None`` when the pod is gone (404)."""
+    try:
+        return await with_retries(operation, attempts=_WRITE_ATTEMPTS, backoff=RECONNECT_BACKOFF)
+    except NotFoundError:
+        return None
+
+
+async def _patch_status(
+    client: KubeClient, pod: Mapping[str, Any], status: Mapping[str, Any]
+) -> JsonObject | None:
+    namespace, name = _namespaced_name(pod)
+    body = {"status": status}
+    return await _write(
+        lambda: client.patch(PODS, name, body, namespace=namespace, subresource="status")
+    )
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
+
+
+def _namespaced_name(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "default")), str(meta.get("name", ""))

@@ -1,0 +1,294 @@
+"""Pure builders for what the kubelet stand-in writes back to the API server.
+
+Holds the allocation records (what each container was given by the device plugins) and their
+JSON form stored in the emulator's own pod annotation ``kubesim.hami.io/container-allocations``,
+the pod status of an admitted (Running) pod, of a pod the kubelet rejected
+(``Failed``/``UnexpectedAdmissionError``) and of a pod whose container could not start, the
+node-status patch for device capacity, and the Go-style text of a gRPC error as the kubelet
+prints it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_kubesim.kubelet.devices import ContainerKind, ResourceDevices
+
+ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
+REASON_UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
+REASON_CREATE_CONFIG = "CreateContainerConfigError"
+
+_GO_CODE_NAMES = {"CANCELLED": "Canceled", "OK": "OK"}
+
+
+def grpc_error_text(code_name: str, details: str) -> str:
+    """A gRPC status as Go's ``status.Error`` prints it (``code = DeadlineExceeded`` style)."""
+    go_name = _GO_CODE_NAMES.get(code_name) or "".join(
+        part.capitalize() for part in code_name.split("_")
+    )
+    return f"rpc error: code = {go_name} desc = {details}"
+
+
+def admission_failure_message(error_text: str) -> str:
+    """The pod message of a device-manager admission failure (kubelet ``rejectPod``)."""
+    return f"Pod was rejected: Allocate failed due to {error_text}, which is unexpected"
+
+
+@dataclass(frozen=True, slots=True)
+class MountRecord:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpecRecord:
+    container_path: str
+    host_path: str
+    permissions: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAllocation:
+    """One ``ContainerAllocateResponse`` and the device IDs it was asked for."""
+
+    resource: str
+    device_ids: tuple[str, ...]
+    envs: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[MountRecord, ...] = ()
+    devices: tuple[DeviceSpecRecord, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "deviceIDs": list(self.device_ids),
+            "envs": dict(sorted(self.envs.items())),
+            "mounts": [
+                {
+                    "containerPath": m.container_path,
+                    "hostPath": m.host_path,
+                    "readOnly": m.read_only,
+                }
+                for m in self.mounts
+            ],
+            "devices": [
+                {
+                    "containerPath": d.container_path,
+                    "hostPath": d.host_path,
+                    "permissions": d.permissions,
+                }
+                for d in self.devices
+            ],
+            "annotations": dict(sorted(self.annotations.items())),
+            "cdiDevices": list(self.cdi_devices),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocation:
+    """Everything one container was given, one entry per device-plugin resource."""
+
+    name: str
+    kind: ContainerKind
+    resources: tuple[ResourceAllocation, ...] = ()
+
+    @property
+    def envs(self) -> dict[str, str]:
+        """Env from every resource merged in order, as the runtime would see it."""
+        merged: dict[str, str] = {}
+        for allocation in self.resources:
+            merged.update(allocation.envs)
+        return merged
+
+    def resource(self, name: str) -> ResourceAllocation | None:
+        return next((r for r in self.resources if r.resource == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "resources": [r.to_json() for r in self.resources],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PodAllocation:
+    """What a kubelet stand-in gave one pod's containers, init containers first."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    containers: tuple[ContainerAllocation, ...] = ()
+
+    def container(self, name: str) -> ContainerAllocation | None:
+        return next((c for c in self.containers if c.name == name), None)
+
+    @property
+    def has_devices(self) -> bool:
+        return any(c.resources for c in self.containers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "containers": [c.to_json() for c in self.containers]}
+
+    def annotation_value(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=False)
+
+
+def _condition(kind: str, now: str) -> dict[str, Any]:
+    return {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+
+
+def _qos_class(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    guaranteed, any_set = True, False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = {**limits, **(resources.get("requests") or {})}
+        for name in ("cpu", "memory"):
+            any_set = any_set or name in requests or name in limits
+            if name not in limits or requests.get(name) != limits.get(name):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _container_id(pod_uid: str, name: str) -> str:
+    return f"kubesim://{pod_uid}/{name}"
+
+
+def running_status(
+    pod: Mapping[str, Any], *, host_ip: str, pod_ip: str, now: str
+) -> dict[str, Any]:
+    """The status a kubelet reports once every container of ``pod`` is started and ready.
+
+    Init containers are shown as completed, sidecars (restartable init containers) and app
+    containers as running. Conditions the kubelet does not own (e.g. custom readiness gates) are
+    kept; ``PodScheduled`` keeps its transition time.
+    """
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    ours = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+    kept = [c for c in status.get("conditions") or [] if c.get("type") not in ours]
+    if not any(c.get("type") == "PodScheduled" for c in kept):
+        kept.append(_condition("PodScheduled", now))
+    init_statuses = []
+    for container in spec.get("initContainers") or []:
+        name = str(container.get("name", ""))
+        cid = _container_id(uid, name)
+        sidecar = container.get("restartPolicy") == "Always"
+        state: dict[str, Any] = (
+            {"running": {"startedAt": now}}
+            if sidecar
+            else {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": now,
+                    "finishedAt": now,
+                    "containerID": cid,
+                }
+            }
+        )
+        init_statuses.append(_container_status(container, cid, state, started=sidecar))
+    app_statuses = [
+        _container_status(
+            c,
+            _container_id(uid, str(c.get("name", ""))),
+            {"running": {"startedAt": now}},
+            started=True,
+        )
+        for c in spec.get("containers") or []
+    ]
+    out: dict[str, Any] = {
+        "phase": "Running",
+        "conditions": [*(_condition(kind, now) for kind in ours), *kept],
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": status.get("startTime") or now,
+        "containerStatuses": app_statuses,
+        "qosClass": status.get("qosClass") or _qos_class(pod),
+    }
+    if init_statuses:
+        out["initContainerStatuses"] = init_statuses
+    return out
+
+
+def _container_status(
+    container: Mapping[str, Any], cid: str, state: dict[str, Any], *, started: bool
+) -> dict[str, Any]:
+    return {
+        "name": str(container.get("name", "")),
+        "image": str(container.get("image", "")),
+        "imageID": "",
+        "containerID": cid,
+        "ready": True,
+        "started": started,
+        "restartCount": 0,
+        "state": state,
+        "lastState": {},
+    }
+
+
+def rejected_status(pod: Mapping[str, Any], message: str) -> dict[str, Any]:
+    """Kubelet ``rejectPod``: phase Failed with the admission reason and message."""
+    status = pod.get("status") or {}
+    return {
+        "phase": "Failed",
+        "reason": REASON_UNEXPECTED_ADMISSION,
+        "message": message,
+        "qosClass": status.get("qosClass") or _qos_class(pod),
+    }
+
+
+def start_failed_status(pod: Mapping[str, Any], container: str, message: str) -> dict[str, Any]:
+    """A container that could not be started (``PreStartContainer`` failed): pod stays Pending."""
+    statuses = [
+        {
+            "name": str(c.get("name", "")),
+            "image": str(c.get("image", "")),
+            "imageID": "",
+            "ready": False,
+            "started": False,
+            "restartCount": 0,
+            "state": {"waiting": {"reason": REASON_CREATE_CONFIG, "message": message}}
+            if c.get("name") == container
+            else {"waiting": {"reason": "PodInitializing"}},
+        }
+        for c in (pod.get("spec") or {}).get("containers") or []
+    ]
+    return {"phase": "Pending", "containerStatuses": statuses}
+
+
+def capacity_patch(resources: Mapping[str, ResourceDevices | None]) -> dict[str, Any]:
+    """A nodes/status merge patch for device-plugin resources.
+
+    ``None`` marks a resource whose plugin is gone past the grace period: the kubelet then
+    reports capacity 0 for it (and allocatable follows).
+    """
+    capacity = {name: str(d.capacity if d else 0) for name, d in sorted(resources.items())}
+    allocatable = {name: str(d.allocatable if d else 0) for name, d in sorted(resources.items())}
+    return {"status": {"capacity": capacity, "allocatable": allocatable}}
+
+
+def next_pod_ip(pod_cidr: str, taken: frozenset[str], *, node: str) -> str:
+    """The first free pod address of ``pod_cidr``; the first host address is left to the node's
+    bridge, as on a real node. ``RuntimeError`` when the range is exhausted."""
+    network = ipaddress.ip_network(pod_cidr, strict=False)
+    for address in itertools.islice(network.hosts(), 1, None):
+        if str(address) not in taken:
+            return str(address)
+    raise RuntimeError(f"pod CIDR {pod_cidr} of {node} is exhausted")

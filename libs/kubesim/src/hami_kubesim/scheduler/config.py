@@ -1,0 +1,428 @@
+"""KubeSchedulerConfiguration (``kubescheduler.config.k8s.io/v1``): the parts the loop obeys.
+
+Parses the same YAML file the chart ships to kube-scheduler into frozen dataclasses: profiles
+(scheduler names, ``NodeResourcesFit`` ignored resources), extenders (verbs, weight, TLS, timeout,
+``nodeCacheCapable``, ``managedResources``, ``ignorable``) and the pod backoff bounds, with
+kube-scheduler's defaults and validation rules.  Decoding is strict for the extender structures,
+as kube-scheduler's is, so a misspelt key (``enableHttps``) is an error rather than silently
+ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami_protocol.durations import parse_go_duration
+from hami_protocol.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_SCHEDULER_NAME",
+    "ExtenderConfig",
+    "ExtenderTLS",
+    "ManagedResource",
+    "Profile",
+    "SchedulerConfig",
+    "load_scheduler_config",
+    "parse_duration",
+    "parse_scheduler_config",
+]
+
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+_API_VERSIONS = frozenset(
+    {
+        "kubescheduler.config.k8s.io/v1",
+        "kubescheduler.config.k8s.io/v1beta3",
+        "kubescheduler.config.k8s.io/v1beta2",
+    }
+)
+_DEFAULT_EXTENDER_TIMEOUT = 5.0
+_TOP_LEVEL_KEYS = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "parallelism",
+        "leaderElection",
+        "clientConnection",
+        "healthzBindAddress",
+        "metricsBindAddress",
+        "enableProfiling",
+        "enableContentionProfiling",
+        "percentageOfNodesToScore",
+        "podInitialBackoffSeconds",
+        "podMaxBackoffSeconds",
+        "profiles",
+        "extenders",
+        "delayCacheUntilActive",
+    }
+)
+_PROFILE_KEYS = frozenset({"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"})
+_EXTENDER_KEYS = frozenset(
+    {
+        "urlPrefix",
+        "filterVerb",
+        "preemptVerb",
+        "prioritizeVerb",
+        "weight",
+        "bindVerb",
+        "enableHTTPS",
+        "tlsConfig",
+        "httpTimeout",
+        "nodeCacheCapable",
+        "managedResources",
+        "ignorable",
+    }
+)
+_TLS_KEYS = frozenset(
+    {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
+)
+_MANAGED_KEYS = frozenset({"name", "ignoredByScheduler"})
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedResource:
+    """``managedResources`` entry: a resource name the extender accounts for."""
+
+    name: str
+    ignored_by_scheduler: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderTLS:
+    """``tlsConfig``; the ``*Data`` forms hold decoded PEM bytes and win over the file forms."""
+
+    insecure: bool = False
+    server_name: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    cert_data: bytes = b""
+    key_data: bytes = b""
+    ca_data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """One HTTP extender, defaults applied."""
+
+    url_prefix: str
+    filter_verb: str = ""
+    prioritize_verb: str = ""
+    preempt_verb: str = ""
+    bind_verb: str = ""
+    weight: int = 0
+    enable_https: bool = False
+    tls: ExtenderTLS | None = None
+    http_timeout: float = _DEFAULT_EXTENDER_TIMEOUT
+    node_cache_capable: bool = False
+    managed_resources: tuple[ManagedResource, ...] = ()
+    ignorable: bool = False
+
+    def url_for(self, verb: str) -> str:
+        """Where ``verb`` is POSTed: the prefix without trailing slashes, ``/``, the verb."""
+        return self.url_prefix.rstrip("/") + "/" + verb
+
+    def is_interested(self, pod: Mapping[str, Any]) -> bool:
+        """kube-scheduler's ``IsInterested``: no managed resources, or the pod asks for one."""
+        if not self.managed_resources:
+            return True
+        managed = {resource.name for resource in self.managed_resources}
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            resources = (container or {}).get("resources") or {}
+            for section in ("requests", "limits"):
+                if managed.intersection((resources.get(section) or {}).keys()):
+                    return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One scheduling profile: the pods it takes and the resources its fit check ignores."""
+
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    ignored_resources: frozenset[str] = frozenset()
+    ignored_resource_groups: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """The parsed configuration."""
+
+    profiles: tuple[Profile, ...] = (Profile(),)
+    extenders: tuple[ExtenderConfig, ...] = ()
+    pod_initial_backoff: float = 1.0
+    pod_max_backoff: float = 10.0
+
+    @property
+    def scheduler_names(self) -> frozenset[str]:
+        return frozenset(profile.scheduler_name for profile in self.profiles)
+
+    def profile_for(self, scheduler_name: str) -> Profile | None:
+        for profile in self.profiles:
+            if profile.scheduler_name == scheduler_name:
+                return profile
+        return None
+
+    def ordered_extenders(self) -> tuple[ExtenderConfig, ...]:
+        """Configuration order, with every ``ignorable`` extender moved to the end."""
+        return tuple(e for e in self.extenders if not e.ignorable) + tuple(
+            e for e in self.extenders if e.ignorable
+        )
+
+    def with_extender_url(self, url_prefix: str, *, index: int = 0) -> SchedulerConfig:
+        """A copy whose extender ``index`` calls ``url_prefix`` (extenders on random ports)."""
+        if not 0 <= index < len(self.extenders):
+            raise IndexError(f"no extender #{index}; the configuration has {len(self.extenders)}")
+        extenders = list(self.extenders)
+        extenders[index] = dataclasses.replace(extenders[index], url_prefix=url_prefix)
+        return dataclasses.replace(self, extenders=tuple(extenders))
+
+
+def load_scheduler_config(path: str | Path) -> SchedulerConfig:
+    """Read and parse a KubeSchedulerConfiguration YAML file."""
+    return parse_scheduler_config(Path(path).read_text(encoding="utf-8"))
+
+
+def parse_scheduler_config(text: str) -> SchedulerConfig:
+    """Parse a KubeSchedulerConfiguration document."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", text[:200], f"not valid YAML: {exc}") from exc
+    if not isinstance(document, Mapping):
+        raise ConfigError("", document, "a KubeSchedulerConfiguration must be a mapping")
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    if api_version not in _API_VERSIONS:
+        raise ConfigError("apiVersion", api_version, f"must be one of {sorted(_API_VERSIONS)}")
+    if kind != "KubeSchedulerConfiguration":
+        raise ConfigError("kind", kind, "must be KubeSchedulerConfiguration")
+    _strict(document, _TOP_LEVEL_KEYS, "")
+    extenders = _parse_extenders(document.get("extenders"))
+    ignored = frozenset(
+        r.name for e in extenders for r in e.managed_resources if r.ignored_by_scheduler
+    )
+    profiles = _parse_profiles(document.get("profiles"), ignored)
+    initial = _positive_number(
+        document.get("podInitialBackoffSeconds", 1), "podInitialBackoffSeconds"
+    )
+    maximum = _positive_number(document.get("podMaxBackoffSeconds", 10), "podMaxBackoffSeconds")
+    if maximum < initial:
+        raise ConfigError(
+            "podMaxBackoffSeconds",
+            maximum,
+            "must be greater than or equal to podInitialBackoffSeconds",
+        )
+    return SchedulerConfig(
+        profiles=profiles, extenders=extenders, pod_initial_backoff=initial, pod_max_backoff=maximum
+    )
+
+
+def parse_duration(value: object, field: str = "") -> float:
+    """A Go duration string (``30s``, ``1m30s``, ``500ms``) in seconds."""
+    if not isinstance(value, str):
+        raise ConfigError(field, value, "a duration must be a string such as '30s'")
+    if not value.strip():
+        return 0.0
+    try:
+        return parse_go_duration(value, bare_seconds=False)
+    except ValueError:
+        raise ConfigError(field, value, "invalid duration (expected e.g. '30s', '1m30s')") from None
+
+
+def _parse_profiles(raw: object, extender_ignored: frozenset[str]) -> tuple[Profile, ...]:
+    if raw is None or raw == []:
+        return (Profile(ignored_resources=extender_ignored),)
+    if not isinstance(raw, list):
+        raise ConfigError("profiles", raw, "must be a list")
+    profiles: list[Profile] = []
+    for index, item in enumerate(raw):
+        field = f"profiles[{index}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(field, item, "must be a mapping")
+        _strict(item, _PROFILE_KEYS, field)
+        name = item.get("schedulerName") or DEFAULT_SCHEDULER_NAME
+        if not isinstance(name, str):
+            raise ConfigError(f"{field}.schedulerName", name, "must be a string")
+        if any(p.scheduler_name == name for p in profiles):
+            raise ConfigError(f"{field}.schedulerName", name, "duplicate profile")
+        resources, groups = _fit_args(item.get("pluginConfig"), field)
+        profiles.append(
+            Profile(
+                scheduler_name=name,
+                ignored_resources=resources | extender_ignored,
+                ignored_resource_groups=groups,
+            )
+        )
+    return tuple(profiles)
+
+
+def _fit_args(raw: object, field: str) -> tuple[frozenset[str], frozenset[str]]:
+    """``NodeResourcesFit`` args: ``ignoredResources`` and ``ignoredResourceGroups``."""
+    if not isinstance(raw, list):
+        return frozenset(), frozenset()
+    for item in raw:
+        if isinstance(item, Mapping) and item.get("name") == "NodeResourcesFit":
+            args = item.get("args") or {}
+            if not isinstance(args, Mapping):
+                raise ConfigError(f"{field}.pluginConfig.NodeResourcesFit.args", args, "mapping")
+            return (
+                frozenset(_str_list(args.get("ignoredResources"), f"{field}.ignoredResources")),
+                frozenset(
+                    _str_list(args.get("ignoredResourceGroups"), f"{field}.ignoredResourceGroups")
+                ),
+            )
+    return frozenset(), frozenset()
+
+
+def _parse_extenders(raw: object) -> tuple[ExtenderConfig, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("extenders", raw, "must be a list")
+    extenders = tuple(_parse_extender(item, f"extenders[{i}]") for i, item in enumerate(raw))
+    binders = [e.url_prefix for e in extenders if e.bind_verb]
+    if len(binders) > 1:
+        raise ConfigError("extenders", binders, "only one extender can implement bind")
+    seen: set[str] = set()
+    for extender in extenders:
+        for resource in extender.managed_resources:
+            if resource.name in seen:
+                raise ConfigError(
+                    "extenders.managedResources", resource.name, "duplicate managed resource name"
+                )
+            seen.add(resource.name)
+    return extenders
+
+
+def _parse_extender(raw: object, field: str) -> ExtenderConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(field, raw, "must be a mapping")
+    _strict(raw, _EXTENDER_KEYS, field)
+    url = raw.get("urlPrefix")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{field}.urlPrefix", url, "required: an http:// or https:// URL")
+    verbs = {
+        key: _string(raw.get(key), f"{field}.{key}")
+        for key in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb")
+    }
+    weight = raw.get("weight", 0)
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise ConfigError(f"{field}.weight", weight, "must be an integer")
+    if verbs["prioritizeVerb"] and weight <= 0:
+        raise ConfigError(
+            f"{field}.weight", weight, "must have a positive weight applied to it (prioritizeVerb)"
+        )
+    timeout = raw.get("httpTimeout")
+    seconds = 0.0 if timeout is None else parse_duration(timeout, f"{field}.httpTimeout")
+    return ExtenderConfig(
+        url_prefix=url,
+        filter_verb=verbs["filterVerb"],
+        prioritize_verb=verbs["prioritizeVerb"],
+        preempt_verb=verbs["preemptVerb"],
+        bind_verb=verbs["bindVerb"],
+        weight=weight,
+        enable_https=_bool(raw.get("enableHTTPS"), f"{field}.enableHTTPS"),
+        tls=_parse_tls(raw.get("tlsConfig"), f"{field}.tlsConfig"),
+        http_timeout=seconds if seconds > 0 else _DEFAULT_EXTENDER_TIMEOUT,
+        node_cache_capable=_bool(raw.get("nodeCacheCapable"), f"{field}.nodeCacheCapable"),
+        managed_resources=_parse_managed(raw.get("managedResources"), f"{field}.managedResources"),
+        ignorable=_bool(raw.get("ignorable"), f"{field}.ignorable"),
+    )
+
+
+def _parse_tls(raw: object, field: str) -> ExtenderTLS | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(field, raw, "must be a mapping")
+    _strict(raw, _TLS_KEYS, field)
+    return ExtenderTLS(
+        insecure=_bool(raw.get("insecure"), f"{field}.insecure"),
+        server_name=_string(raw.get("serverName"), f"{field}.serverName"),
+        cert_file=_string(raw.get("certFile"), f"{field}.certFile"),
+        key_file=_string(raw.get("keyFile"), f"{field}.keyFile"),
+        ca_file=_string(raw.get("caFile"), f"{field}.caFile"),
+        cert_data=_b64(raw.get("certData"), f"{field}.certData"),
+        key_data=_b64(raw.get("keyData"), f"{field}.keyData"),
+        ca_data=_b64(raw.get("caData"), f"{field}.caData"),
+    )
+
+
+def _parse_managed(raw: object, field: str) -> tuple[ManagedResource, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(field, raw, "must be a list")
+    resources: list[ManagedResource] = []
+    for index, item in enumerate(raw):
+        where = f"{field}[{index}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(where, item, "must be a mapping")
+        _strict(item, _MANAGED_KEYS, where)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}.name", name, "required")
+        resources.append(
+            ManagedResource(
+                name=name,
+                ignored_by_scheduler=_bool(
+                    item.get("ignoredByScheduler"), f"{where}.ignoredByScheduler"
+                ),
+            )
+        )
+    return tuple(resources)
+
+
+def _strict(raw: Mapping[str, Any], allowed: frozenset[str], field: str) -> None:
+    unknown = sorted(str(key) for key in raw if key not in allowed)
+    if unknown:
+        raise ConfigError(field or "(top level)", unknown, "unknown field(s)")
+
+
+def _string(raw: object, field: str) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise ConfigError(field, raw, "must be a string")
+    return raw
+
+
+def _bool(raw: object, field: str) -> bool:
+    if raw is None:
+        return False
+    if not isinstance(raw, bool):
+        raise ConfigError(field, raw, "must be true or false")
+    return raw
+
+
+def _b64(raw: object, field: str) -> bytes:
+    if raw is None or raw == "":
+        return b""
+    if not isinstance(raw, str):
+        raise ConfigError(field, raw, "must be base64 text")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ConfigError(field, raw, f"invalid base64: {exc}") from exc
+
+
+def _str_list(raw: object, field: str) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise ConfigError(field, raw, "must be a list of strings")
+    return list(raw)
+
+
+def _positive_number(raw: object, field: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
+        raise ConfigError(field, raw, "must be a positive number of seconds")
+    return float(raw)

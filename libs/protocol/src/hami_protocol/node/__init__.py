@@ -1,0 +1,1 @@
+"""Node annotations: the device registry, pair scores, the handshake and the node lock."""

@@ -1,0 +1,1 @@
+"""What pods ask for: resource quantities and each container's requests by HAMi's rules."""

@@ -1,0 +1,2 @@
+"""Where devices sit and how they are allocated together: PCIe/NUMA layout, the RDMA register,
+Koordinator's joint-allocation annotations."""

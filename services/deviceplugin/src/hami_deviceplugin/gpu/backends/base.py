@@ -1,0 +1,88 @@
+"""What every GPU backend reports, and the small interfaces the service drives backends through.
+
+A backend discovers the node's GPUs once (:meth:`Backend.open`), then reports every later change
+(health above all) as a new complete list from :meth:`Backend.updates`, and can sample live usage
+for the metrics endpoint.  A :class:`NicSource` does the same for RDMA NICs.  Backends never
+block the event loop: blocking library calls run in threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from hami_deviceplugin.rdma.nics import Nic
+
+__all__ = ["Backend", "BackendError", "Gpu", "GpuUsage", "NicSource"]
+
+
+class BackendError(Exception):
+    """A backend cannot start (library missing, file unreadable, driver not loaded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical GPU as discovered.
+
+    ``numa`` is the NUMA node (0 when unknown); ``pci_bus_id``, ``pcie_switch`` and
+    ``pcie_root`` are normalised addresses or "" when unknown; ``reason`` says why an unhealthy
+    GPU is unhealthy.
+    """
+
+    uuid: str
+    index: int
+    model: str
+    memory_mib: int
+    numa: int = 0
+    healthy: bool = True
+    pci_bus_id: str = ""
+    pcie_switch: str = ""
+    pcie_root: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """Live figures for one GPU; ``None`` where the backend has no real value."""
+
+    memory_used_bytes: int | None = None
+    utilization_percent: float | None = None
+    memory_utilization_percent: float | None = None
+
+
+class Backend(Protocol):
+    """The interface :mod:`hami_deviceplugin.app` uses."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def open(self) -> tuple[Gpu, ...]:
+        """Discover the GPUs; raises :class:`BackendError` when the backend cannot work."""
+        ...
+
+    def updates(self) -> AsyncIterator[tuple[Gpu, ...]]:
+        """Every later complete GPU list that differs from the previous one, until cancelled."""
+        ...
+
+    async def usage(self) -> Mapping[str, GpuUsage]:
+        """Live usage by GPU UUID (empty when the backend has none)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class NicSource(Protocol):
+    """Where the node's RDMA NICs come from (sysfs, or the fake devices file)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def open(self) -> tuple[Nic, ...]:
+        """Discover the NICs; raises :class:`BackendError` when the source cannot work."""
+        ...
+
+    def updates(self) -> AsyncIterator[tuple[Nic, ...]]:
+        """Every later complete NIC list that differs from the previous one, until cancelled."""
+        ...

@@ -1,0 +1,185 @@
+"""The ``fake`` backend: GPUs described in a YAML file, for tests, demos and machines without GPUs.
+
+File shape (unknown keys are refused, so a typo cannot pass silently)::
+
+    gpus:
+      - uuid: GPU-0a1b...          # required
+        model: Tesla V100-PCIE-32GB # required; registered as NVIDIA-<model> unless it starts so
+        memory_mib: 32768           # required, >= 0
+        index: 0                    # default: position in the list
+        numa: 0                     # default: read from sysfs for pci_bus_id, else 0
+        healthy: true               # default true
+        pci_bus_id: 0000:1b:00.0    # default "" (unknown); any NVML/sysfs/lspci spelling
+        pcie_switch: 0000:18:00.0   # default: from sysfs for pci_bus_id, else ""
+        pcie_root: pci0000:17       # default: from sysfs for pci_bus_id, else ""
+        memory_used_mib: 1024       # optional: exported as hami_host_gpu_memory_used_bytes
+        utilization: 35             # optional: hami_host_gpu_utilization_ratio
+        memory_utilization: 10      # optional: hami_host_gpu_memory_controller_utilization_ratio
+    nics: []                        # RDMA NICs, read by the fake NIC source (backends.fake_nics)
+
+The file is re-read every ``poll_interval`` seconds; when its content changes the new list is
+reported, so a test flips ``healthy`` by rewriting the file.  A rewrite that does not parse is
+logged and ignored (the previous list stays); a file that does not parse at start is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.gpu.backends.fake_file import (
+    FakeDevicesError,
+    FakeFileSource,
+    address_field,
+    fail,
+    integer_field,
+    list_field,
+    number_field,
+    parse_document,
+    string_field,
+)
+from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
+
+__all__ = ["FakeBackend", "FakeDevicesError", "FakeGpu", "parse_fake_devices"]
+
+_GPU_KEYS: Final = frozenset(
+    {
+        "uuid",
+        "index",
+        "model",
+        "memory_mib",
+        "numa",
+        "healthy",
+        "pci_bus_id",
+        "pcie_switch",
+        "pcie_root",
+        "memory_used_mib",
+        "utilization",
+        "memory_utilization",
+    }
+)
+_TOP_KEYS: Final = frozenset({"gpus", "nics"})
+
+
+@dataclass(frozen=True, slots=True)
+class FakeGpu:
+    """One parsed entry: ``numa``/``pcie_*`` are ``None`` when the file leaves them to sysfs."""
+
+    uuid: str
+    index: int
+    model: str
+    memory_mib: int
+    healthy: bool
+    pci_bus_id: str
+    numa: int | None
+    pcie_switch: str | None
+    pcie_root: str | None
+    usage: GpuUsage
+
+
+def _parse_gpu(entry: object, position: int) -> FakeGpu:
+    where = f"gpus[{position}]"
+    if not isinstance(entry, Mapping):
+        raise fail(where, "each GPU must be a mapping")
+    unknown = sorted(str(key) for key in entry if key not in _GPU_KEYS)
+    if unknown:
+        raise fail(where, f"unknown keys {', '.join(unknown)}")
+    memory = integer_field(entry, "memory_mib", where)
+    if memory is None:
+        raise fail(where, "memory_mib is required")
+    healthy = entry.get("healthy", True)
+    if not isinstance(healthy, bool):
+        raise fail(where, f"healthy must be true or false, got {healthy!r}")
+    used_mib = integer_field(entry, "memory_used_mib", where)
+    index = integer_field(entry, "index", where)
+    return FakeGpu(
+        uuid=string_field(entry, "uuid", where, required=True),
+        index=position if index is None else index,
+        model=string_field(entry, "model", where, required=True),
+        memory_mib=memory,
+        healthy=healthy,
+        pci_bus_id=address_field(entry, "pci_bus_id", where) or "",
+        numa=integer_field(entry, "numa", where),
+        pcie_switch=address_field(entry, "pcie_switch", where),
+        pcie_root=address_field(entry, "pcie_root", where),
+        usage=GpuUsage(
+            memory_used_bytes=None if used_mib is None else used_mib * 1024 * 1024,
+            utilization_percent=number_field(entry, "utilization", where),
+            memory_utilization_percent=number_field(entry, "memory_utilization", where),
+        ),
+    )
+
+
+def parse_fake_devices(text: str) -> tuple[FakeGpu, ...]:
+    """Parse the file's text; raises :class:`FakeDevicesError`."""
+    document = parse_document(text)
+    unknown = sorted(str(key) for key in document if key not in _TOP_KEYS)
+    if unknown:
+        raise fail("document", f"unknown keys {', '.join(unknown)}")
+    gpus = list_field(document, "gpus")
+    list_field(document, "nics")  # read by the NIC source; its shape is checked here too
+    parsed = tuple(_parse_gpu(entry, position) for position, entry in enumerate(gpus))
+    for field_name in ("uuid", "index"):
+        values = [getattr(gpu, field_name) for gpu in parsed]
+        if len(set(values)) != len(values):
+            raise fail("gpus", f"every GPU needs a distinct {field_name}")
+    return parsed
+
+
+def _resolve(entry: FakeGpu, sysfs_root: Path) -> Gpu:
+    numa = entry.numa
+    switch, root = entry.pcie_switch, entry.pcie_root
+    if entry.pci_bus_id and (numa is None or switch is None or root is None):
+        placement = pcie_placement(sysfs_root, entry.pci_bus_id)
+        if numa is None:
+            numa = read_numa_node(sysfs_root, entry.pci_bus_id)
+        switch = placement.pcie_switch if switch is None else switch
+        root = placement.pcie_root if root is None else root
+    return Gpu(
+        uuid=entry.uuid,
+        index=entry.index,
+        model=entry.model,
+        memory_mib=entry.memory_mib,
+        numa=numa or 0,
+        healthy=entry.healthy,
+        pci_bus_id=entry.pci_bus_id,
+        pcie_switch=switch or "",
+        pcie_root=root or "",
+        reason="" if entry.healthy else "marked unhealthy in the fake devices file",
+    )
+
+
+class FakeBackend(FakeFileSource[tuple[tuple[FakeGpu, ...], tuple[Gpu, ...]]]):
+    """GPUs from a YAML file, re-read when it changes."""
+
+    _rejected = "fake devices file rejected, keeping the previous list"
+
+    def __init__(self, path: Path, *, sysfs_root: Path, poll_interval: float = 1.0) -> None:
+        super().__init__(path, sysfs_root=sysfs_root, poll_interval=poll_interval)
+        self._entries: tuple[FakeGpu, ...] = ()
+        self._gpus: tuple[Gpu, ...] = ()
+
+    def _parse(self, text: str) -> tuple[tuple[FakeGpu, ...], tuple[Gpu, ...]]:
+        entries = parse_fake_devices(text)
+        return entries, tuple(_resolve(entry, self._sysfs) for entry in entries)
+
+    async def open(self) -> tuple[Gpu, ...]:
+        self._entries, self._gpus = await self._open_file()
+        return self._gpus
+
+    async def updates(self) -> AsyncIterator[tuple[Gpu, ...]]:
+        async for entries, gpus in self._rewrites():
+            # The entries carry the usage figures, which change without the GPU list changing.
+            self._entries = entries
+            if gpus != self._gpus:
+                self._gpus = gpus
+                yield gpus
+
+    async def usage(self) -> Mapping[str, GpuUsage]:
+        return {entry.uuid: entry.usage for entry in self._entries if entry.usage != GpuUsage()}
+
+    async def close(self) -> None:
+        return None

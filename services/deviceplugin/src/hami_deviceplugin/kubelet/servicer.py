@@ -1,0 +1,145 @@
+"""What both plugins' ``v1beta1.DevicePlugin`` servicers share (the GPU one is
+:class:`~hami_deviceplugin.kubelet.server.DevicePluginService`, the RDMA one
+:class:`~hami_deviceplugin.rdma.servicer.RdmaPluginService`):
+
+* the plugin options, sent both in ``Register`` and by ``GetDevicePluginOptions``: no
+  PreStartContainer, GetPreferredAllocation as the plugin says;
+* ``ListAndWatch``: the complete device list now and after every change of the plugin's
+  inventory, until the server closes the streams;
+* ``Allocate``: the kubelet's device IDs per container in, one answer per container out; an
+  :class:`~hami_deviceplugin.allocation.entries.AllocateError` becomes a gRPC error carrying the
+  reason
+  (the kubelet then rejects the pod with ``UnexpectedAdmissionError``);
+* the kubelet-facing shape of an advertised device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from typing import Final, Protocol
+
+import grpc
+
+from hami_deviceplugin.allocation.entries import AllocateError, FailureKind
+from hami_deviceplugin.gpu.replicas import PluginDevice
+from hami_kubelet_api.constants import HEALTHY, UNHEALTHY
+from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
+
+__all__ = [
+    "Context",
+    "StreamingService",
+    "Watched",
+    "device_message",
+    "plugin_options",
+    "status_code",
+]
+
+_CODES: Final = {
+    FailureKind.NO_POD: grpc.StatusCode.NOT_FOUND,
+    FailureKind.INVALID: grpc.StatusCode.FAILED_PRECONDITION,
+    FailureKind.API: grpc.StatusCode.UNAVAILABLE,
+    FailureKind.HOST: grpc.StatusCode.INTERNAL,
+    FailureKind.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    FailureKind.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+Context = grpc.aio.ServicerContext[object, object]
+
+
+def status_code(kind: FailureKind) -> grpc.StatusCode:
+    return _CODES.get(kind, grpc.StatusCode.INTERNAL)
+
+
+def plugin_options(*, preferred_available: bool) -> api_pb2.DevicePluginOptions:
+    return api_pb2.DevicePluginOptions(
+        pre_start_required=False, get_preferred_allocation_available=preferred_available
+    )
+
+
+def device_message(device: PluginDevice) -> api_pb2.Device:
+    topology = (
+        None
+        if device.numa is None
+        else api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=device.numa)])
+    )
+    return api_pb2.Device(
+        ID=device.id, health=HEALTHY if device.healthy else UNHEALTHY, topology=topology
+    )
+
+
+class Watched(Protocol):
+    """An inventory as ListAndWatch sees it (:class:`~.change_feed.ChangeFeed`)."""
+
+    @property
+    def changed(self) -> asyncio.Event: ...
+
+
+class StreamingService(api_pb2_grpc.DevicePluginServicer, ABC):
+    """A ``v1beta1.DevicePlugin`` servicer whose ListAndWatch streams a server can end.
+
+    A plugin says what its device list is, how it answers containers and (when it advertises
+    it) GetPreferredAllocation.
+    """
+
+    def __init__(self, *, inventory: Watched, preferred_available: bool) -> None:
+        self._watched = inventory
+        self._preferred = preferred_available
+        self._closing = asyncio.Event()
+
+    @abstractmethod
+    def device_list(self) -> api_pb2.ListAndWatchResponse:
+        """The complete list as the kubelet is to see it now."""
+
+    @abstractmethod
+    async def _container_responses(
+        self, requests: Sequence[tuple[str, ...]]
+    ) -> list[api_pb2.ContainerAllocateResponse]:
+        """One answer per container request; raises :class:`AllocateError`."""
+
+    def open_streams(self) -> None:
+        self._closing = asyncio.Event()
+
+    def close_streams(self) -> None:
+        """End every ListAndWatch stream (before a stop, so the stop need not wait for them)."""
+        self._closing.set()
+
+    async def GetDevicePluginOptions(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.Empty, context: Context
+    ) -> api_pb2.DevicePluginOptions:
+        return plugin_options(preferred_available=self._preferred)
+
+    async def ListAndWatch(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.Empty, context: Context
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        # The stream ends with the server that opened it, even after the server has been
+        # started again (open_streams gives the new streams a new event).
+        closing = self._closing
+        while not closing.is_set():
+            changed = self._watched.changed
+            yield self.device_list()
+            waits = {
+                asyncio.ensure_future(changed.wait()),
+                asyncio.ensure_future(closing.wait()),
+            }
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+
+    async def Allocate(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.AllocateRequest, context: Context
+    ) -> api_pb2.AllocateResponse:
+        requests = [tuple(r.devices_ids) for r in request.container_requests]
+        try:
+            responses = await self._container_responses(requests)
+        except AllocateError as exc:
+            await context.abort(status_code(exc.kind), exc.message)
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def PreStartContainer(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.PreStartContainerRequest, context: Context
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()

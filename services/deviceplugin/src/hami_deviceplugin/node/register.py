@@ -1,0 +1,102 @@
+"""Pure: the GPUs a node registers, the ``hami.io/node-nvidia-register`` value, and which node
+annotations need writing (the RDMA register included).
+
+Per GPU (HAMi's ``plugin/register.go``): ``id`` = UUID, ``index`` = NVML index, ``count`` =
+split count, ``devmem`` = ⌊MiB × memory scaling⌋, ``devcore`` = int(core scaling × 100),
+``type`` = the model prefixed with ``NVIDIA-`` unless it already starts with ``NVIDIA``, ``numa``,
+``health``, ``mode`` = the operating mode, plus our optional topology fields (PCI bus id, PCIe
+switch and root; left out when unknown, ignored by HAMi).  GPUs listed in ``filterdevices`` (by
+UUID or index) are not registered at all, nor advertised to the kubelet.
+
+Writes: the register value when it differs from the node's; the handshake ``Reported <now>``
+whenever the node's handshake is not a ``Reported`` value (absent, or rewritten by the scheduler
+to ``Requesting_<ts>``); ``hami.io/node-rdma-register`` when the RDMA plugin runs and its value
+differs, or its removal when the RDMA plugin does not run and the node still has one.  Nothing
+else, so an unchanged node costs no write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from hami_deviceplugin.gpu.backends.base import Gpu
+from hami_protocol.config.node import FilterDevices, NodeSettings
+from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER, RDMA_REGISTER
+from hami_protocol.node.handshake import format_reported, parse_handshake
+from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+
+__all__ = [
+    "annotations_to_write",
+    "device_infos",
+    "device_type",
+    "handshake_needs_answer",
+    "register_value",
+    "visible_gpus",
+]
+
+
+def device_type(model: str) -> str:
+    """``NVIDIA-<model>`` unless the model already starts with ``NVIDIA`` (``NVIDIA A30``)."""
+    return model if model.startswith("NVIDIA") else f"NVIDIA-{model}"
+
+
+def visible_gpus(gpus: Iterable[Gpu], filters: FilterDevices) -> tuple[Gpu, ...]:
+    """The GPUs not excluded by ``filterdevices``, in index order."""
+    hidden_uuids = set(filters.uuids)
+    hidden_indexes = set(filters.indexes)
+    kept = [g for g in gpus if g.uuid not in hidden_uuids and g.index not in hidden_indexes]
+    return tuple(sorted(kept, key=lambda g: (g.index, g.uuid)))
+
+
+def device_infos(gpus: Iterable[Gpu], node: NodeSettings) -> tuple[DeviceInfo, ...]:
+    """One :class:`DeviceInfo` per GPU with the node's split and scaling applied."""
+    return tuple(
+        DeviceInfo(
+            id=gpu.uuid,
+            index=gpu.index,
+            count=node.device_split_count,
+            devmem=int(gpu.memory_mib * node.device_memory_scaling),
+            devcore=int(node.device_core_scaling * 100),
+            type=device_type(gpu.model),
+            numa=max(gpu.numa, 0),
+            health=gpu.healthy,
+            mode=node.operating_mode,
+            pci_bus_id=gpu.pci_bus_id,
+            pcie_switch=gpu.pcie_switch,
+            pcie_root=gpu.pcie_root,
+        )
+        for gpu in gpus
+    )
+
+
+def register_value(gpus: Iterable[Gpu], node: NodeSettings) -> str:
+    """The JSON register annotation value (HAMi's ``MarshalNodeDevices`` bytes)."""
+    return encode_node_devices_json(device_infos(gpus, node))
+
+
+def handshake_needs_answer(value: str | None) -> bool:
+    """Whether the handshake must be (re)written: anything but a ``Reported`` value."""
+    return parse_handshake(value).state != "reported"
+
+
+def annotations_to_write(
+    current: Mapping[str, str],
+    *,
+    register: str,
+    now: datetime,
+    rdma_register: str | None = None,
+) -> dict[str, str | None]:
+    """The node annotations to patch (empty when the node already says it all).
+
+    ``rdma_register`` is the RDMA register value, or None when the node must not have one (the
+    value None in the result removes the annotation).
+    """
+    writes: dict[str, str | None] = {}
+    if current.get(NVIDIA_REGISTER) != register:
+        writes[NVIDIA_REGISTER] = register
+    if handshake_needs_answer(current.get(NVIDIA_HANDSHAKE)):
+        writes[NVIDIA_HANDSHAKE] = format_reported(now)
+    if current.get(RDMA_REGISTER) != rdma_register:
+        writes[RDMA_REGISTER] = rdma_register
+    return writes

@@ -1,0 +1,160 @@
+"""The node registration loop: keep ``hami.io/node-nvidia-register``, the handshake and
+``hami.io/node-rdma-register`` current.
+
+A pass reads the node, asks :func:`~hami_deviceplugin.node.register.annotations_to_write` what is
+missing and merge-patches only that.  Passes run every ``interval`` (30 s) after success and
+``retry_interval`` (5 s) after an error, and at once when the GPU or NIC inventory changes or
+when the node watch shows something to answer: the scheduler rewrote the handshake to
+``Requesting_<ts>``, or the register value differs from ours.  So a ``Requesting`` handshake is
+answered within a watch round trip, not at the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from hami_deviceplugin.gpu.backends.base import Gpu
+from hami_deviceplugin.gpu.inventory import Inventory
+from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.node.register import annotations_to_write, register_value
+from hami_deviceplugin.rdma.inventory import NicInventory
+from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
+from hami_kube.errors import KubeError
+from hami_kube.patch import patch_metadata
+from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
+from hami_kube.resources import NODES, JsonObject
+from hami_kube.rest import KubeClient
+from hami_kube.timefmt import utc_now
+from hami_protocol.config.node import NodeSettings
+from hami_protocol.errors import ProtocolError
+
+__all__ = ["Registrar"]
+
+log = structlog.get_logger(__name__)
+
+
+def _annotations(node: Mapping[str, Any]) -> dict[str, str]:
+    raw = (node.get("metadata") or {}).get("annotations") or {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, str)}
+
+
+class Registrar:
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        node_name: str,
+        inventory: Inventory,
+        node: NodeSettings,
+        metrics: PluginMetrics,
+        interval: float = 30.0,
+        retry_interval: float = 5.0,
+        now: Callable[[], datetime] = utc_now,
+        nics: NicInventory | None = None,
+    ) -> None:
+        """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
+        register."""
+        self._client = client
+        self._node_name = node_name
+        self._inventory = inventory
+        self._node = node
+        self._metrics = metrics
+        self._interval = interval
+        self._retry = retry_interval
+        self._now = now
+        self._wake = asyncio.Event()
+        self._register = register_value(inventory.gpus, node)
+        self._rdma_register: str | None = None
+        self.passes = 0
+        self.patches = 0
+        inventory.subscribe(self._on_inventory)
+        if nics is not None:
+            nics.subscribe(self._on_nics)
+
+    @property
+    def register(self) -> str:
+        """The register value we want on the node."""
+        return self._register
+
+    @property
+    def rdma_register(self) -> str | None:
+        """The RDMA register value we want on the node (None: no annotation)."""
+        return self._rdma_register
+
+    def _on_inventory(self, gpus: tuple[Gpu, ...]) -> None:
+        self._register = register_value(gpus, self._node)
+        self._wake.set()
+
+    def _on_nics(self, nics: tuple[Nic, ...]) -> None:
+        self._rdma_register = rdma_register_value(nics)
+        self._wake.set()
+
+    def _writes(self, node: Mapping[str, Any]) -> dict[str, str | None]:
+        return annotations_to_write(
+            _annotations(node),
+            register=self._register,
+            now=self._now(),
+            rdma_register=self._rdma_register,
+        )
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def observe_node(self, node: Mapping[str, Any]) -> None:
+        """A node watch event: wake the loop when the node needs an answer."""
+        if self._writes(node):
+            self._wake.set()
+
+    async def sync_once(self) -> bool:
+        """One pass; True when the node is current (patched or already so)."""
+        started = time.perf_counter()
+        self.passes += 1
+        try:
+            node = await self._client.get(NODES, self._node_name)
+            writes = self._writes(node)
+            if writes:
+                await patch_metadata(self._client, NODES, self._node_name, annotations=writes)
+                self.patches += 1
+                log.info("node annotations written", keys=sorted(writes))
+        except (KubeError, ProtocolError) as exc:
+            self._metrics.register_syncs.labels(outcome="error").inc()
+            log.warning("node registration failed", node=self._node_name, error=str(exc))
+            return False
+        finally:
+            self._metrics.register_duration.observe(time.perf_counter() - started)
+        self._metrics.register_syncs.labels(outcome="patched" if writes else "unchanged").inc()
+        return True
+
+    async def run(self) -> None:
+        """Register now, then keep the node current until cancelled."""
+        while True:
+            self._wake.clear()
+            if not await self.sync_once():
+                await asyncio.sleep(self._retry)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+
+    def node_reflector(self, *, watch_timeout_s: int = 300) -> Reflector:
+        """A watch on this node only, feeding :meth:`observe_node`."""
+
+        def updated(_: JsonObject, new: JsonObject) -> None:
+            self.observe_node(new)
+
+        return Reflector(
+            self._client,
+            NODES,
+            config=ReflectorConfig(
+                field_selector=f"metadata.name={self._node_name}",
+                watch_timeout_s=watch_timeout_s,
+            ),
+            handlers=[EventHandlers(on_add=self.observe_node, on_update=updated)],
+            name=f"node-{self._node_name}",
+        )

@@ -1,0 +1,71 @@
+"""The RDMA plugin's Allocate path: :class:`~hami_deviceplugin.allocation.flow.PodAllocationFlow`
+deciding from ``hami.io/rdma-devices-to-allocate`` with
+:func:`~hami_deviceplugin.rdma.plan.plan_rdma_allocation`.
+
+It shares the GPU plugin's lock, pod lookup, commit, unlock and failure handling; it prepares no
+host directories (device nodes are the container runtime's business).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from hami_deviceplugin.allocation.entries import pod_view
+from hami_deviceplugin.allocation.flow import (
+    Decision,
+    FlowConfig,
+    PodAllocationFlow,
+    list_decision,
+)
+from hami_deviceplugin.metrics import PluginMetrics
+from hami_deviceplugin.rdma.inventory import NicInventory
+from hami_deviceplugin.rdma.plan import RdmaGrant, plan_rdma_allocation
+from hami_kube.events import EventRecorder
+from hami_kube.resources import JsonObject
+from hami_kube.rest import KubeClient
+from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
+
+__all__ = ["RdmaAllocator"]
+
+
+class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        inventory: NicInventory,
+        metrics: PluginMetrics,
+        flow: FlowConfig,
+        resource_name: str,
+        recorder: EventRecorder | None = None,
+        lock: asyncio.Lock | None = None,
+    ) -> None:
+        super().__init__(
+            client=client,
+            flow=flow,
+            observe=metrics.observe_rdma_allocate,
+            recorder=recorder,
+            lock=lock,
+        )
+        self._inventory = inventory
+        self._resource = resource_name
+
+    async def _prepare(self, requests: Sequence[Sequence[str]]) -> None:
+        return None
+
+    async def _decide(
+        self, pod: JsonObject, requests: Sequence[Sequence[str]], prepared: None
+    ) -> Decision[tuple[RdmaGrant, ...]]:
+        plan = plan_rdma_allocation(
+            pod_view(pod),
+            requests,
+            functions=self._inventory.functions,
+            resource_name=self._resource,
+            node_name=self._flow.node_name,
+        )
+        return list_decision(
+            plan,
+            key=RDMA_DEVICES_TO_ALLOCATE,
+            rdma=[[f.bus_id for f in grant.functions] for grant in plan.grants],
+        )

@@ -1,0 +1,307 @@
+"""What a Pod object holds on its node, read from the annotations the scheduler wrote.
+
+A placed pod carries ``hami.io/vgpu-node`` and, per vendor, ``hami.io/<x>-devices-allocated``
+(never modified after the filter).  :func:`read_pod` decodes those into a :class:`Holding`: the
+node, the per-container device lists and their collapsed per-device usage — init containers
+count by their peak against the sum of the app containers, and once every init container has
+exited 0 only the app containers count (HAMi's rule).  Pods in phase ``Succeeded``/``Failed``
+hold nothing.  A device list that cannot be decoded holds nothing and is reported in
+``problems`` (the caller logs it once).
+
+:class:`NicSource` is what a pod's RDMA NICs and exclusive PCIe claims are computed from
+(``hami.io/rdma-devices-allocated``, ``scheduling.koordinator.sh/device-allocated`` and
+``…/device-allocate-hint``, plus the GPUs it holds): kept as written, because what they hold
+depends on the node's NIC layout, which may change or arrive after the pod
+(:mod:`hami_scheduler.cache.nics` computes it).  Only pods carrying one of those annotations
+have one.
+
+:func:`allocation_key` names an allocation by its written values, so the cache can recognise
+the pod update that carries a decision it assumed.  :func:`slim_pod` strips a watched pod down
+to the fields the cache reads, so a cluster's pods do not sit in memory in full.
+
+Memory matters here (a cluster may run 100,000 placed pods): a :class:`Holding` keeps the
+written annotation values by reference (the very strings the slimmed pod holds) rather than
+decoded device lists — :meth:`Holding.pod_devices` decodes them on demand, for metrics — and
+the strings every pod repeats (device UUIDs, vendor words, namespaces, node names, phases) are
+interned, so 100,000 pods on 40,000 GPUs share 40,000 UUID strings.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from hami_protocol import keys
+from hami_protocol.errors import ProtocolError
+from hami_protocol.pod.devices import (
+    DeviceUsageSummary,
+    PodDevices,
+    PodSingleDevice,
+    decode_pod_devices_canonical,
+)
+from hami_protocol.topology.koordinator import decode_device_allocated
+from hami_protocol.vendor.table import Vendor
+from hami_scheduler.cache.nodes import string_map
+from hami_scheduler.core import pod_usage
+
+__all__ = [
+    "NIC_ANNOTATIONS",
+    "NIC_KEY_WORD",
+    "TERMINAL_PHASES",
+    "AllocationKey",
+    "Holding",
+    "NicSource",
+    "PodFacts",
+    "allocation_key",
+    "nic_source",
+    "read_pod",
+    "slim_pod",
+]
+
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+NIC_ANNOTATIONS: Final = (
+    keys.RDMA_DEVICES_ALLOCATED,
+    keys.KOORD_DEVICE_ALLOCATED,
+    keys.KOORD_DEVICE_ALLOCATE_HINT,
+)
+"""The pod annotations its NICs and exclusive PCIe claims are read from."""
+NIC_KEY_WORD: Final = "RDMA"
+"""Stands for ``hami.io/rdma-devices-allocated`` in an :data:`AllocationKey`."""
+
+AllocationKey = tuple[str, ...]
+"""``(node, vendor word, written device list, vendor word, ...)``, vendors sorted (the RDMA
+list under :data:`NIC_KEY_WORD`); one flat tuple, as there is one per placed pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class NicSource:
+    """What a pod's NIC usage and exclusive claims are computed from, as written on the pod."""
+
+    annotations: tuple[tuple[str, str], ...]
+    """The pod's :data:`NIC_ANNOTATIONS` that are present (and decode), in that order."""
+    init_count: int
+    init_finished: bool = False
+    gpu_uuids: tuple[str, ...] = ()
+    """The GPUs the pod holds, sorted (their PCIe scopes are what a gpu claim covers)."""
+
+    @property
+    def rdma_list(self) -> str | None:
+        """``hami.io/rdma-devices-allocated`` (part of the :data:`AllocationKey`)."""
+        return dict(self.annotations).get(keys.RDMA_DEVICES_ALLOCATED)
+
+
+def nic_source(
+    annotations: Mapping[str, str],
+    *,
+    init_count: int,
+    init_finished: bool = False,
+    gpu_uuids: Sequence[str] = (),
+) -> NicSource | None:
+    """The :class:`NicSource` of a pod with these annotations; ``None`` when it carries none of
+    :data:`NIC_ANNOTATIONS`."""
+    present = tuple((k, annotations[k]) for k in NIC_ANNOTATIONS if k in annotations)
+    if not present:
+        return None
+    intern = sys.intern
+    return NicSource(
+        annotations=present,
+        init_count=init_count,
+        init_finished=init_finished,
+        gpu_uuids=tuple(sorted({intern(uuid) for uuid in gpu_uuids})),
+    )
+
+
+def allocation_key(node: str, lists: Mapping[str, str]) -> AllocationKey:
+    """Names an allocation: the node and every vendor's written device list."""
+    flat = [node]
+    for word in sorted(lists):
+        flat += (word, lists[word])
+    return tuple(flat)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What one placed pod holds: its node, collapsed per-device usage and written lists."""
+
+    node: str
+    namespace: str
+    usage: tuple[DeviceUsageSummary, ...]
+    key: AllocationKey
+    """:func:`allocation_key` of the written values (which it holds by reference)."""
+    nics: NicSource | None = None
+    """Where its NICs and exclusive claims come from; ``None``: it has neither."""
+
+    def pod_devices(self) -> PodDevices:
+        """The written GPU device lists, decoded (undecodable ones left out)."""
+        decoded: dict[str, PodSingleDevice] = {}
+        for position in range(1, len(self.key) - 1, 2):
+            word, value = self.key[position], self.key[position + 1]
+            if word == NIC_KEY_WORD:
+                continue
+            try:
+                decoded[word] = decode_pod_devices_canonical(value)
+            except (ProtocolError, ValueError, RecursionError):
+                continue
+        return PodDevices.from_mapping(decoded)
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    uid: str
+    namespace: str
+    name: str
+    holding: Holding | None
+    terminal: bool = False
+    """Phase ``Succeeded`` or ``Failed``: the pod holds nothing, whatever it was assumed to."""
+    problems: tuple[str, ...] = ()
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _init_finished(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    count = len(_list(spec.get("initContainers")))
+    statuses = _list(status.get("initContainerStatuses"))
+    if count == 0 or len(statuses) < count:
+        return False
+    for entry in statuses:
+        terminated = _mapping(_mapping(_mapping(entry).get("state")).get("terminated"))
+        if terminated.get("exitCode") != 0:
+            return False
+    return True
+
+
+def shared_usage(usage: Sequence[DeviceUsageSummary]) -> tuple[DeviceUsageSummary, ...]:
+    """``usage`` with its UUID and vendor strings interned (shared by every pod)."""
+    intern = sys.intern
+    return tuple(
+        DeviceUsageSummary(intern(s.uuid), intern(s.type), s.usedmem, s.usedcores, s.slots)
+        for s in usage
+    )
+
+
+def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
+    """What ``obj`` holds; never raises on bad input."""
+    meta = _mapping(obj.get("metadata"))
+    uid, namespace, name = (meta.get(k) for k in ("uid", "namespace", "name"))
+    facts_uid = uid if isinstance(uid, str) else ""
+    facts_ns = sys.intern(namespace) if isinstance(namespace, str) else ""
+    facts_name = name if isinstance(name, str) else ""
+    annotations = string_map(meta.get("annotations"))
+    node = annotations.get(keys.VGPU_NODE, "")
+    status = _mapping(obj.get("status"))
+    if status.get("phase") in TERMINAL_PHASES:
+        return PodFacts(facts_uid, facts_ns, facts_name, None, terminal=True)
+    if not node:
+        return PodFacts(facts_uid, facts_ns, facts_name, None)
+    spec = _mapping(obj.get("spec"))
+    written: dict[str, str] = {}
+    decoded: dict[str, PodSingleDevice] = {}
+    problems: list[str] = []
+    for vendor in vendors:
+        key = vendor.devices_allocated_key
+        if key is None or key not in annotations:
+            continue
+        raw = annotations[key]
+        written[vendor.common_word] = raw
+        try:
+            decoded[vendor.common_word] = decode_pod_devices_canonical(raw, key=key)
+        except (ProtocolError, ValueError, RecursionError) as exc:
+            problems.append(str(exc))
+    devices = PodDevices.from_mapping(decoded)
+    init_count = len(_list(spec.get("initContainers")))
+    init_finished = _init_finished(spec, status)
+    usage = pod_usage(devices, init_count=init_count, init_finished=init_finished)
+    nics = _nic_source(annotations, devices, init_count, init_finished, problems)
+    listed = None if nics is None else nics.rdma_list
+    if listed is not None:
+        written[NIC_KEY_WORD] = listed
+    node = sys.intern(node)
+    holding = Holding(node, facts_ns, shared_usage(usage), allocation_key(node, written), nics)
+    return PodFacts(facts_uid, facts_ns, facts_name, holding, problems=tuple(problems))
+
+
+def _nic_source(
+    annotations: Mapping[str, str],
+    devices: PodDevices,
+    init_count: int,
+    init_finished: bool,
+    problems: list[str],
+) -> NicSource | None:
+    """The pod's :class:`NicSource`; a written list that does not decode is left out of it and
+    reported in ``problems`` (it then holds nothing, as a bad GPU list does)."""
+    if not any(key in annotations for key in NIC_ANNOTATIONS):
+        return None
+    kept = dict(annotations)
+    for key in (keys.RDMA_DEVICES_ALLOCATED, keys.KOORD_DEVICE_ALLOCATED):
+        if key not in kept:
+            continue
+        try:
+            if key == keys.RDMA_DEVICES_ALLOCATED:
+                decode_pod_devices_canonical(kept[key], key=key)
+            else:
+                decode_device_allocated(kept[key])
+        except (ProtocolError, ValueError, RecursionError) as exc:
+            problems.append(str(exc))
+            del kept[key]
+    uuids = [device.uuid for _, pod in devices.entries for ctr in pod for device in ctr]
+    return nic_source(kept, init_count=init_count, init_finished=init_finished, gpu_uuids=uuids)
+
+
+_KEPT_META: Final = ("name", "namespace", "uid", "resourceVersion")
+
+
+def _interned(value: object) -> object:
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
+    """Drop, in place, everything of a watched pod that :func:`read_pod` does not read.
+
+    The reflector keeps each watched object; without this a large cluster's pods (specs, env,
+    volumes, managed fields, labels) would take gigabytes.  What stays: name, namespace, uid,
+    resourceVersion, ``hami.io/vgpu-node`` and the ``-devices-allocated`` annotations, the init
+    containers (as empty entries, for their count), a terminal phase and the init containers'
+    exit codes — ``spec`` and ``status`` are left out entirely when they hold none of these.
+    """
+    meta = _mapping(obj.get("metadata"))
+    annotations = _mapping(meta.get("annotations"))
+    wanted = [keys.VGPU_NODE, *NIC_ANNOTATIONS]
+    wanted += [v.devices_allocated_key for v in vendors if v.devices_allocated_key]
+    slim_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
+    if "namespace" in slim_meta:
+        slim_meta["namespace"] = _interned(slim_meta["namespace"])
+    # Keys from our constants (interned), not the decoded document's own copies.
+    kept = {k: annotations[k] for k in wanted if isinstance(annotations.get(k), str)}
+    if keys.VGPU_NODE in kept:
+        kept[keys.VGPU_NODE] = sys.intern(kept[keys.VGPU_NODE])
+    if kept:
+        slim_meta["annotations"] = kept
+    spec = _mapping(obj.get("spec"))
+    status = _mapping(obj.get("status"))
+    inits = _list(spec.get("initContainers"))
+    init_statuses = []
+    for entry in _list(status.get("initContainerStatuses")):
+        terminated = _mapping(_mapping(_mapping(entry).get("state")).get("terminated"))
+        state = {"terminated": {"exitCode": terminated.get("exitCode")}} if terminated else {}
+        init_statuses.append({"state": state})
+    phase = status.get("phase")
+    obj.clear()
+    obj["metadata"] = slim_meta
+    if inits:
+        obj["spec"] = {"initContainers": [{} for _ in inits]}
+    slim_status: dict[str, Any] = {}
+    if phase in TERMINAL_PHASES:
+        slim_status["phase"] = _interned(phase)
+    if init_statuses:
+        slim_status["initContainerStatuses"] = init_statuses
+    if slim_status:
+        obj["status"] = slim_status

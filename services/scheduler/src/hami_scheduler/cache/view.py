@@ -1,0 +1,522 @@
+"""The scheduler's view of the cluster, kept incrementally from watch events.
+
+:class:`SchedulerCache` holds
+
+* ``nodes``: node name → :class:`~hami_scheduler.core.NodeUsage` for every registered node with
+  at least one usable vendor — the mapping :func:`~hami_scheduler.core.select_node` reads;
+* per node the :class:`~hami_scheduler.cache.nodes.NodeFacts` (registrations, cordon, pair
+  scores, handshakes) and which vendors are marked unavailable by the handshake rule;
+* per pod UID what the pod holds (:class:`PodRecord`), applied to its node's usage and to the
+  namespace's :class:`~hami_scheduler.core.QuotaLedger`;
+* the RDMA NICs and exclusive PCIe claims (:class:`~hami_scheduler.cache.nics.NicCache`):
+  ``nics`` maps node name → :class:`~hami_scheduler.core.joint.nics.NicUsage`, the mapping
+  :func:`~hami_scheduler.core.joint.decide.select_joint` reads; a pod's holding carries its NIC
+  part,
+  so assumptions, releases and deletions move it together with the GPU usage;
+* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaCache`).
+
+Every event costs O(devices of the pod or node): a pod event shifts one node's usage, a node
+event rebuilds only that node (and only when its registration, cordon or pair scores changed).
+Nothing here walks all pods.
+
+What a pod holds is decided per UID from three inputs:
+
+* ``observed``: what its annotations say (from the watch);
+* ``assumed``: a decision made here whose annotation patch has not been seen yet — it counts at
+  once, so two quick filters cannot hand out the same capacity, and is dropped by
+  :meth:`SchedulerCache.forget` when the patch fails or replaced by ``observed`` once the watch
+  shows the written value;
+* ``released``: allocations the scheduler has given up (a pod filtered again, a failed bind):
+  they stop counting although the pod still carries their annotations.
+
+The cache performs no I/O; callbacks report bad annotations and health changes to the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from hami_kube.timefmt import utc_now
+from hami_protocol import keys
+from hami_protocol.durations import format_go_duration
+from hami_protocol.node.handshake import check_handshake
+from hami_protocol.pod.devices import DeviceUsageSummary
+from hami_protocol.selectors import EVERYTHING, LabelSelector
+from hami_protocol.vendor.table import Vendor
+from hami_scheduler.cache.nics import NicCache
+from hami_scheduler.cache.nodes import NodeFacts, read_node
+from hami_scheduler.cache.pods import AllocationKey, Holding, read_pod
+from hami_scheduler.cache.quotas import QuotaCache
+from hami_scheduler.core import (
+    NodeUsage,
+    QuotaLedger,
+    VendorQuota,
+    apply_usage,
+    build_node_usage,
+    remove_usage,
+)
+from hami_scheduler.core.joint.nics import NicUsage
+
+__all__ = ["HandshakeWrite", "PodRecord", "SchedulerCache"]
+
+BadAnnotation = Callable[[str, str, str, str], None]
+"""``(node, annotation key, problem, raw value)`` — called once per distinct bad value."""
+HealthChange = Callable[[str, str, bool], None]
+"""``(node, vendor word, healthy)`` — a vendor was marked unavailable or came back."""
+PodProblem = Callable[[str, str, str], None]
+"""``(namespace/name, uid, problem)`` — a pod's device list could not be decoded."""
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """One pod's holdings (see the module docstring)."""
+
+    namespace: str
+    name: str
+    observed: Holding | None = None
+    assumed: Holding | None = None
+    released: frozenset[AllocationKey] = frozenset()
+    effective: Holding | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeWrite:
+    """A handshake annotation the leader should set to ``Requesting_<now>``."""
+
+    node: str
+    key: str
+    vendor: str
+
+
+@dataclass(slots=True)
+class _Reported:
+    values: dict[str, str] = field(default_factory=dict)
+
+
+class SchedulerCache:
+    """Nodes, pod holdings and quotas (see the module docstring)."""
+
+    def __init__(
+        self,
+        vendors: Sequence[Vendor],
+        *,
+        selector: LabelSelector = EVERYTHING,
+        handshake_timeout_s: float = 300.0,
+        now: Callable[[], datetime] = utc_now,
+        on_bad_annotation: BadAnnotation | None = None,
+        on_health_change: HealthChange | None = None,
+        on_pod_problem: PodProblem | None = None,
+    ) -> None:
+        self.vendors = tuple(vendors)
+        self._vendor = {vendor.common_word: vendor for vendor in self.vendors}
+        self._selector = selector
+        self._expiry = timedelta(seconds=handshake_timeout_s)
+        self._now = now
+        self._on_bad_annotation = on_bad_annotation
+        self._on_health_change = on_health_change
+        self._on_pod_problem = on_pod_problem
+        self.nodes: dict[str, NodeUsage] = {}
+        self.ledger = QuotaLedger()
+        self.quotas = QuotaCache(self.vendors)
+        self._facts: dict[str, NodeFacts] = {}
+        self._unhealthy: dict[str, frozenset[str]] = {}
+        self._advertised: dict[str, frozenset[str]] = {}
+        """Node → vendors whose count resource it has advertised as allocatable (> 0)."""
+        self._node_pods: dict[str, dict[str, tuple[DeviceUsageSummary, ...]]] = {}
+        self._pods: dict[str, PodRecord] = {}
+        self._reported: dict[str, _Reported] = {}
+        self.nic = NicCache()
+        self.troubled: set[str] = set()
+        """Nodes with a malformed register annotation or a vendor marked unavailable: the
+        filter asks :meth:`node_problem` (and :meth:`nic_problem`) about these only."""
+
+    @property
+    def nics(self) -> Mapping[str, NicUsage]:
+        """Node name → its NICs and claims, for nodes with a NIC layout."""
+        return self.nic.usages
+
+    @property
+    def gpu_claimed(self) -> set[str]:
+        """Nodes where a pod holds an exclusive PCIe claim on GPUs."""
+        return self.nic.gpu_claimed
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def node_count(self) -> int:
+        """Nodes seen (matching the label selector), registered or not."""
+        return len(self._facts)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    def assumed_count(self) -> int:
+        return sum(1 for record in self._pods.values() if record.assumed is not None)
+
+    def unavailable_count(self) -> int:
+        """Node × vendor pairs marked unavailable by the handshake rule."""
+        return sum(len(marks) for marks in self._unhealthy.values())
+
+    # -- nodes -------------------------------------------------------------------------------
+    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+        """A Node was added or changed."""
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            return
+        previous = self._facts.get(name)
+        facts = read_node(obj, self.vendors, previous)
+        if not self._selector.matches(facts.labels):
+            self.remove_node_named(name)
+            return
+        self._facts[name] = facts
+        self._report(facts)
+        health_changed = self._judge(name, facts, self._now(), None)
+        if previous is None or previous.layout_key != facts.layout_key or health_changed:
+            self._rebuild(name)
+        if previous is None or previous.nic_key != facts.nic_key:
+            self.nic.node_changed(facts)
+        self._retrouble(name)
+
+    def remove_node(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if isinstance(name, str):
+            self.remove_node_named(name)
+
+    def remove_node_named(self, name: str) -> None:
+        # Pods keep their holdings (their own events release them); a returning node is rebuilt
+        # with them.
+        self._facts.pop(name, None)
+        self.nodes.pop(name, None)
+        self._unhealthy.pop(name, None)
+        self._advertised.pop(name, None)
+        self._reported.pop(name, None)
+        self.troubled.discard(name)
+        self.nic.node_removed(name)
+
+    def _retrouble(self, name: str) -> None:
+        facts = self._facts.get(name)
+        if facts is not None and (
+            name in self._unhealthy or facts.rdma_error or any(r.error for r in facts.registrations)
+        ):
+            self.troubled.add(name)
+        else:
+            self.troubled.discard(name)
+
+    def facts(self, name: str) -> NodeFacts | None:
+        return self._facts.get(name)
+
+    def unhealthy(self, name: str) -> frozenset[str]:
+        return self._unhealthy.get(name, frozenset())
+
+    def node_problem(self, name: str, words: Iterable[str]) -> str | None:
+        """Why a seen node cannot take a pod asking for vendors ``words``, beyond its devices:
+        a malformed register annotation, or devices that stopped answering the handshake."""
+        facts = self._facts.get(name)
+        if facts is None:
+            return None
+        wanted = set(words)
+        for registration in facts.registrations:
+            if registration.word not in wanted:
+                continue
+            if registration.error:
+                return registration.error
+            if registration.word in self._unhealthy.get(name, ()):
+                vendor = self._vendor[registration.word]
+                if self._withdrawn(name, facts, registration.word):
+                    return (
+                        f"{registration.word} devices unavailable: the node stopped advertising "
+                        f"{vendor.count_resource} (its device plugin is not registered)"
+                    )
+                return (
+                    f"{registration.word} devices unavailable: handshake {vendor.handshake_key} "
+                    f"not answered within {format_go_duration(self._expiry.total_seconds())}"
+                )
+        return None
+
+    def _withdrawn(self, name: str, facts: NodeFacts, word: str) -> bool:
+        """Whether the node advertised ``word``'s count resource before and no longer does."""
+        return word in self._advertised.get(name, ()) and word not in facts.allocatable
+
+    def nic_problem(self, name: str) -> str | None:
+        """Why a seen node's NICs cannot be used: its RDMA register annotation is unreadable."""
+        return self.nic.problem(name)
+
+    def _report(self, facts: NodeFacts) -> None:
+        reported = self._reported.setdefault(facts.name, _Reported())
+        problems = [(r.key, r.error, r.raw) for r in facts.registrations if r.error]
+        if facts.pair_error:
+            problems.append(("hami.io/node-nvidia-score", facts.pair_error, facts.pair_raw))
+        if facts.rdma_error:
+            problems.append((keys.RDMA_REGISTER, facts.rdma_error, facts.rdma_raw))
+        current = {key for key, _, _ in problems}
+        for key in [key for key in reported.values if key not in current]:
+            del reported.values[key]
+        for key, problem, raw in problems:
+            if reported.values.get(key) == raw:
+                continue
+            reported.values[key] = raw
+            if self._on_bad_annotation is not None:
+                self._on_bad_annotation(facts.name, key, problem, raw)
+
+    def _usable(self, name: str, facts: NodeFacts) -> dict[str, Sequence[Any]]:
+        marks = self._unhealthy.get(name, frozenset())
+        return {
+            r.word: r.devices
+            for r in facts.registrations
+            if not r.error and r.devices and r.word not in marks
+        }
+
+    def _rebuild(self, name: str) -> None:
+        facts = self._facts.get(name)
+        devices = self._usable(name, facts) if facts is not None else {}
+        if facts is None or not devices:
+            self.nodes.pop(name, None)
+            return
+        held = self._node_pods.get(name, {})
+        self.nodes[name] = build_node_usage(
+            name,
+            devices,
+            cordon=facts.cordon,
+            pair_scores=facts.pair_scores,
+            usages=[summary for usage in held.values() for summary in usage],
+        )
+
+    def simulated_node(self, obj: Mapping[str, Any], *, exclude_uid: str = "") -> NodeUsage | str:
+        """A throw-away :class:`NodeUsage` from a Node object given in a request (the
+        autoscaler's simulation path), with the usage this cache knows for that node name;
+        or why the node cannot be used.  Changes nothing."""
+        facts = read_node(obj, self.vendors)
+        if not facts.name:
+            return "node object has no name"
+        for registration in facts.registrations:
+            if registration.error:
+                return registration.error
+        devices = {r.word: r.devices for r in facts.registrations if r.devices}
+        if not devices:
+            return "node unregistered"
+        held = self._node_pods.get(facts.name, {})
+        return build_node_usage(
+            facts.name,
+            devices,
+            cordon=facts.cordon,
+            pair_scores=facts.pair_scores,
+            usages=[s for uid, usage in held.items() if uid != exclude_uid for s in usage],
+        )
+
+    def simulated_nics(self, obj: Mapping[str, Any], *, exclude_uid: str = "") -> NicUsage | None:
+        """:meth:`simulated_node`'s NIC counterpart (``None``: the node has no NIC layout)."""
+        facts = read_node(obj, self.vendors)
+        return self.nic.simulated(facts, exclude_uid=exclude_uid) if facts.name else None
+
+    # -- handshakes ----------------------------------------------------------------------------
+    def check_handshakes(self, names: Iterable[str], now: datetime) -> list[HandshakeWrite]:
+        """Judge the handshake of every vendor of ``names`` (marking vendors unavailable or
+        back), and return the handshake values the leader should (re)write."""
+        writes: list[HandshakeWrite] = []
+        for name in names:
+            facts = self._facts.get(name)
+            if facts is not None and self._judge(name, facts, now, writes):
+                self._rebuild(name)
+                self._retrouble(name)
+        return writes
+
+    def warm(self) -> None:
+        """Build every node's open-device views now (once the watches have listed), so the
+        first filter after a start does not pay for 5,000 of them at once."""
+        for usage in self.nodes.values():
+            for word in usage.layout.vendors:
+                usage.open(word)
+
+    def node_names(self) -> list[str]:
+        return list(self._facts)
+
+    def _judge(
+        self, name: str, facts: NodeFacts, now: datetime, writes: list[HandshakeWrite] | None
+    ) -> bool:
+        before = self._unhealthy.get(name, frozenset())
+        marks = set(before)
+        advertised = self._advertised.get(name, frozenset())
+        if not facts.allocatable <= advertised:
+            self._advertised[name] = advertised | facts.allocatable
+        for registration in facts.registrations:
+            vendor = self._vendor[registration.word]
+            key = vendor.handshake_key
+            if key is None or registration.error or not registration.devices:
+                marks.discard(registration.word)
+                continue
+            if self._withdrawn(name, facts, registration.word):
+                # The kubelet stopped advertising the devices it used to: their plugin is gone,
+                # and the kubelet would refuse the pod.  Unavailable now, not a handshake
+                # timeout later (HAMi's NVIDIA rule), until the count comes back.
+                marks.add(registration.word)
+                continue
+            verdict = check_handshake(
+                facts.handshakes.get(registration.word),
+                now=now,
+                expiry=self._expiry,
+                has_allocatable=registration.word in facts.allocatable,
+            )
+            if verdict.healthy:
+                marks.discard(registration.word)
+            else:
+                marks.add(registration.word)
+            if verdict.needs_update and writes is not None:
+                writes.append(HandshakeWrite(name, key, registration.word))
+        after = frozenset(marks)
+        if after == before:
+            return False
+        if after:
+            self._unhealthy[name] = after
+        else:
+            self._unhealthy.pop(name, None)
+        if self._on_health_change is not None:
+            for word in sorted(after ^ before):
+                self._on_health_change(name, word, word in before)
+        return True
+
+    # -- pods --------------------------------------------------------------------------------
+    def upsert_pod(self, obj: Mapping[str, Any]) -> None:
+        """A Pod was added or changed."""
+        facts = read_pod(obj, self.vendors)
+        if not facts.uid:
+            return
+        record = self._pods.get(facts.uid)
+        if record is None:
+            if facts.holding is None:
+                return
+            record = self._pods[facts.uid] = PodRecord(facts.namespace, facts.name)
+        self._note_problems(facts.uid, record, facts.problems)
+        record.observed = facts.holding
+        assumed = record.assumed
+        if facts.terminal:
+            record.assumed, record.released = None, frozenset()
+        elif assumed is not None and facts.holding is not None and facts.holding.key == assumed.key:
+            record.assumed = None
+            record.released = record.released - {assumed.key}
+        self._settle(facts.uid, record)
+
+    def remove_pod(self, obj: Mapping[str, Any]) -> None:
+        """A Pod was deleted: whatever it held is released."""
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        if isinstance(uid, str):
+            self.drop_pod(uid)
+
+    def drop_pod(self, uid: str) -> None:
+        record = self._pods.pop(uid, None)
+        if record is not None:
+            self._hold(uid, None, record.effective)
+
+    def _note_problems(self, uid: str, record: PodRecord, problems: tuple[str, ...]) -> None:
+        if problems == record.problems:
+            return
+        fresh = [problem for problem in problems if problem not in record.problems]
+        record.problems = problems
+        if self._on_pod_problem is not None:
+            for problem in fresh:
+                self._on_pod_problem(f"{record.namespace}/{record.name}", uid, problem)
+
+    def assume(self, uid: str, name: str, holding: Holding) -> None:
+        """Count a decision at once, before its annotations are written."""
+        record = self._pods.get(uid)
+        if record is None:
+            record = self._pods[uid] = PodRecord(holding.namespace, name)
+        observed = record.observed
+        if observed is not None and observed.key == holding.key:
+            # The pod already carries exactly this allocation (decided again, same devices):
+            # nothing is pending, and the rewrite may not even produce a watch event.
+            record.assumed = None
+            record.released = record.released - {holding.key}
+        else:
+            record.assumed = holding
+        self._settle(uid, record)
+
+    def forget(self, uid: str, key: AllocationKey) -> None:
+        """Drop the assumption ``key`` (its patch failed)."""
+        record = self._pods.get(uid)
+        if record is not None and record.assumed is not None and record.assumed.key == key:
+            record.assumed = None
+            self._settle(uid, record)
+
+    def release(self, uid: str) -> None:
+        """Stop counting what the pod holds or was assumed to hold (filtered again, or its
+        bind failed); a later, different allocation counts again."""
+        record = self._pods.get(uid)
+        if record is None:
+            return
+        keys = {h.key for h in (record.observed, record.assumed) if h is not None}
+        record.released = record.released | keys
+        record.assumed = None
+        self._settle(uid, record)
+
+    def holding(self, uid: str) -> Holding | None:
+        record = self._pods.get(uid)
+        return None if record is None else record.effective
+
+    def holdings(self) -> Iterator[tuple[str, str, Holding]]:
+        """``(uid, pod name, holding)`` for every pod holding devices."""
+        for uid, record in list(self._pods.items()):
+            if record.effective is not None:
+                yield uid, record.name, record.effective
+
+    def _settle(self, uid: str, record: PodRecord) -> None:
+        observed = record.observed
+        new = record.assumed
+        if new is None and observed is not None and observed.key not in record.released:
+            new = observed
+        old = record.effective
+        record.effective = new
+        if old is not new:
+            self._hold(uid, new, old)
+        if record.observed is None and record.assumed is None and not record.released:
+            # Released keys must outlive the holding: a late event may still carry them.
+            del self._pods[uid]
+
+    def _hold(self, uid: str, new: Holding | None, old: Holding | None) -> None:
+        if (
+            old is not None
+            and new is not None
+            and (old.node, old.namespace, old.usage, old.nics)
+            == (new.node, new.namespace, new.usage, new.nics)
+        ):
+            return
+        if old is not None:
+            held = self._node_pods.get(old.node)
+            if held is not None:
+                held.pop(uid, None)
+                if not held:
+                    del self._node_pods[old.node]
+            node = self.nodes.get(old.node)
+            if node is not None:
+                self.nodes[old.node] = remove_usage(node, old.usage)
+            self.ledger.remove(old.namespace, old.usage)
+            if old.nics is not None:
+                self.nic.release(uid, old.node)
+        if new is not None:
+            self._node_pods.setdefault(new.node, {})[uid] = new.usage
+            node = self.nodes.get(new.node)
+            if node is not None:
+                self.nodes[new.node] = apply_usage(node, new.usage)
+            self.ledger.add(new.namespace, new.usage)
+            if new.nics is not None:
+                self.nic.hold(uid, new.node, new.nics)
+
+    # -- quotas ------------------------------------------------------------------------------
+    def upsert_quota(self, obj: Mapping[str, Any]) -> None:
+        self.quotas.upsert(obj)
+
+    def remove_quota(self, obj: Mapping[str, Any]) -> None:
+        self.quotas.remove(obj)
+
+    def quota_view(self, namespace: str, word: str) -> VendorQuota | None:
+        """What a pod in ``namespace`` may still use of vendor ``word``; ``None``: unlimited."""
+        limits = self.quotas.limits(namespace, word)
+        if limits is None:
+            return None
+        return self.ledger.view(namespace, word, limits)
