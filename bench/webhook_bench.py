@@ -476,7 +476,8 @@ async def main() -> None:
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), timeout=30)
+            async with asyncio.timeout(30):
+                await process.wait()
 
 
 if __name__ == "__main__":

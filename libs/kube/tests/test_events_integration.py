@@ -75,7 +75,8 @@ async def test_emit_queues_and_run_writes(sim: RunningApiServer, kube: KubeClien
     assert recorder.dropped == 1
     task = asyncio.create_task(recorder.run(), name="event-recorder")
     try:
-        await asyncio.wait_for(recorder.flush(), 10)
+        async with asyncio.timeout(10):
+            await recorder.flush()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -70,7 +70,8 @@ async def test_one_leader_then_takeover_after_release(
         on_stopped_leading=lambda: stopped.append("a"),
     )
     async with campaigning(a) as task_a:
-        await asyncio.wait_for(a.wait_leading(), 10)
+        async with asyncio.timeout(10):
+            await a.wait_leading()
         b = LeaderElector(kube, config("b"), on_started_leading=lambda: started.append("b"))
         async with campaigning(b):
             # b keeps trying for a while and must never win while a renews.
@@ -90,7 +91,8 @@ async def test_one_leader_then_takeover_after_release(
             with pytest.raises(asyncio.CancelledError):
                 await task_a
             assert not a.is_leader
-            await asyncio.wait_for(b.wait_leading(), 10)
+            async with asyncio.timeout(10):
+                await b.wait_leading()
             spec = lease_spec(sim)
             assert spec["holderIdentity"] == "b"
             assert spec["leaseTransitions"] == 1
@@ -107,14 +109,16 @@ async def test_takeover_after_a_crash_waits_for_expiry(
     short = {"lease_duration_s": 2.0, "renew_deadline_s": 1.5}
     a = LeaderElector(kube, config("a", release_on_cancel=False, **short))
     async with campaigning(a) as task_a:
-        await asyncio.wait_for(a.wait_leading(), 10)
+        async with asyncio.timeout(10):
+            await a.wait_leading()
         task_a.cancel()  # a "crashes": no release
         with pytest.raises(asyncio.CancelledError):
             await task_a
     assert lease_spec(sim)["holderIdentity"] == "a"
     b = LeaderElector(kube, config("b", **short))
     async with campaigning(b):
-        await asyncio.wait_for(b.wait_leading(), 10)
+        async with asyncio.timeout(10):
+            await b.wait_leading()
     assert not a.is_leader
 
 
@@ -208,12 +212,15 @@ async def test_leader_steps_down_when_it_cannot_renew(
         on_stopped_leading=stopped.set,
     )
     async with campaigning(a):
-        await asyncio.wait_for(a.wait_leading(), 10)
+        async with asyncio.timeout(10):
+            await a.wait_leading()
         sim.server.inject_error("*", "leases", code=500)
-        await asyncio.wait_for(stopped.wait(), 10)
+        async with asyncio.timeout(10):
+            await stopped.wait()
         assert not a.is_leader
         sim.server.clear_faults()
-        await asyncio.wait_for(a.wait_leading(), 10)
+        async with asyncio.timeout(10):
+            await a.wait_leading()
 
 
 async def test_single_leader_under_injected_errors(sim: RunningApiServer, kube: KubeClient) -> None:
@@ -246,7 +253,8 @@ async def test_runs_under_a_task_group_and_releases_on_shutdown(
             group.create_task(work_while_leading(), name="work")
 
     with pytest.raises(ExceptionGroup) as caught:
-        await asyncio.wait_for(serve(), 20)
+        async with asyncio.timeout(20):
+            await serve()
     assert caught.group_contains(ShutdownRequestedError)
     assert not elector.is_leader
     assert elector.not_leading.is_set()

@@ -91,7 +91,8 @@ async def test_sync_handlers_and_index(sim: RunningApiServer, kube: KubeClient) 
     )
     assert (reflector.has_synced, reflector.resource_version) == (False, "")
     async with running(reflector):
-        await asyncio.wait_for(reflector.wait_synced(), 10)
+        async with asyncio.timeout(10):
+            await reflector.wait_synced()
         assert reflector.has_synced
         assert sorted(reflector.store.keys()) == ["default/a", "default/b"]
         assert [object_key(p) for p in reflector.store.by_index("node", "n1")] == ["default/a"]
@@ -120,7 +121,8 @@ async def test_filtered_reflector(sim: RunningApiServer, kube: KubeClient) -> No
     config = ReflectorConfig(field_selector="spec.nodeName=n1", watch_timeout_s=1)
     reflector = Reflector(kube, PODS, config=config)
     async with running(reflector):
-        await asyncio.wait_for(reflector.wait_synced(), 10)
+        async with asyncio.timeout(10):
+            await reflector.wait_synced()
         assert reflector.store.keys() == ["default/a"]
         await sim.server.create("pods", pod("c", node="n1"))
         await sim.server.create("pods", pod("d", node="n2"))
@@ -146,7 +148,8 @@ async def test_failing_handler_does_not_stop_the_reflector(
         handlers=[EventHandlers(on_add=explode), EventHandlers(on_add=record)],
     )
     async with running(reflector):
-        await asyncio.wait_for(reflector.wait_synced(), 10)
+        async with asyncio.timeout(10):
+            await reflector.wait_synced()
         await sim.server.create("nodes", node("n1"))
         await sim.server.create("nodes", node("n2"))
         await eventually(lambda: seen == ["n1", "n2"], what="later handlers still run")
@@ -161,7 +164,8 @@ async def test_relist_after_compaction_emits_missed_deletes(
     mirror = Mirror()
     reflector = Reflector(kube, NODES, config=FAST, handlers=[mirror.handlers()])
     async with running(reflector):
-        await asyncio.wait_for(reflector.wait_synced(), 10)
+        async with asyncio.timeout(10):
+            await reflector.wait_synced()
         # Cut the stream, change state and compact before the reflector can re-watch.
         sim.server.inject_error("watch", "nodes", code=500, times=3)
         sim.server.drop_watches("nodes", mode="abort")
@@ -228,7 +232,8 @@ async def test_store_converges_under_faults(seed: int) -> None:
                 rng=random.Random(seed),
             )
             async with running(reflector):
-                await asyncio.wait_for(reflector.wait_synced(), 20)
+                async with asyncio.timeout(20):
+                    await reflector.wait_synced()
                 await _random_operations(sim, rng, 150)
                 # A guaranteed 410 in every run, whatever the random schedule did.
                 sim.server.drop_watches("pods", mode="expire")
@@ -261,7 +266,8 @@ async def test_recovers_when_the_server_restarts_with_a_fresh_history() -> None:
         async with open_client(settings) as client:
             reflector = Reflector(client, NODES, config=FAST)
             async with running(reflector):
-                await asyncio.wait_for(reflector.wait_synced(), 10)
+                async with asyncio.timeout(10):
+                    await reflector.wait_synced()
                 assert len(reflector.store) == 30
                 stale_version = int(reflector.resource_version)
                 await first_server.aclose()
@@ -294,7 +300,8 @@ async def test_a_group_of_reflectors_syncs_and_stops_together(
     async with asyncio.TaskGroup() as tasks:
         started = group.start(tasks)
         assert sorted(t.get_name() for t in started) == ["reflector-g-nodes", "reflector-g-pods"]
-        await asyncio.wait_for(group.wait_synced(), 10)
+        async with asyncio.timeout(10):
+            await group.wait_synced()
         assert group.synced
         assert sorted(seen) == ["default/a", "n1"]
         # An update reaches the same upsert with the new object; a delete reaches remove.

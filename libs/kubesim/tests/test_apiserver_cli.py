@@ -33,14 +33,16 @@ async def test_serve_prints_url_and_stops_on_sigterm() -> None:
     )
     try:
         assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().strip()
+        async with asyncio.timeout(30):
+            line = (await proc.stdout.readline()).decode().strip()
         assert line.startswith("http://127.0.0.1:")
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{line}/version") as resp:
                 assert (await resp.json())["major"] == "1"
             watch = await session.get(f"{line}/api/v1/pods?watch=1")
             proc.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(proc.wait(), 30) == 0
+            async with asyncio.timeout(30):
+                assert await proc.wait() == 0
             assert await watch.content.read() == b""  # the open watch ended cleanly
             watch.close()
     finally:

@@ -61,7 +61,8 @@ class Kubectl:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        async with asyncio.timeout(60):
+            out, err = await proc.communicate()
         if ok:
             assert proc.returncode == 0, err.decode()
         return out.decode() + err.decode()

@@ -147,7 +147,8 @@ async def test_slow_watcher_is_expired_not_buffered() -> None:
     await asyncio.sleep(0)  # the watch is registered once the generator starts
     for i in range(5):
         await server.create("configmaps", {"metadata": {"name": f"c{i}", "namespace": "default"}})
-    first = await asyncio.wait_for(pending, 5)
+    async with asyncio.timeout(5):
+        first = await pending
     rest = [first]
     async for event in stream:
         rest.append(event)
@@ -164,7 +165,8 @@ async def test_drop_watches(mode: str) -> None:
     pending = asyncio.ensure_future(anext(stream, None))
     await asyncio.sleep(0)
     assert server.drop_watches("nodes", mode=mode) == 1
-    event = await asyncio.wait_for(pending, 5)
+    async with asyncio.timeout(5):
+        event = await pending
     if mode == "expire":
         assert event is not None
         assert event.type == "ERROR"

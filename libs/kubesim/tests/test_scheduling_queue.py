@@ -135,7 +135,8 @@ async def test_pop_sleeps_until_backoff_expires_with_real_time() -> None:
     queue.add("ns/p")
     await queue.pop()
     queue.failed("ns/p", unschedulable=False)
-    assert await asyncio.wait_for(queue.pop(), timeout=5) == "ns/p"
+    async with asyncio.timeout(5):
+        assert await queue.pop() == "ns/p"
 
 
 async def test_pop_wakes_on_add() -> None:
@@ -144,7 +145,8 @@ async def test_pop_wakes_on_add() -> None:
     await asyncio.sleep(0)
     assert not waiter.done()
     queue.add("ns/new")
-    assert await asyncio.wait_for(waiter, timeout=5) == "ns/new"
+    async with asyncio.timeout(5):
+        assert await waiter == "ns/new"
 
 
 async def test_adding_an_in_flight_pod_does_not_duplicate_it() -> None:

@@ -176,7 +176,8 @@ async def test_the_router_follows_the_leader() -> None:
             assert await reader.readline() == b"one\n"
 
             current[0] = two  # leadership moves: the open connection is cut
-            assert await asyncio.wait_for(reader.read(), timeout=5) == b""
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
             writer.close()
 
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -186,7 +187,8 @@ async def test_the_router_follows_the_leader() -> None:
 
             current[0] = None  # no leader: connections are closed at once
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            assert await asyncio.wait_for(reader.read(), timeout=5) == b""
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
             writer.close()
             assert router.connections == 2
             assert router.refused == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.replicas import PluginDevice, plugin_devices, replica_owners
+from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.node.register import (
     annotations_to_write,
     device_infos,
@@ -20,9 +22,15 @@ from hami_deviceplugin.node.register import (
     register_value,
     visible_gpus,
 )
+from hami_deviceplugin.node.registrar import Registrar
+from hami_kube.config import KubeSettings
+from hami_kube.rest import open_client
+from hami_kubesim.testing import RunningApiServer, eventually
 from hami_protocol.config.node import FilterDevices, NodeSettings
 from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER
 from hami_protocol.node.registry import decode_node_devices
+
+from .helpers import NODE
 
 NOW = datetime(2026, 5, 1, 12, 30, 15, tzinfo=UTC)
 T4 = Gpu("GPU-a", 0, "Tesla T4", 15360, numa=1, pci_bus_id="0000:1b:00.0")
@@ -182,3 +190,28 @@ async def test_inventory_notifies_only_on_visible_changes() -> None:
     assert inventory.version == 1
     assert inventory.replica_owners["GPU-b-1"] == "GPU-b"
     assert inventory.uuids() == {"GPU-a", "GPU-b"}
+
+
+async def test_the_registration_loop_stops_when_cancelled_as_it_is_woken(
+    sim: RunningApiServer,
+) -> None:
+    """The root cause of the plugin that hung on SIGTERM: Python 3.11's ``asyncio.wait_for``
+    swallowed a cancel that arrived as the wake event fired, and the loop ran on."""
+    async with open_client(KubeSettings(kube_url=sim.url)) as client:
+        for _ in range(20):
+            registrar = Registrar(
+                client=client,
+                node_name=NODE,
+                inventory=Inventory([T4], filters=FilterDevices(), split=2),
+                node=NodeSettings(),
+                metrics=PluginMetrics(node=NODE),
+                interval=3600.0,
+            )
+            task = asyncio.create_task(registrar.run())
+            await eventually(lambda r=registrar: r.passes >= 1, what="the first pass")
+            await asyncio.sleep(0)  # the loop now waits for its wake event
+            registrar.wake()
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=5)
+            assert done, "the registration loop ignored its cancellation"
+            assert task.cancelled()

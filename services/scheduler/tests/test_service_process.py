@@ -94,11 +94,14 @@ async def scheduler_process(
 
     reader = asyncio.create_task(drain())
     try:
-        yield await asyncio.wait_for(started, timeout=30), lines
+        async with asyncio.timeout(30):
+            running = await started
+        yield running, lines
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.wait(), timeout=30)
+        async with asyncio.timeout(30):
+            await process.wait()
         await reader
         assert process.returncode == 0, lines[-5:]
         assert lines[-1]["event"] == "scheduler_stopped"

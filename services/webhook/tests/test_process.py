@@ -114,7 +114,8 @@ async def test_service_process_mutates_denies_and_stops_on_sigterm(
             await api_client.close()
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
-            _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
+            async with asyncio.timeout(30):
+                _, stderr = await process.communicate()
     assert process.returncode == 0
     main = created["spec"]["containers"][0]
     assert created["spec"]["schedulerName"] == "hami-scheduler"

@@ -9,22 +9,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
-__all__ = ["embedded"]
+from hami_runtime.lifecycle import DEFAULT_GRACE_S, describe_tasks
+
+__all__ = ["ServiceDidNotStopError", "embedded"]
 
 R = TypeVar("R")
 
 Starter = Callable[[asyncio.Event, Callable[[R], None]], Coroutine[Any, Any, None]]
 """``start(stop, on_started)``: the service's ``run`` with its stop event and started hook."""
 
+_SLACK_S: Final = 2.0
+"""Beyond the service's own grace period, before the block gives up on it."""
+
+
+class ServiceDidNotStopError(RuntimeError):
+    """The service was still running after its grace period: a shutdown bug, named."""
+
 
 @contextlib.asynccontextmanager
-async def embedded(start: Starter[R], *, name: str) -> AsyncIterator[R]:
+async def embedded(
+    start: Starter[R], *, name: str, stop_within: float = DEFAULT_GRACE_S + _SLACK_S
+) -> AsyncIterator[R]:
     """Yield what the service hands ``on_started``; stop it and wait for it on exit.
 
     A service that fails before it has started raises its error here instead of leaving the
-    block waiting forever.
+    block waiting forever.  One that has not stopped ``stop_within`` seconds after its stop event
+    is cancelled and reported as :class:`ServiceDidNotStopError`, with where it was waiting.
     """
     stop = asyncio.Event()
     started: asyncio.Future[R] = asyncio.get_running_loop().create_future()
@@ -44,4 +56,13 @@ async def embedded(start: Starter[R], *, name: str) -> AsyncIterator[R]:
         yield await started
     finally:
         stop.set()
-        await task
+        done, _ = await asyncio.wait({task}, timeout=stop_within)
+        if not done:
+            where = describe_tasks([task])
+            task.cancel()
+            await asyncio.wait({task}, timeout=_SLACK_S)
+            raise ServiceDidNotStopError(
+                f"{name} did not stop within {stop_within:g}s of its stop event ({where[0]})"
+            )
+        if not task.cancelled() and task.exception() is not None and started.done():
+            task.result()

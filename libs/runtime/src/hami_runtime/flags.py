@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from hami_protocol.config.device import DeviceConfig, device_config_from_mapping
+from hami_protocol.durations import parse_go_duration
 from hami_protocol.errors import ConfigError
 from hami_runtime.logs import LOG_FORMATS
 
@@ -76,6 +77,17 @@ def non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
     return value
+
+
+def grace_period(text: str) -> float:
+    """A positive Go duration in seconds, for argparse."""
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return seconds
 
 
 def _converter(flag: Flag) -> Callable[[str], Any]:
@@ -186,6 +198,14 @@ def process_flags(*, metrics_bind: str) -> tuple[Flag, ...]:
         Flag(("--log-level",), "log_level", "info", "debug, info, warning or error"),
         Flag(("--kube-url",), "kube_url", None, "API server URL without authentication"),
         Flag(("--kubeconfig",), "kubeconfig", None, "kubeconfig file"),
+        Flag(
+            ("--shutdown-grace-period",),
+            "shutdown_grace_period",
+            "10s",
+            "after SIGTERM, stop within this long even when a peer hangs (keep it below the "
+            "pod's terminationGracePeriodSeconds)",
+            grace_period,
+        ),
     )
 
 

@@ -320,7 +320,8 @@ async def _serve(
                 await rdma.allocator.drain()
             await running.allocator.drain()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(recorder.flush(), timeout=2.0)
+                async with asyncio.timeout(2.0):
+                    await recorder.flush()
             events.cancel()
     finally:
         await running.server.stop()

@@ -51,6 +51,7 @@ from hami_protocol.errors import ConfigError
 from hami_protocol.topology.layout import RDMA_RESOURCE as _RDMA_RESOURCE
 from hami_runtime import flags
 from hami_runtime.flags import Flag, parse_bool
+from hami_runtime.lifecycle import DEFAULT_GRACE_S
 from hami_runtime.logs import LOG_FORMATS, LogFormat
 from hami_runtime.sites import parse_bind
 
@@ -106,6 +107,8 @@ class Settings:
     metrics_bind_address: str = DEFAULT_METRICS_BIND
     log_format: LogFormat = "json"
     log_level: str = "info"
+    shutdown_grace_s: float = DEFAULT_GRACE_S
+    """SIGTERM → exit within this long (``--shutdown-grace-period``)."""
     health: HealthChecks = field(default_factory=HealthChecks)
     fail_on_init_error: bool = True
     register_interval_s: float = 30.0
@@ -504,6 +507,7 @@ def parse_settings(
             metrics_bind_address=str(value["metrics_bind_address"]),
             log_format=cast("LogFormat", value["log_format"]),
             log_level=str(value["log_level"]),
+            shutdown_grace_s=float(value["shutdown_grace_period"]),
             health=parse_health_env(
                 env.get("DP_DISABLE_HEALTHCHECKS"), env.get("DP_ENABLE_HEALTHCHECKS")
             ),

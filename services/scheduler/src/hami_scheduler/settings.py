@@ -45,6 +45,7 @@ from hami_protocol.selectors import format_selector, parse_selector_string
 from hami_protocol.vendor.table import Vendor, vendors_from_config
 from hami_runtime import flags
 from hami_runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
+from hami_runtime.lifecycle import DEFAULT_GRACE_S
 from hami_runtime.logs import LOG_FORMATS, LogFormat
 from hami_runtime.sites import parse_bind
 
@@ -104,6 +105,8 @@ class Settings:
     metrics_bind_address: str = DEFAULT_METRICS_BIND
     log_format: LogFormat = "json"
     log_level: str = "info"
+    shutdown_grace_s: float = DEFAULT_GRACE_S
+    """SIGTERM → exit within this long (``--shutdown-grace-period``)."""
     kube: KubeSettings = field(default_factory=KubeSettings)
     scheduler_name: str = ""
     """HAMi's ``--scheduler-name``: the Events' source component (``hami-scheduler`` if empty)."""
@@ -352,6 +355,7 @@ def parse_settings(
             metrics_bind_address=args.metrics_bind_address,
             log_format=cast("LogFormat", args.log_format),
             log_level="debug" if args.debug else args.log_level,
+            shutdown_grace_s=args.shutdown_grace_period,
             kube=KubeSettings(
                 kube_url=args.kube_url or None,
                 kubeconfig=args.kubeconfig or None,

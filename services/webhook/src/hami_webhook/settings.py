@@ -35,6 +35,7 @@ from hami_protocol.errors import ConfigError
 from hami_protocol.vendor.table import vendors_from_config
 from hami_runtime import flags
 from hami_runtime.flags import ENV_PREFIX, Flag, parse_bool
+from hami_runtime.lifecycle import DEFAULT_GRACE_S
 from hami_runtime.logs import LOG_FORMATS, LogFormat
 from hami_runtime.sites import parse_bind
 from hami_webhook.mutate import MutationRules
@@ -67,6 +68,8 @@ class Settings:
     metrics_bind_address: str = DEFAULT_METRICS_BIND
     log_format: LogFormat = "json"
     log_level: str = "info"
+    shutdown_grace_s: float = DEFAULT_GRACE_S
+    """SIGTERM → exit within this long (``--shutdown-grace-period``)."""
     kube: KubeSettings = field(default_factory=KubeSettings)
     enable_quota: bool = True
     """Watch ResourceQuotas and placed pods to check namespace device quotas."""
@@ -188,6 +191,7 @@ def parse_settings(
             metrics_bind_address=args.metrics_bind_address,
             log_format=cast("LogFormat", args.log_format),
             log_level="debug" if args.debug else args.log_level,
+            shutdown_grace_s=args.shutdown_grace_period,
             kube=KubeSettings(
                 kube_url=args.kube_url or None,
                 kubeconfig=args.kubeconfig or None,

@@ -240,7 +240,8 @@ class AdmissionDispatcher:
 
     async def _wait_ready(self) -> None:
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout=self._sync_timeout)
+            async with asyncio.timeout(self._sync_timeout):
+                await self._ready.wait()
         except TimeoutError:
             log.error("admission called before its caches synced")
             raise AdmissionDenied(403, "not yet ready to handle request", "Forbidden") from None

@@ -134,7 +134,8 @@ class Watcher:
         if self.pending or self.closed:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
 
 class WatchHub:

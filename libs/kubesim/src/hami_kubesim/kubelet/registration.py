@@ -78,7 +78,8 @@ class PluginEndpoint:
         """
         channel = grpc.aio.insecure_channel(f"unix:{socket_path}", options=_CHANNEL_OPTIONS)
         try:
-            await asyncio.wait_for(channel.channel_ready(), dial_timeout)
+            async with asyncio.timeout(dial_timeout):
+                await channel.channel_ready()
         except TimeoutError as error:
             await channel.close()
             raise PluginCallError(

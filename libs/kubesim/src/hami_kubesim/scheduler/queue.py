@@ -137,7 +137,8 @@ class SchedulingQueue:
                     return key
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self._next_due())
+                async with asyncio.timeout(self._next_due()):
+                    await self._wakeup.wait()
 
     def done(self, key: str) -> None:
         """The pod was scheduled (or dropped): forget it and its backoff history."""

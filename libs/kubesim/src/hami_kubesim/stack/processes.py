@@ -196,7 +196,8 @@ class ServiceProcess:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(how)
             try:
-                await asyncio.wait_for(process.wait(), timeout=self.spec.stop_timeout)
+                async with asyncio.timeout(self.spec.stop_timeout):
+                    await process.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()

@@ -85,7 +85,8 @@ async def _watch(backend: NvmlBackend, seconds: float) -> None:
             _print("health", [_health(gpu) for gpu in gpus])
 
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(follow(), seconds)
+        async with asyncio.timeout(seconds):
+            await follow()
 
 
 def _nic(nic: Nic) -> dict[str, object]:

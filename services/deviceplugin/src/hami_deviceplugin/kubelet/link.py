@@ -70,7 +70,8 @@ class KubeletLink:
         """One ``Register`` call; raises ``grpc.aio.AioRpcError`` / ``TimeoutError``."""
         target = f"unix:{self._kubelet_socket}"
         async with grpc.aio.insecure_channel(target) as channel:
-            await asyncio.wait_for(channel.channel_ready(), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                await channel.channel_ready()
             await api_pb2_grpc.RegistrationStub(channel).Register(
                 api_pb2.RegisterRequest(
                     version=VERSION,

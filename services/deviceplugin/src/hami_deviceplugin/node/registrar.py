@@ -140,7 +140,8 @@ class Registrar:
                 await asyncio.sleep(self._retry)
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
 
     def node_reflector(self, *, watch_timeout_s: int = 300) -> Reflector:
         """A watch on this node only, feeding :meth:`observe_node`."""
