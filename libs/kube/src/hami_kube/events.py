@@ -24,7 +24,8 @@ from typing import Any
 import structlog
 
 from hami_kube.errors import KubeError, NotFoundError
-from hami_kube.resources import EVENTS, JsonObject, metadata
+from hami_kube.objects import ObjectView
+from hami_kube.resources import EVENTS, JsonObject
 from hami_kube.rest import KubeClient, PatchType
 from hami_kube.timefmt import format_time, utc_now
 
@@ -54,18 +55,15 @@ class ObjectReference:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ObjectReference:
         """Reference to a decoded object (kind/apiVersion default to v1 Pod when absent)."""
-        meta = metadata(obj)
-
-        def text(value: object) -> str:
-            return value if isinstance(value, str) else ""
-
+        view = ObjectView(obj)
+        kind, api_version = obj.get("kind"), obj.get("apiVersion")
         return cls(
-            kind=text(obj.get("kind")) or "Pod",
-            name=text(meta.get("name")),
-            namespace=text(meta.get("namespace")),
-            uid=text(meta.get("uid")),
-            api_version=text(obj.get("apiVersion")) or "v1",
-            resource_version=text(meta.get("resourceVersion")),
+            kind=kind if isinstance(kind, str) and kind else "Pod",
+            name=view.name,
+            namespace=view.namespace,
+            uid=view.uid,
+            api_version=api_version if isinstance(api_version, str) and api_version else "v1",
+            resource_version=view.resource_version,
         )
 
     def to_json(self) -> JsonObject:
@@ -255,10 +253,10 @@ class EventRecorder:
             name_suffix=time.time_ns(),
         )
         created = await self._client.create(EVENTS, event)
-        meta = metadata(created) or event["metadata"]
+        stored = ObjectView(created)
         self._seen[key] = _Seen(
-            namespace=str(meta.get("namespace") or event["metadata"]["namespace"]),
-            name=str(meta.get("name") or event["metadata"]["name"]),
+            namespace=stored.namespace or str(event["metadata"]["namespace"]),
+            name=stored.name or str(event["metadata"]["name"]),
             count=1,
             last=now_mono,
         )

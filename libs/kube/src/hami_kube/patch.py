@@ -21,7 +21,8 @@ import structlog
 
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.errors import ConflictError, is_retryable
-from hami_kube.resources import JsonObject, Resource, resource_version_of
+from hami_kube.objects import ObjectView
+from hami_kube.resources import JsonObject, Resource
 from hami_kube.rest import KubeClient, PatchType
 
 log = structlog.get_logger(__name__)
@@ -97,7 +98,7 @@ async def update_with_retry(
         desired = mutate(copy.deepcopy(current))
         if desired is None:
             return current
-        desired.setdefault("metadata", {})["resourceVersion"] = resource_version_of(current)
+        desired.setdefault("metadata", {})["resourceVersion"] = ObjectView(current).resource_version
         try:
             return await client.replace(resource, desired)
         except ConflictError:

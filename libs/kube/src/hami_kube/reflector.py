@@ -33,7 +33,8 @@ import structlog
 
 from hami_kube.backoff import Backoff, BackoffPolicy
 from hami_kube.errors import ApiError, ExpiredError, KubeError, api_error, is_retryable
-from hami_kube.resources import JsonObject, Resource, object_key, resource_version_of
+from hami_kube.objects import ObjectView, object_key
+from hami_kube.resources import JsonObject, Resource
 from hami_kube.rest import KubeClient, WatchEvent
 from hami_kube.store import Indexer, Store
 
@@ -208,7 +209,7 @@ class Reflector:
         items = listing.get("items") or []
         objects = [self._with_type(item) for item in items if isinstance(item, dict)]
         delta = self._store.replace(objects)
-        version = resource_version_of(listing)
+        version = ObjectView(listing).resource_version
         self._resource_version = version
         self._log.debug(
             "listed",
@@ -252,7 +253,7 @@ class Reflector:
     async def _apply(self, event: WatchEvent) -> None:
         if event.type == "ERROR":
             raise _error_from_status(event.object)
-        version = resource_version_of(event.object)
+        version = ObjectView(event.object).resource_version
         if event.type != "BOOKMARK":
             self._stats.events += 1
             obj = self._with_type(event.object)
@@ -264,7 +265,7 @@ class Reflector:
                 old = self._store.upsert(obj)
                 if old is None:
                     await self._emit_add(obj)
-                elif resource_version_of(old) != version or not version:
+                elif ObjectView(old).resource_version != version or not version:
                     await self._emit_update(old, obj)
         if version:
             self._resource_version = version

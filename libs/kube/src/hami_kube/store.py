@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_kube.resources import JsonObject, object_key, resource_version_of
+from hami_kube.objects import ObjectView, object_key
+from hami_kube.resources import JsonObject
 
 Indexer = Callable[[Mapping[str, Any]], Iterable[str]]
 """Maps an object to the index values it is filed under (none, one or several)."""
@@ -127,9 +128,9 @@ class Store:
             old = self.upsert(obj)
             if old is None:
                 delta.added.append(obj)
-            elif resource_version_of(old) != resource_version_of(obj) or not resource_version_of(
-                obj
-            ):
+            elif (version := ObjectView(obj).resource_version) != ObjectView(
+                old
+            ).resource_version or not version:
                 delta.updated.append((old, obj))
         return delta
 
