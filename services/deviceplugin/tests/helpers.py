@@ -1,17 +1,27 @@
-"""Test helpers: polling with a deadline, fake-device files, pods as the scheduler leaves them."""
+"""Test helpers: polling with a deadline, fake-device files, pods as the scheduler leaves them,
+and a node (kubesim's kubelet stand-in plus the plugin) to run them on."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import grpc
 import yaml
 
+from hami_deviceplugin.allocation.flow import EVENT_REASON
+from hami_deviceplugin.app import RunningPlugin, serving
 from hami_deviceplugin.settings import Settings
 from hami_kube.config import KubeSettings
-from hami_kubesim.testing import eventually
+from hami_kube.objects import ObjectView, PodView
+from hami_kubelet_api.constants import KUBELET_SOCKET_NAME
+from hami_kubelet_api.v1beta1 import api_pb2_grpc
+from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.testing import RunningApiServer, eventually
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (
     BIND_PHASE,
@@ -28,14 +38,22 @@ __all__ = [
     "NODE",
     "RESOURCE",
     "UUIDS",
+    "annotations_of",
     "container",
     "devices_value",
+    "events_for",
     "eventually",
     "gpu",
+    "http_get",
     "lock_annotation",
     "lock_value",
+    "node_stack",
+    "phase",
     "plugin_settings",
+    "registration_server",
+    "resource_counts",
     "scheduled_pod",
+    "submit",
     "write_devices",
 ]
 
@@ -157,3 +175,94 @@ def lock_value(namespace: str, name: str) -> str:
 
 def lock_annotation(namespace: str, name: str) -> dict[str, str]:
     return {NODE_LOCK: lock_value(namespace, name)}
+
+
+# --- a node: the kubelet stand-in and the plugin --------------------------------------------------
+
+
+def resource_counts(kubelet: KubeletStandIn, resource: str = RESOURCE) -> tuple[int, int]:
+    """``(capacity, allocatable)`` of ``resource`` as the kubelet stand-in sees it."""
+    devices = kubelet.resources().get(resource)
+    return (0, 0) if devices is None else (devices.capacity, devices.allocatable)
+
+
+@contextlib.asynccontextmanager
+async def node_stack(
+    sim: RunningApiServer,
+    plugin_dir: Path,
+    host_root: Path | None,
+    devices: Path,
+    **overrides: Any,
+) -> AsyncIterator[tuple[KubeletStandIn, RunningPlugin]]:
+    """The kubelet stand-in and the plugin (``overrides``: Settings fields), registered and
+    advertising its GPUs."""
+    kubelet = KubeletStandIn(
+        KubeletSettings(
+            node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url, dial_timeout=2, call_timeout=10
+        )
+    )
+    settings = plugin_settings(
+        url=sim.url, plugin_dir=plugin_dir, devices=devices, host_root=host_root, **overrides
+    )
+    async with kubelet, serving(settings) as plugin:
+        await eventually(plugin.ready, what="plugin registered with the kubelet")
+        # The scheduler binds only to nodes whose allocatable shows the devices.
+        await eventually(lambda: resource_counts(kubelet)[1] > 0, what="kubelet knows the GPUs")
+        yield kubelet, plugin
+
+
+def annotations_of(sim: RunningApiServer, kind: str, name: str) -> dict[str, str]:
+    namespace = "default" if kind == "pods" else None
+    return dict(ObjectView(sim.server.get(kind, name, namespace=namespace)).annotations)
+
+
+def phase(sim: RunningApiServer, name: str) -> str | None:
+    pod = sim.server.try_get("pods", name, namespace="default")
+    return None if pod is None else PodView(pod).phase
+
+
+def events_for(sim: RunningApiServer, name: str) -> list[dict[str, Any]]:
+    """The plugin's ``AllocateFailed`` Events about the object ``name``."""
+    return [
+        event
+        for event in sim.server.list("events")
+        if event.get("reason") == EVENT_REASON
+        and (event.get("involvedObject") or {}).get("name") == name
+    ]
+
+
+async def submit(sim: RunningApiServer, pod: dict[str, Any], *, lock: bool = True) -> None:
+    """Create the pod, take the node lock for it (as Bind does), then bind it."""
+    await sim.server.create("pods", pod)
+    name = PodView(pod).name
+    if lock:
+        await sim.server.patch(
+            "nodes",
+            NODE,
+            {"metadata": {"annotations": lock_annotation("default", name)}},
+            patch_type="merge",
+        )
+    await sim.server.bind("default", name, NODE)
+
+
+@contextlib.asynccontextmanager
+async def registration_server(
+    plugin_dir: Path, servicer: api_pb2_grpc.RegistrationServicer
+) -> AsyncIterator[None]:
+    """``servicer`` as the kubelet's ``Registration`` service on ``<plugin_dir>/kubelet.sock``
+    (a kubelet that misbehaves in the way the servicer says)."""
+    server = grpc.aio.server()
+    api_pb2_grpc.add_RegistrationServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix:{plugin_dir / KUBELET_SOCKET_NAME}")
+    await server.start()
+    try:
+        yield
+    finally:
+        await server.stop(None)
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    """``GET http://127.0.0.1:<port><path>``: the status and the body (the metrics site)."""
+    url = f"http://127.0.0.1:{port}{path}"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()

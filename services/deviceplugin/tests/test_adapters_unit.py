@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from hami_deviceplugin.allocation.lookup import lock_owner, pick_pending_pod
+from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
-from hami_deviceplugin.gpu.plan import AllocateError, ContainerGrant, FailureKind, HookLayout
+from hami_deviceplugin.gpu.plan import ContainerGrant, HookLayout
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
+from hami_kube.objects import PodView
 from hami_protocol.keys import BIND_PHASE, BIND_TIME, NODE_LOCK, VGPU_NODE
 
 NODE = "n1"
@@ -46,7 +48,7 @@ def test_pick_pending_pod_takes_the_oldest_bind_time() -> None:
     ]
     picked = pick_pending_pod(pods, NODE)
     assert picked is not None
-    assert picked["metadata"]["name"] == "older"
+    assert PodView(picked).name == "older"
     assert pick_pending_pod(pods[2:], NODE) is None
 
 

@@ -8,26 +8,28 @@ and leave the to-allocate list as it was.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from hami_deviceplugin.gpu.allocator import EVENT_REASON
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.keys import BIND_PHASE, NODE_LOCK, NVIDIA_DEVICES_TO_ALLOCATE
 
 from .helpers import (
     NODE,
     UUIDS,
+    annotations_of,
     container,
     devices_value,
+    events_for,
     eventually,
     gpu,
     lock_annotation,
+    node_stack,
+    phase,
     scheduled_pod,
+    submit,
     write_devices,
 )
-from .test_kubelet_integration import annotations_of, node_stack, phase, submit
 
 
 @pytest.fixture
@@ -40,15 +42,6 @@ def devices(tmp_path: Path) -> Path:
 def status_message(sim: RunningApiServer, name: str) -> str:
     pod = sim.server.get("pods", name, namespace="default")
     return str((pod.get("status") or {}).get("message", ""))
-
-
-def events_for(sim: RunningApiServer, name: str) -> list[dict[str, Any]]:
-    return [
-        event
-        for event in sim.server.list("events")
-        if event.get("reason") == EVENT_REASON
-        and (event.get("involvedObject") or {}).get("name") == name
-    ]
 
 
 async def expect_failure(sim: RunningApiServer, name: str, reason_text: str) -> None:

@@ -8,21 +8,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_deviceplugin.allocation.entries import AllocatingContainer, AllocatingPod, allocating_pod
+from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.plan import (
-    AllocateError,
     AllocateOptions,
-    ContainerView,
-    FailureKind,
     HookLayout,
     MountSpec,
-    PodView,
     container_grant,
     next_entry_uuids,
     plan_allocation,
-    pod_view,
     preferred_replicas,
 )
-from hami_deviceplugin.kubelet.server import grant_response
+from hami_deviceplugin.gpu.servicer import grant_response
 from hami_protocol.keys import BIND_PHASE, NVIDIA_DEVICES_TO_ALLOCATE, VGPU_NODE
 from hami_protocol.pod.devices import (
     ContainerDevice,
@@ -38,20 +35,22 @@ OWNERS = {f"{uuid}-{i}": uuid for uuid in (A, B) for i in range(4)}
 GPUS = frozenset({A, B})
 
 
-def view(value: str | None, containers: int = 3, extra: dict[str, str] | None = None) -> PodView:
+def view(
+    value: str | None, containers: int = 3, extra: dict[str, str] | None = None
+) -> AllocatingPod:
     merged = dict(extra or {})
     if value is not None:
         merged[NVIDIA_DEVICES_TO_ALLOCATE] = value
-    return PodView(
+    return AllocatingPod(
         namespace="ns",
         name="p",
         uid="uid-1",
-        containers=tuple(ContainerView(f"c{i}") for i in range(containers)),
+        containers=tuple(AllocatingContainer(f"c{i}") for i in range(containers)),
         annotations=merged,
     )
 
 
-def plan(pod: PodView, *requests: list[str], options: AllocateOptions | None = None) -> Any:
+def plan(pod: AllocatingPod, *requests: list[str], options: AllocateOptions | None = None) -> Any:
     return plan_allocation(
         pod,
         list(requests),
@@ -118,7 +117,7 @@ def test_optional_env(
 ) -> None:
     grant = container_grant(
         index=0,
-        container=ContainerView("c"),
+        container=AllocatingContainer("c"),
         devices=(ContainerDevice(A, "NVIDIA", 100, 0),),
         pod_uid="u",
         options=options,
@@ -134,7 +133,7 @@ def test_optional_env(
 def test_disable_control_drops_ld_preload_and_license_adds_files() -> None:
     grant = container_grant(
         index=2,
-        container=ContainerView("c", disable_control=True),
+        container=AllocatingContainer("c", disable_control=True),
         devices=(ContainerDevice(A, "NVIDIA", 100, 0), ContainerDevice(B, "NVIDIA", 200, 0)),
         pod_uid="u",
         options=AllocateOptions(node_name=NODE),
@@ -155,7 +154,7 @@ def test_disable_control_drops_ld_preload_and_license_adds_files() -> None:
 def test_same_gpu_twice_is_listed_once() -> None:
     grant = container_grant(
         index=0,
-        container=ContainerView("c"),
+        container=AllocatingContainer("c"),
         devices=(ContainerDevice(A, "NVIDIA", 100, 0), ContainerDevice(A, "NVIDIA", 50, 0)),
         pod_uid="u",
         options=AllocateOptions(node_name=NODE),
@@ -218,7 +217,7 @@ def test_kubelet_choice_when_preferred_allocation_is_on() -> None:
         (view(devices_value([(A, 1, 0)]), 3, {BIND_PHASE: "failed"}), [["x"]], "already failed"),
     ],
 )
-def test_invalid_inputs(pod: PodView, requests: list[list[str]], message: str) -> None:
+def test_invalid_inputs(pod: AllocatingPod, requests: list[list[str]], message: str) -> None:
     with pytest.raises(AllocateError, match=message) as caught:
         plan(pod, *requests)
     assert caught.value.kind is FailureKind.INVALID
@@ -274,14 +273,14 @@ def test_pod_view_reads_containers_in_admission_order() -> None:
             ],
         },
     }
-    parsed = pod_view(pod)
+    parsed = allocating_pod(pod)
     assert parsed.containers == (
-        ContainerView("i", False),
-        ContainerView("m", True),
-        ContainerView("n", False),  # Go's ParseBool does not know "yes"
+        AllocatingContainer("i", False),
+        AllocatingContainer("m", True),
+        AllocatingContainer("n", False),  # Go's ParseBool does not know "yes"
     )
     assert parsed.annotations == {"a": "b"}
-    assert pod_view({}).containers == ()
+    assert allocating_pod({}).containers == ()
 
 
 def test_next_entry_uuids() -> None:

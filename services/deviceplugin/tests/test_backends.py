@@ -6,11 +6,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import AsyncGeneratorType
+from typing import cast
 
 import pytest
 
-from hami_deviceplugin.gpu.backends.base import BackendError, Gpu, GpuUsage
-from hami_deviceplugin.gpu.backends.fake import FakeBackend, FakeDevicesError, parse_fake_devices
+from hami_deviceplugin.errors import BackendError, FakeDevicesError
+from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.gpu.backends.fake import FakeBackend, parse_fake_devices
 from hami_deviceplugin.gpu.backends.nvml import (
     DEFAULT_IGNORED_XIDS,
     HealthChecks,
@@ -254,8 +257,16 @@ async def test_nvml_health_checks_disabled(tmp_path: Path) -> None:
     nvml = nvml_with(T4)
     backend = NvmlBackend(nvml=nvml, sysfs_root=tmp_path, health=HealthChecks(enabled=False))
     await backend.open()
-    async with following(backend):
-        await asyncio.sleep(0.05)
+    updates = cast(AsyncGeneratorType[tuple[Gpu, ...], None], backend.updates())
+    first = asyncio.ensure_future(anext(updates))
+    try:
+        # Suspended: past the point where it would have created an event set.
+        await eventually(lambda: updates.ag_await is not None, what="updates waiting")
+        assert not first.done()
+    finally:
+        first.cancel()
+        await asyncio.wait({first})
+        await updates.aclose()
     assert "nvmlEventSetCreate" not in nvml.calls
     await backend.close()
 

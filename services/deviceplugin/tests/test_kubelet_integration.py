@@ -7,18 +7,15 @@ the kubelet stand-in calls GetPreferredAllocation/Allocate and records what each
 
 from __future__ import annotations
 
-import contextlib
 import json
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 
-from hami_deviceplugin.app import RunningPlugin, serving
-from hami_deviceplugin.gpu.backends.base import BackendError
+from hami_deviceplugin.app import serving
+from hami_deviceplugin.errors import BackendError
+from hami_kube.objects import PodView
 from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.config.node import NodeSettings
@@ -36,38 +33,20 @@ from .helpers import (
     NODE,
     RESOURCE,
     UUIDS,
+    annotations_of,
     container,
     devices_value,
     eventually,
     gpu,
-    lock_annotation,
+    http_get,
+    node_stack,
+    phase,
     plugin_settings,
+    resource_counts,
     scheduled_pod,
+    submit,
     write_devices,
 )
-
-
-@contextlib.asynccontextmanager
-async def node_stack(
-    sim: RunningApiServer,
-    plugin_dir: Path,
-    host_root: Path | None,
-    devices: Path,
-    **overrides: Any,
-) -> AsyncIterator[tuple[KubeletStandIn, RunningPlugin]]:
-    kubelet = KubeletStandIn(
-        KubeletSettings(
-            node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url, dial_timeout=2, call_timeout=10
-        )
-    )
-    settings = plugin_settings(
-        url=sim.url, plugin_dir=plugin_dir, devices=devices, host_root=host_root, **overrides
-    )
-    async with kubelet, serving(settings) as plugin:
-        await eventually(plugin.ready, what="plugin registered with the kubelet")
-        # The scheduler binds only to nodes whose allocatable shows the devices.
-        await eventually(lambda: resource_counts(kubelet)[1] > 0, what="kubelet knows the GPUs")
-        yield kubelet, plugin
 
 
 @pytest.fixture
@@ -81,36 +60,6 @@ def devices(tmp_path: Path) -> Path:
         ],
     )
     return path
-
-
-def annotations_of(sim: RunningApiServer, kind: str, name: str) -> dict[str, str]:
-    namespace = "default" if kind == "pods" else None
-    obj = sim.server.get(kind, name, namespace=namespace)
-    return dict(obj["metadata"].get("annotations") or {})
-
-
-def phase(sim: RunningApiServer, name: str) -> str | None:
-    pod = sim.server.try_get("pods", name, namespace="default")
-    return None if pod is None else (pod.get("status") or {}).get("phase")
-
-
-async def submit(sim: RunningApiServer, pod: dict[str, Any], *, lock: bool = True) -> None:
-    """Create the pod, take the node lock for it (as Bind does), then bind it."""
-    await sim.server.create("pods", pod)
-    name = pod["metadata"]["name"]
-    if lock:
-        await sim.server.patch(
-            "nodes",
-            NODE,
-            {"metadata": {"annotations": lock_annotation("default", name)}},
-            patch_type="merge",
-        )
-    await sim.server.bind("default", name, NODE)
-
-
-def resource_counts(kubelet: KubeletStandIn) -> tuple[int, int]:
-    devices = kubelet.resources().get(RESOURCE)
-    return (0, 0) if devices is None else (devices.capacity, devices.allocatable)
 
 
 async def test_registration_list_and_watch_and_readiness(
@@ -136,12 +85,8 @@ async def test_registration_list_and_watch_and_readiness(
             lambda: sim.server.get("nodes", NODE)["status"]["capacity"].get(RESOURCE) == "8"
         )
         assert status["capacity"]["cpu"] == "8"
-        url = f"http://127.0.0.1:{plugin.metrics_port}"
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"{url}/readyz") as response:
-                assert response.status == 200
-            async with session.get(f"{url}/metrics") as response:
-                text = await response.text()
+        assert (await http_get(plugin.metrics_port, "/readyz"))[0] == 200
+        _, text = await http_get(plugin.metrics_port, "/metrics")
         assert 'hami_deviceplugin_devices{health="healthy",zone="vGPU"} 2.0' in text
         assert (
             'hami_deviceplugin_kubelet_registrations_total{outcome="success",zone="vGPU"} 1.0'
@@ -158,7 +103,7 @@ async def test_single_container_allocation(
         await eventually(lambda: phase(sim, "train") == "Running", what="pod running")
 
         pod = sim.server.get("pods", "train", namespace="default")
-        pod_annotations = pod["metadata"]["annotations"]
+        pod_annotations = PodView(pod).annotations
         assert pod_annotations[BIND_PHASE] == "success"
         assert pod_annotations[NVIDIA_DEVICES_TO_ALLOCATE] == ";"
         assert pod_annotations[NVIDIA_DEVICES_ALLOCATED] == value  # never rewritten
@@ -177,7 +122,7 @@ async def test_single_container_allocation(
         assert envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"].startswith("/usr/local/vgpu/")
         assert "CUDA_OVERSUBSCRIBE" not in envs
         mounts = {m.container_path: (m.host_path, m.read_only) for m in main.resources[0].mounts}
-        uid = pod["metadata"]["uid"]
+        uid = PodView(pod).uid
         assert mounts == {
             "/usr/local/vgpu/libvgpu.so": ("/usr/local/vgpu/libvgpu.so", True),
             "/usr/local/vgpu": (f"/usr/local/vgpu/containers/{uid}_main", False),
@@ -365,12 +310,9 @@ async def test_not_ready_without_kubelet_and_running_without_gpus(
         assert plugin.inventory.gpus == ()
         await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
         assert annotations_of(sim, "nodes", NODE)[NVIDIA_REGISTER] == "[]"
-        url = f"http://127.0.0.1:{plugin.metrics_port}"
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"{url}/healthz") as response:
-                assert response.status == 200
-            async with session.get(f"{url}/readyz") as response:
-                assert response.status == 503  # no kubelet to register with
+        assert (await http_get(plugin.metrics_port, "/healthz"))[0] == 200
+        # not ready: no kubelet to register with
+        assert (await http_get(plugin.metrics_port, "/readyz"))[0] == 503
     strict = plugin_settings(url=sim.url, plugin_dir=plugin_dir, devices=missing, host_root=None)
     with pytest.raises(BackendError, match="cannot read"):
         async with serving(strict):

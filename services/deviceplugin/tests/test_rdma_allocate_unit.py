@@ -8,17 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_deviceplugin.allocation.entries import AllocatingContainer, AllocatingPod, allocating_pod
 from hami_deviceplugin.allocation.pending import others_pending
-from hami_deviceplugin.gpu.plan import (
-    AllocateError,
-    AllocateOptions,
-    ContainerView,
-    FailureKind,
-    HookLayout,
-    PodView,
-    plan_allocation,
-    pod_view,
-)
+from hami_deviceplugin.errors import AllocateError, FailureKind
+from hami_deviceplugin.gpu.plan import AllocateOptions, HookLayout, plan_allocation
 from hami_deviceplugin.rdma.nics import Nic, function_index
 from hami_deviceplugin.rdma.plan import DeviceSpec, plan_rdma_allocation
 from hami_deviceplugin.rdma.servicer import rdma_grant_response
@@ -75,23 +68,23 @@ def view(
     value: str | None,
     limits: Sequence[dict[str, str]] = ({RESOURCE: "1"},),
     extra: dict[str, str] | None = None,
-) -> PodView:
+) -> AllocatingPod:
     annotations = dict(extra or {})
     if value is not None:
         annotations[RDMA_DEVICES_TO_ALLOCATE] = value
-    return PodView(
+    return AllocatingPod(
         namespace="ns",
         name="p",
         uid="uid-1",
         containers=tuple(
-            ContainerView(f"c{i}", limits=tuple(sorted(lim.items())))
+            AllocatingContainer(f"c{i}", limits=tuple(sorted(lim.items())))
             for i, lim in enumerate(limits)
         ),
         annotations=annotations,
     )
 
 
-def plan(pod: PodView, *requests: int) -> object:
+def plan(pod: AllocatingPod, *requests: int) -> object:
     return plan_rdma_allocation(
         pod,
         [[f"x-{i}" for i in range(units)] for units in requests],
@@ -101,7 +94,7 @@ def plan(pod: PodView, *requests: int) -> object:
     )
 
 
-def rejected(pod: PodView, *requests: int) -> AllocateError:
+def rejected(pod: AllocatingPod, *requests: int) -> AllocateError:
     with pytest.raises(AllocateError) as caught:
         plan(pod, *requests)
     return caught.value
@@ -159,11 +152,11 @@ def test_done_waits_for_the_gpu_list_and_the_gpu_plan_waits_for_rdma() -> None:
     consumed = {NVIDIA_DEVICES_TO_ALLOCATE: ";"}
     assert plan(view(rdma_value(["0000:1f:00.2"]), extra=consumed), 1).done  # type: ignore[attr-defined]
 
-    gpu_pod = PodView(
+    gpu_pod = AllocatingPod(
         namespace="ns",
         name="p",
         uid="u",
-        containers=(ContainerView("c0"),),
+        containers=(AllocatingContainer("c0"),),
         annotations={**gpu_pending, RDMA_DEVICES_TO_ALLOCATE: rdma_value(["0000:1f:00.2"])},
     )
     gpu_plan = plan_allocation(
@@ -176,11 +169,11 @@ def test_done_waits_for_the_gpu_list_and_the_gpu_plan_waits_for_rdma() -> None:
         cache_names=["c"],
     )
     assert not gpu_plan.done
-    gpu_pod_rdma_done = PodView(
+    gpu_pod_rdma_done = AllocatingPod(
         namespace="ns",
         name="p",
         uid="u",
-        containers=(ContainerView("c0"),),
+        containers=(AllocatingContainer("c0"),),
         annotations={**gpu_pending, RDMA_DEVICES_TO_ALLOCATE: ";"},
     )
     assert plan_allocation(
@@ -227,7 +220,7 @@ def test_others_pending(annotations: dict[str, str], own: str, pending: bool) ->
         (view(rdma_value(["0000:1f:00.2"]), extra={BIND_PHASE: "failed"}), (1,), "failed"),
     ],
 )
-def test_bad_input(pod: PodView, requests: tuple[int, ...], text: str) -> None:
+def test_bad_input(pod: AllocatingPod, requests: tuple[int, ...], text: str) -> None:
     error = rejected(pod, *requests)
     assert error.kind is FailureKind.INVALID
     assert text in error.message
@@ -260,7 +253,7 @@ def test_pod_view_reads_limits_over_requests() -> None:
             ]
         },
     }
-    (container,) = pod_view(pod).containers
+    (container,) = allocating_pod(pod).containers
     assert container.limit(RESOURCE) == "2"
     assert container.limit("cpu") == "1"
     assert container.limit("memory") is None

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from hami_deviceplugin.app import RunningPlugin
-from hami_deviceplugin.gpu.allocator import EVENT_REASON
+from hami_kube.objects import PodView
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.keys import (
@@ -36,8 +35,22 @@ from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 from hami_protocol.topology.layout import decode_rdma_register, list_device_id
 
 from .fake_sysfs import GpuNode, gpu_node
-from .helpers import NODE, RESOURCE, devices_value, eventually, gpu, scheduled_pod, write_devices
-from .test_kubelet_integration import annotations_of, node_stack, phase, submit
+from .helpers import (
+    NODE,
+    RESOURCE,
+    annotations_of,
+    devices_value,
+    events_for,
+    eventually,
+    gpu,
+    http_get,
+    node_stack,
+    phase,
+    resource_counts,
+    scheduled_pod,
+    submit,
+    write_devices,
+)
 
 RDMA = "koordinator.sh/rdma"
 GPU_UUIDS = tuple(f"GPU-{i:08d}-0000-0000-0000-000000000000" for i in range(8))
@@ -57,11 +70,6 @@ def devices(tmp_path: Path, machine: GpuNode) -> Path:
     return path
 
 
-def counts(kubelet: KubeletStandIn, resource: str) -> tuple[int, int]:
-    found = kubelet.resources().get(resource)
-    return (0, 0) if found is None else (found.capacity, found.allocatable)
-
-
 @contextlib.asynccontextmanager
 async def rdma_stack(
     sim: RunningApiServer, plugin_dir: Path, machine: GpuNode, devices: Path, **overrides: Any
@@ -74,7 +82,9 @@ async def rdma_stack(
     values.update(overrides)
     async with node_stack(sim, plugin_dir, None, devices, **values) as (kubelet, plugin):
         if plugin.rdma is not None:
-            await eventually(lambda: counts(kubelet, RDMA)[1] > 0, what="kubelet knows the NICs")
+            await eventually(
+                lambda: resource_counts(kubelet, RDMA)[1] > 0, what="kubelet knows the NICs"
+            )
         yield kubelet, plugin
 
 
@@ -127,7 +137,7 @@ async def recording(sim: RunningApiServer, name: str) -> AsyncIterator[list[Snap
 
     async def follow() -> None:
         async for event in watch:
-            annotations = event.object["metadata"].get("annotations") or {}
+            annotations = PodView(event.object).annotations
             snapshot = Snapshot(
                 annotations.get(NVIDIA_DEVICES_TO_ALLOCATE),
                 annotations.get(RDMA_DEVICES_TO_ALLOCATE),
@@ -165,7 +175,7 @@ async def test_registration_of_both_plugins(
         assert plugin.rdma is not None
         assert kubelet.registrations[RDMA] == 1
         assert kubelet.registrations[RESOURCE] == 1
-        assert counts(kubelet, RDMA) == (400, 400)
+        assert resource_counts(kubelet, RDMA) == (400, 400)
         assert plugin.settings.rdma_socket_path.name == "koordinator-rdma.sock"
         await eventually(lambda: RDMA_REGISTER in annotations_of(sim, "nodes", NODE))
         node_annotations = annotations_of(sim, "nodes", NODE)
@@ -183,12 +193,8 @@ async def test_registration_of_both_plugins(
         await eventually(
             lambda: sim.server.get("nodes", NODE)["status"]["allocatable"].get(RDMA) == "400"
         )
-        url = f"http://127.0.0.1:{plugin.metrics_port}"
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"{url}/readyz") as response:
-                assert response.status == 200
-            async with session.get(f"{url}/metrics") as response:
-                text = await response.text()
+        assert (await http_get(plugin.metrics_port, "/readyz"))[0] == 200
+        _, text = await http_get(plugin.metrics_port, "/metrics")
         assert 'hami_deviceplugin_rdma_nics{health="healthy",zone="vGPU"} 4.0' in text
         assert (
             'hami_deviceplugin_rdma_kubelet_registrations_total{outcome="success",zone="vGPU"} 1.0'
@@ -198,7 +204,7 @@ async def test_registration_of_both_plugins(
         # A port goes down: 100 units unhealthy, the register says so.
         state = machine.sysfs.root / "class" / "infiniband" / "mlx5_2" / "ports" / "1" / "state"
         state.write_text("1: DOWN\n")
-        await eventually(lambda: counts(kubelet, RDMA) == (400, 300), what="NIC unhealthy")
+        await eventually(lambda: resource_counts(kubelet, RDMA) == (400, 300), what="NIC unhealthy")
 
         def third_unhealthy() -> bool:
             value = annotations_of(sim, "nodes", NODE).get(RDMA_REGISTER)
@@ -293,15 +299,6 @@ async def test_rdma_last_completes_the_pod(
         assert RESOURCE not in {r.resource for r in main.resources}
 
 
-def events_for(sim: RunningApiServer, name: str) -> list[dict[str, Any]]:
-    return [
-        event
-        for event in sim.server.list("events")
-        if event.get("reason") == EVENT_REASON
-        and (event.get("involvedObject") or {}).get("name") == name
-    ]
-
-
 @pytest.mark.parametrize(
     ("case", "message"),
     [
@@ -335,7 +332,7 @@ async def test_bad_rdma_input_fails_the_pod(
         pod = sim.server.get("pods", name, namespace="default")
         assert message in str(pod["status"].get("message", ""))
         assert pod["status"].get("reason") == "UnexpectedAdmissionError"
-        pod_annotations = pod["metadata"]["annotations"]
+        pod_annotations = PodView(pod).annotations
         assert pod_annotations[BIND_PHASE] == "failed"
         assert pod_annotations[RDMA_DEVICES_TO_ALLOCATE] == rdma  # untouched
         await eventually(lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE))
@@ -361,7 +358,7 @@ async def test_fake_nics_and_whole_nic(
     write_devices(path, [gpu(GPU_UUIDS[0], 0)], [nic])
     async with node_stack(sim, plugin_dir, None, path) as (kubelet, plugin):
         assert plugin.rdma is not None
-        await eventually(lambda: counts(kubelet, RDMA) == (100, 100))
+        await eventually(lambda: resource_counts(kubelet, RDMA) == (100, 100))
         await eventually(lambda: RDMA_REGISTER in annotations_of(sim, "nodes", NODE))
         (registered,) = decode_rdma_register(annotations_of(sim, "nodes", NODE)[RDMA_REGISTER])
         assert (registered.id, registered.numa, dict(registered.labels)) == (
@@ -419,7 +416,9 @@ async def test_kubelet_restart_reregisters_both_plugins(
         await kubelet.restart()
         await eventually(lambda: kubelet.registrations.get(RDMA) == 2, what="RDMA re-registered")
         await eventually(lambda: kubelet.registrations.get(RESOURCE) == 2, what="GPU re-registered")
-        await eventually(lambda: counts(kubelet, RDMA) == (400, 400), what="NICs listed again")
+        await eventually(
+            lambda: resource_counts(kubelet, RDMA) == (400, 400), what="NICs listed again"
+        )
         assert plugin.rdma.server.starts == starts + 1
         assert plugin.rdma.server.socket_present()
         await eventually(plugin.ready, what="ready again")

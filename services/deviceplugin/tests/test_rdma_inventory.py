@@ -9,16 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hami_deviceplugin.gpu.backends.fake import FakeDevicesError
+from hami_deviceplugin.errors import FakeDevicesError
+from hami_deviceplugin.fake_devices import UNHEALTHY_REASON
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.node.register import annotations_to_write
 from hami_deviceplugin.rdma.discovery import discover_nics
-from hami_deviceplugin.rdma.fake_nics import (
-    UNHEALTHY_REASON,
-    FakeNicSource,
-    parse_fake_nics,
-    resolve_fake_nics,
-)
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import (
     RDMA_UNITS_PER_NIC,
@@ -26,6 +21,7 @@ from hami_deviceplugin.rdma.nics import (
     rdma_plugin_devices,
     rdma_register_value,
 )
+from hami_deviceplugin.rdma.sources import FakeNicSource, parse_fake_nics, resolve_fake_nics
 from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER, RDMA_REGISTER
 from hami_protocol.topology.layout import RdmaNic, VirtualFunction, decode_rdma_register
 

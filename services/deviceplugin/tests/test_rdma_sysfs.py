@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hami_deviceplugin.gpu.backends.base import BackendError
+from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.rdma.discovery import discover_nics, port_health
 from hami_deviceplugin.rdma.nics import assign_minors, function_index, mellanox_minor
-from hami_deviceplugin.rdma.sysfs_nics import SysfsNicSource
+from hami_deviceplugin.rdma.sources import SysfsNicSource
 from hami_deviceplugin.sysfs import PciePlacement, pcie_placement, read_numa_node
 from hami_protocol.topology.layout import VirtualFunction
 

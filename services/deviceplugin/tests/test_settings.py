@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from hami_deviceplugin.cli_flags import build_parser
 from hami_deviceplugin.gpu.backends.nvml import HealthChecks
-from hami_deviceplugin.settings import Settings, build_parser, parse_settings, socket_name_for
+from hami_deviceplugin.settings import Settings, parse_settings, socket_name_for
 from hami_protocol.config.node import FilterDevices, NodeSettings
 
 BASE = ["--node-name", "n1", "--node-config-file", ""]

@@ -3,11 +3,23 @@ and to the kubelet (device-plugin gRPC, one plugin per resource), and turns the 
 per-pod decision into what the container needs when the kubelet calls ``Allocate``: HAMi-core's
 env vars and mounts for GPUs, uverbs/rdma_cm device specs for NICs.
 
-Modules: ``settings`` (flags → :class:`~hami_deviceplugin.settings.Settings`), ``app`` and
-``rdma_wiring`` (wiring), ``backends`` (nvml, fake; NIC sources sysfs and fake), ``sysfs`` and
-``rdma_sysfs`` (topology and NIC discovery), ``inventory`` / ``nic_inventory`` (current devices,
-change notification), ``nics``, ``register`` / ``replicas`` / ``allocate`` / ``rdma_allocate`` /
-``pending`` (pure decisions), ``registrar`` (node annotation loop), ``podlookup`` +
-``allocation_flow`` + ``allocator`` / ``rdma_allocator`` + ``hostdirs`` (the Allocate paths),
-``grpc_server`` / ``rdma_grpc`` and ``kubelet_link`` (kubelet API), ``metrics``.
+Layout (pure modules take plain data and never await):
+
+* ``__main__`` (process entry), ``cli_flags`` (the flag table) and ``settings`` (flags →
+  :class:`~hami_deviceplugin.settings.Settings`); ``app`` (the wiring and the one lifecycle);
+  ``metrics``; ``errors`` (pure: both error trees);
+* ``allocation/``: the Allocate path every plugin shares: ``entries`` and ``pending`` (pure:
+  serving the kubelet's requests from a pod's to-allocate list), ``lookup`` (which pod a call is
+  for), ``flow`` (decide, commit, unlock, fail);
+* ``kubelet/``: ``server`` (the unix-socket gRPC server), ``servicer`` (what both plugins'
+  services share), ``link`` (staying registered with the kubelet);
+* ``node/``: ``register`` (pure: the node annotations owed) and ``registrar`` (the loop writing
+  them);
+* ``gpu/``: ``backends/`` (nvml, fake), ``inventory``, ``replicas`` and ``plan`` (pure),
+  ``allocator``, ``servicer``, ``nvml_smoke`` (a check on a real GPU machine);
+* ``rdma/``: ``discovery`` (sysfs), ``sources`` (sysfs and fake NIC sources), ``nics`` and
+  ``plan`` (pure), ``inventory``, ``allocator``, ``servicer``, ``wiring``;
+* shared by both plugins: ``change_feed`` (inventories and their change notification),
+  ``fake_devices`` (the fake devices file), ``sysfs`` (PCIe/NUMA topology), ``hostdirs`` (host
+  directories for HAMi-core).
 """

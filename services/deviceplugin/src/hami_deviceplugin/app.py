@@ -1,22 +1,39 @@
 """Wiring: backends, inventories, gRPC servers, kubelet links, registration loop, node watch,
-metrics.
+metrics, all on one :class:`~hami_runtime.lifecycle.Lifecycle`.
 
 Two device plugins run in one process: the GPU plugin and, when enabled, the RDMA NIC plugin
 (its own socket, kubelet registration, ListAndWatch and Allocate; the same node lock, pod lookup
 and allocation lock as the GPU plugin).
 
-Lifecycle of :func:`run`:
+:func:`run` enters these steps in dependency order; a shutdown (SIGTERM/SIGINT, the stop event,
+or a background loop failing) leaves them in reverse, each under its bound and all within
+``--shutdown-grace-period`` (``settings.shutdown_grace_s``):
 
-1. open the GPU backend (``--fail-on-init-error=false`` runs with no GPUs when it cannot start),
-   the NIC source unless RDMA is off, and the Kubernetes client; serve ``/metrics``,
-   ``/healthz``, ``/readyz``;
-2. under one TaskGroup: the backend's health updates, the NIC rescans, the kubelet links (each
-   serves its plugin socket *before* registering, re-registers after a kubelet restart), the
-   registration loop and the node watch, the Event writer, the usage sampler;
-3. wait for the stop event (SIGTERM/SIGINT when run as a process);
-4. shut down in order: cancel the loops, stop the gRPC server (in-flight calls get a short grace,
-   the socket is removed), let cancelled allocations clean up, flush queued Events, stop the
-   metrics site, close the backend and the client.
+==================== ========================================= ===============================
+step                 entered                                   left (reverse order)
+==================== ========================================= ===============================
+api-client           the Kubernetes client                     closed
+gpu-backend          the GPU backend opened                    closed (NVML shut down)
+events, events-flush the Event writer                          queued Events flushed (≤ 2 s),
+                                                               then the writer cancelled
+feeds                backend health, NIC rescans, GPU usage    cancelled
+node                 registration loop and node watch          cancelled
+metrics-site         ``/metrics``, ``/healthz``, ``/readyz``   stopped
+allocation-cleanups  —                                         clean-ups of cut-off Allocates
+                                                               finish (bounded)
+plugin-servers       each plugin serves its socket             servers stopped: ListAndWatch
+                                                               streams ended, in-flight calls
+                                                               get 1 s, sockets removed
+kubelet-links        each plugin registers (after serving;     cancelled
+                     again after a kubelet restart)
+==================== ========================================= ===============================
+
+The GPU backend starting with ``--fail-on-init-error=false`` runs with no GPUs when it cannot
+start; the NIC source is opened unless RDMA is off.  A step that overruns is logged as
+``shutdown_step_timed_out`` with the tasks still running, and left behind, so a peer that hangs
+(a kubelet that stops reading its ListAndWatch stream, an API server that stops answering) cannot
+keep the daemon from exiting.  The last log line of a clean stop is ``device plugin stopped``
+with the node's name.
 
 ``/readyz`` answers 200 while every plugin serves its socket and is registered with the kubelet.
 """
@@ -27,22 +44,26 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
+from hami_deviceplugin.allocation.flow import FlowConfig
 from hami_deviceplugin.change_feed import follow_source
+from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig
-from hami_deviceplugin.gpu.backends.base import Backend, BackendError, Gpu, NicSource
+from hami_deviceplugin.gpu.backends.base import Backend, Gpu
 from hami_deviceplugin.gpu.backends.fake import FakeBackend
 from hami_deviceplugin.gpu.backends.nvml import NvmlBackend
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.plan import AllocateOptions
+from hami_deviceplugin.gpu.servicer import DevicePluginService
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.kubelet.link import KubeletLink
-from hami_deviceplugin.kubelet.server import DevicePluginService, PluginServer
+from hami_deviceplugin.kubelet.server import PluginServer
 from hami_deviceplugin.metrics import PluginMetrics, plugin_version
 from hami_deviceplugin.node.registrar import Registrar
+from hami_deviceplugin.rdma.sources import NicSource
 from hami_deviceplugin.rdma.wiring import (
     RunningRdma,
     follow_nics,
@@ -52,24 +73,32 @@ from hami_deviceplugin.rdma.wiring import (
 )
 from hami_deviceplugin.settings import Settings
 from hami_kube.events import EventRecorder
-from hami_kube.rest import open_client
+from hami_kube.rest import KubeClient, open_client
 from hami_runtime.embedded import embedded
+from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, start_site
 
-__all__ = [
-    "EVENT_COMPONENT",
-    "RunningPlugin",
-    "RunningRdma",
-    "make_backend",
-    "make_nic_source",
-    "run",
-    "serving",
-]
+__all__ = ["COMPONENT", "EVENT_COMPONENT", "RunningPlugin", "make_backend", "run", "serving"]
 
 log = structlog.get_logger("hami_deviceplugin")
 
-EVENT_COMPONENT = "hami-device-plugin"
+COMPONENT: Final = "deviceplugin"
+"""The lifecycle's name: its log lines and task names (``deviceplugin-node-register``, ...)."""
+
+EVENT_COMPONENT: Final = "hami-device-plugin"
+
+EVENT_FLUSH_S: Final = 2.0
+"""How long queued Events may take to reach the API server on shutdown."""
+
+CLOSE_S: Final = 2.0
+"""The bound of the quick exits: the client, the metrics site, the loops' cancellation."""
+
+BACKEND_CLOSE_S: Final = 3.0
+"""The bound of closing the GPU backend (an NVML event wait in flight returns within a second)."""
+
+_EMBEDDED_SLACK_S: Final = 2.0
+"""Beyond the grace period, before :func:`serving` reports a service that did not stop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +118,18 @@ class RunningPlugin:
 
     def ready(self) -> bool:
         return _ready(self.server, self.link, self.rdma)
+
+    @property
+    def servers(self) -> tuple[PluginServer, ...]:
+        """Every plugin's server, the GPU plugin's first."""
+        return (self.server,) if self.rdma is None else (self.server, self.rdma.server)
+
+    async def drain_allocations(self) -> None:
+        """Let the clean-ups of Allocates cut off by the servers' stop finish (bounded)."""
+        drains = [self.allocator.drain()]
+        if self.rdma is not None:
+            drains.append(self.rdma.allocator.drain())
+        await asyncio.gather(*drains)
 
 
 def _ready(server: PluginServer, link: KubeletLink, rdma: RunningRdma | None) -> bool:
@@ -139,6 +180,82 @@ async def _sample_usage(
         await asyncio.sleep(interval)
 
 
+@contextlib.asynccontextmanager
+async def _plugin_servers(servers: tuple[PluginServer, ...]) -> AsyncIterator[None]:
+    """Serve every plugin's socket for the block (before any registers: the kubelet dials back
+    inside ``Register``); stop them all on the way out, whatever ends it."""
+    try:
+        for server in servers:
+            await server.start()
+        yield
+    finally:
+        for server in servers:
+            await server.stop()
+
+
+def _assemble(
+    settings: Settings,
+    *,
+    client: KubeClient,
+    recorder: EventRecorder,
+    gpus: tuple[Gpu, ...],
+    rdma: RunningRdma | None,
+    metrics: PluginMetrics,
+    lock: asyncio.Lock,
+) -> tuple[Inventory, Allocator, PluginServer, KubeletLink, Registrar]:
+    """The GPU plugin's parts (the RDMA plugin's are
+    :func:`~hami_deviceplugin.rdma.wiring.rdma_plugin`)."""
+    node = settings.node
+    inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
+    inventory.subscribe(metrics.set_gpus)
+    allocator = Allocator(
+        client=client,
+        inventory=inventory,
+        host_dirs=HostDirs(settings.host_root, plugin_version=plugin_version()),
+        metrics=metrics,
+        recorder=recorder,
+        config=AllocatorConfig(
+            flow=FlowConfig(node_name=settings.node_name, timeout_s=settings.allocate_timeout_s),
+            hook_path=settings.hook_path,
+            options=AllocateOptions(
+                node_name=settings.node_name,
+                memory_scaling=node.device_memory_scaling,
+                disable_core_limit=settings.disable_core_limit,
+                lib_cuda_log_level=node.lib_cuda_log_level,
+                use_kubelet_devices=node.enable_get_preferred_allocation,
+            ),
+        ),
+        lock=lock,
+    )
+    service = DevicePluginService(
+        inventory=inventory,
+        allocator=allocator,
+        split=node.device_split_count,
+        numa_topology=node.enable_numa_topology,
+        preferred_available=node.enable_get_preferred_allocation,
+    )
+    server = PluginServer(settings.socket_path, service)
+    link = KubeletLink(
+        server=server,
+        kubelet_socket=settings.kubelet_socket,
+        resource_name=settings.resource_name,
+        preferred_available=node.enable_get_preferred_allocation,
+        metrics=metrics,
+        poll_interval=settings.kubelet_poll_interval_s,
+    )
+    registrar = Registrar(
+        client=client,
+        node_name=settings.node_name,
+        inventory=inventory,
+        node=node,
+        metrics=metrics,
+        interval=settings.register_interval_s,
+        retry_interval=settings.register_retry_interval_s,
+        nics=None if rdma is None else rdma.inventory,
+    )
+    return inventory, allocator, server, link, registrar
+
+
 async def run(
     settings: Settings,
     *,
@@ -147,45 +264,29 @@ async def run(
     backend: Backend | None = None,
     nic_source: NicSource | None = None,
 ) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given)."""
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given); the steps are
+    described in the module docstring."""
     if stop is None:
         stop = asyncio.Event()
-        install_stop_signals(stop)
+        install_stop_signals(stop, component=COMPONENT)
     for warning in settings.config_warnings:
         log.warning("configuration", note=warning)
     backend = backend or make_backend(settings)
+    nic_source = nic_source or make_nic_source(settings)
     metrics = PluginMetrics(node=settings.node_name)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(backend.close)
+    node_name = settings.node_name
+    async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
+        client = await life.enter("api-client", open_client(settings.kube), within=CLOSE_S)
+        life.on_exit("gpu-backend", backend.close, within=BACKEND_CLOSE_S)
         gpus = await _open_backend(backend, settings)
-        nic_source = nic_source or make_nic_source(settings)
         nics = await open_nics(nic_source, settings)
-        client = await stack.enter_async_context(open_client(settings.kube))
-        allocation_lock = asyncio.Lock()
-        node = settings.node
-        inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
-        inventory.subscribe(metrics.set_gpus)
-        recorder = EventRecorder(client, component=EVENT_COMPONENT, host=settings.node_name)
-        allocator = Allocator(
-            client=client,
-            inventory=inventory,
-            host_dirs=HostDirs(settings.host_root, plugin_version=plugin_version()),
-            metrics=metrics,
-            recorder=recorder,
-            config=AllocatorConfig(
-                node_name=settings.node_name,
-                hook_path=settings.hook_path,
-                timeout_s=settings.allocate_timeout_s,
-                options=AllocateOptions(
-                    node_name=settings.node_name,
-                    memory_scaling=node.device_memory_scaling,
-                    disable_core_limit=settings.disable_core_limit,
-                    lib_cuda_log_level=node.lib_cuda_log_level,
-                    use_kubelet_devices=node.enable_get_preferred_allocation,
-                ),
-            ),
-            lock=allocation_lock,
-        )
+
+        recorder = EventRecorder(client, component=EVENT_COMPONENT, host=node_name)
+        events = await life.tasks("events", within=CLOSE_S)
+        events.spawn("events", recorder.run())
+        life.on_exit("events-flush", recorder.flush, within=EVENT_FLUSH_S)
+
+        lock = asyncio.Lock()  # one allocation at a time, GPU and RDMA alike
         rdma = (
             None
             if nics is None
@@ -196,40 +297,34 @@ async def run(
                 client=client,
                 metrics=metrics,
                 recorder=recorder,
-                lock=allocation_lock,
+                lock=lock,
             )
         )
-        service = DevicePluginService(
-            inventory=inventory,
-            allocator=allocator,
-            split=node.device_split_count,
-            numa_topology=node.enable_numa_topology,
-            preferred_available=node.enable_get_preferred_allocation,
-        )
-        server = PluginServer(settings.socket_path, service)
-        link = KubeletLink(
-            server=server,
-            kubelet_socket=settings.kubelet_socket,
-            resource_name=settings.resource_name,
-            preferred_available=node.enable_get_preferred_allocation,
-            metrics=metrics,
-            poll_interval=settings.kubelet_poll_interval_s,
-        )
-        registrar = Registrar(
+        inventory, allocator, server, link, registrar = _assemble(
+            settings,
             client=client,
-            node_name=settings.node_name,
-            inventory=inventory,
-            node=node,
+            recorder=recorder,
+            gpus=gpus,
+            rdma=rdma,
             metrics=metrics,
-            interval=settings.register_interval_s,
-            retry_interval=settings.register_retry_interval_s,
-            nics=None if rdma is None else rdma.inventory,
+            lock=lock,
         )
+
+        feeds = await life.tasks("feeds", within=CLOSE_S)
+        feeds.spawn("health", _follow_backend(backend, inventory))
+        feeds.spawn("usage", _sample_usage(backend, inventory, metrics, settings.usage_interval_s))
+        if rdma is not None:
+            feeds.spawn("rdma-nics", follow_nics(rdma.source, rdma.inventory))
+
+        node_loops = await life.tasks("node", within=CLOSE_S)
+        node_loops.spawn("node-register", registrar.run())
+        node_loops.spawn("node-watch", registrar.node_reflector().run())
+
         metrics_runner, metrics_port = await start_site(
             metrics_app(metrics.registry, ready=lambda: _ready(server, link, rdma)),
             settings.metrics_bind_address,
         )
-        stack.push_async_callback(metrics_runner.cleanup)
+        life.on_exit("metrics-site", metrics_runner.cleanup, within=CLOSE_S)
         running = RunningPlugin(
             settings=settings,
             metrics_port=metrics_port,
@@ -241,93 +336,30 @@ async def run(
             metrics=metrics,
             rdma=rdma,
         )
-        await _serve(
-            settings,
-            running=running,
-            backend=backend,
-            recorder=recorder,
-            stop=stop,
-            on_started=on_started,
+        life.on_exit("allocation-cleanups", running.drain_allocations)
+        await life.enter("plugin-servers", _plugin_servers(running.servers))
+        links = await life.tasks("kubelet-links", within=CLOSE_S)
+        links.spawn("kubelet-link", link.run())
+        if rdma is not None:
+            links.spawn("rdma-kubelet-link", rdma.link.run())
+
+        log.info(
+            "device plugin started",
+            node=node_name,
+            backend=backend.name,
+            resource=settings.resource_name,
+            socket=str(server.socket_path),
+            gpus=[g.uuid for g in inventory.gpus],
+            split=settings.node.device_split_count,
+            metrics_port=metrics_port,
+            rdma_resource=None if rdma is None else settings.rdma_resource_name,
+            rdma_nics=None if rdma is None else [n.id for n in rdma.inventory.nics],
         )
-
-
-async def _serve(
-    settings: Settings,
-    *,
-    running: RunningPlugin,
-    backend: Backend,
-    recorder: EventRecorder,
-    stop: asyncio.Event,
-    on_started: Callable[[RunningPlugin], None] | None,
-) -> None:
-    node = settings.node_name
-    rdma = running.rdma
-    try:
-        # Serving before registering: the kubelet dials back inside Register.
-        await running.server.start()
-        if rdma is not None:
-            await rdma.server.start()
-        async with asyncio.TaskGroup() as group:
-            events = group.create_task(recorder.run(), name="deviceplugin-events")
-            loops = [
-                group.create_task(
-                    _follow_backend(backend, running.inventory), name="deviceplugin-health"
-                ),
-                group.create_task(running.link.run(), name="deviceplugin-kubelet-link"),
-                group.create_task(running.registrar.run(), name="deviceplugin-node-register"),
-                group.create_task(
-                    running.registrar.node_reflector().run(), name="deviceplugin-node-watch"
-                ),
-                group.create_task(
-                    _sample_usage(
-                        backend, running.inventory, running.metrics, settings.usage_interval_s
-                    ),
-                    name="deviceplugin-usage",
-                ),
-            ]
-            if rdma is not None:
-                loops.append(
-                    group.create_task(
-                        follow_nics(rdma.source, rdma.inventory), name="deviceplugin-rdma-nics"
-                    )
-                )
-                loops.append(
-                    group.create_task(rdma.link.run(), name="deviceplugin-rdma-kubelet-link")
-                )
-            log.info(
-                "device plugin started",
-                node=node,
-                backend=backend.name,
-                resource=settings.resource_name,
-                socket=str(running.server.socket_path),
-                gpus=[g.uuid for g in running.inventory.gpus],
-                split=settings.node.device_split_count,
-                metrics_port=running.metrics_port,
-                rdma_resource=None if rdma is None else settings.rdma_resource_name,
-                rdma_nics=None if rdma is None else [n.id for n in rdma.inventory.nics],
-            )
-            if on_started is not None:
-                on_started(running)
-            await stop.wait()
-            log.info("device plugin stopping", node=node)
-            for task in loops:
-                task.cancel()
-            # No new calls from the kubelet, then let failed allocations finish their clean-up
-            # and their Events reach the API server.
-            await running.server.stop()
-            if rdma is not None:
-                await rdma.server.stop()
-                await rdma.allocator.drain()
-            await running.allocator.drain()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await recorder.flush()
-            events.cancel()
-    finally:
-        await running.server.stop()
-        if rdma is not None:
-            await rdma.server.stop()
-    log.info("device plugin stopped", node=node)
+        if on_started is not None:
+            on_started(running)
+        await life.run_until(stop)
+        log.info("device plugin stopping", node=node_name)
+    log.info("device plugin stopped", node=node_name)
 
 
 @contextlib.asynccontextmanager
@@ -343,5 +375,9 @@ async def serving(
             settings, stop=stop, on_started=on_started, backend=backend, nic_source=nic_source
         )
 
-    async with embedded(start, name="hami-deviceplugin") as running:
+    async with embedded(
+        start,
+        name="hami-deviceplugin",
+        stop_within=settings.shutdown_grace_s + _EMBEDDED_SLACK_S,
+    ) as running:
         yield running

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from hami_deviceplugin.allocation.entries import AllocateError, FailureKind
+from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.plan import ContainerGrant, HookLayout
 
 __all__ = ["HostDirs"]

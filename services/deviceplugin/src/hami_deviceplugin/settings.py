@@ -1,12 +1,5 @@
-"""Command-line flags and environment → one frozen :class:`Settings`.
-
-HAMi's flag names where HAMi has them: ``--node-name`` (env ``NODE_NAME``), ``--config-file``
-(``device-config.yaml``), ``--device-split-count``, ``--device-memory-scaling``,
-``--device-cores-scaling``, ``--disable-core-limit``, ``--resource-name``, ``--kubelet-socket``,
-``--mig-strategy``, ``--device-list-strategy``, ``--fail-on-init-error``; the env names are the
-flag names upper-cased (``DEVICE_SPLIT_COUNT``, ...), ``HOOK_PATH`` for ``--hook-path``.  Ours
-take ``HAMI_`` + the upper-cased name (``--fake-devices`` → ``HAMI_FAKE_DEVICES``).  A flag on the
-command line wins over its environment variable.
+"""Flags and environment → one frozen :class:`Settings` (the flag table is
+:mod:`hami_deviceplugin.cli_flags`).
 
 Where the node's settings come from, later wins:
 
@@ -20,13 +13,6 @@ Where the node's settings come from, later wins:
    exists): the entries named like this node override split count, scaling, operating mode,
    ``filterdevices``, ``enablegetpreferredallocation``, ... for this node only.
 
-RDMA (a second plugin in the same process, see the README): ``--enable-rdma`` (``auto``, the
-default, serves it when NICs are found at start; ``true``; ``false``), ``--rdma-resource-name``
-(default ``koordinator.sh/rdma``), ``--rdma-socket-name`` (default from the resource name,
-``koordinator-rdma.sock``), ``--rdma-discovery`` (``sysfs``, or ``fake``: the ``nics`` of
-``--fake-devices``; default ``fake`` with the fake backend, else ``sysfs``),
-``--rdma-poll-interval`` (seconds between rescans, default 10).
-
 Refused loudly rather than ignored: an operating mode other than ``hami-core`` (MIG and MPS are
 not implemented), a MIG strategy other than ``none`` (flag or ``migstrategy``), a device-list
 strategy other than ``envvar``, unknown flags, unreadable config files.  Health checks follow the
@@ -35,45 +21,36 @@ kubelet device plugin's ``DP_DISABLE_HEALTHCHECKS`` / ``DP_ENABLE_HEALTHCHECKS``
 
 from __future__ import annotations
 
-import argparse
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
+from hami_deviceplugin.cli_flags import (
+    DEFAULT_HOOK_PATH,
+    DEFAULT_METRICS_BIND,
+    DEFAULT_NODE_CONFIG_FILE,
+    DEFAULT_RDMA_RESOURCE,
+    FLAG_TO_CONFIG,
+    FLAGS,
+    build_parser,
+)
 from hami_deviceplugin.gpu.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
 from hami_kubelet_api.constants import KUBELET_SOCKET
 from hami_protocol.config.device import DeviceConfig
 from hami_protocol.config.node import NodeSettings, effective_node_config, parse_node_configs
 from hami_protocol.errors import ConfigError
-from hami_protocol.topology.layout import RDMA_RESOURCE as _RDMA_RESOURCE
 from hami_runtime import flags
-from hami_runtime.flags import Flag, parse_bool
 from hami_runtime.lifecycle import DEFAULT_GRACE_S
 from hami_runtime.logs import LOG_FORMATS, LogFormat
 from hami_runtime.sites import parse_bind
 
-__all__ = [
-    "DEFAULT_HOOK_PATH",
-    "DEFAULT_METRICS_BIND",
-    "DEFAULT_NODE_CONFIG_FILE",
-    "DEFAULT_RDMA_RESOURCE",
-    "BackendKind",
-    "NicSourceKind",
-    "Settings",
-    "build_parser",
-    "parse_settings",
-    "socket_name_for",
-]
+__all__ = ["BackendKind", "NicSourceKind", "Settings", "parse_settings", "socket_name_for"]
 
 BackendKind = Literal["nvml", "fake"]
 NicSourceKind = Literal["sysfs", "fake"]
-DEFAULT_HOOK_PATH: Final = "/usr/local"
-DEFAULT_RDMA_RESOURCE: Final = _RDMA_RESOURCE
-DEFAULT_METRICS_BIND: Final = ":9397"
-DEFAULT_NODE_CONFIG_FILE: Final = "/config/config.json"
 _MAX_SOCKET_PATH: Final = 107
 
 
@@ -202,253 +179,6 @@ class Settings:
         return "fake" if self.device_backend == "fake" else "sysfs"
 
 
-# --- flags ----------------------------------------------------------------------------------------
-
-
-def parse_tristate(text: str) -> bool | str:
-    """``auto`` or a Go boolean."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    return parse_bool(text)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
-
-
-def _only(allowed: str, what: str) -> Callable[[str], str]:
-    def check(text: str) -> str:
-        if text != allowed:
-            raise argparse.ArgumentTypeError(
-                f"{what} {text!r} is not supported by this device plugin (only {allowed!r})"
-            )
-        return text
-
-    return check
-
-
-_FLAGS: Final = (
-    Flag(("--node-name",), "node_name", None, "this node's name", env="NODE_NAME"),
-    Flag(
-        ("--config-file",),
-        "config_file",
-        None,
-        "device-config.yaml (the nvidia section is read)",
-        env="CONFIG_FILE",
-    ),
-    Flag(
-        ("--node-config-file",),
-        "node_config_file",
-        None,
-        f"per-node config.json (default {DEFAULT_NODE_CONFIG_FILE} when it exists)",
-        env="NODE_CONFIG_FILE",
-    ),
-    Flag(
-        ("--device-split-count",),
-        "device_split_count",
-        None,
-        "tasks per GPU",
-        _positive_int,
-        env="DEVICE_SPLIT_COUNT",
-    ),
-    Flag(
-        ("--device-memory-scaling",),
-        "device_memory_scaling",
-        None,
-        "registered memory factor",
-        _positive_float,
-        env="DEVICE_MEMORY_SCALING",
-    ),
-    Flag(
-        ("--device-cores-scaling",),
-        "device_cores_scaling",
-        None,
-        "registered core factor",
-        _positive_float,
-        env="DEVICE_CORES_SCALING",
-    ),
-    Flag(
-        ("--disable-core-limit",),
-        "disable_core_limit",
-        None,
-        "set GPU_CORE_UTILIZATION_POLICY=disable in containers",
-        is_bool=True,
-        env="DISABLE_CORE_LIMIT",
-    ),
-    Flag(
-        ("--resource-name",),
-        "resource_name",
-        None,
-        "resource advertised to the kubelet",
-        env="RESOURCE_NAME",
-    ),
-    Flag(
-        ("--kubelet-socket",),
-        "kubelet_socket",
-        KUBELET_SOCKET,
-        "kubelet registration socket",
-        env="KUBELET_SOCKET",
-    ),
-    Flag(
-        ("--mig-strategy",),
-        "mig_strategy",
-        "none",
-        "only 'none'",
-        _only("none", "MIG strategy"),
-        env="MIG_STRATEGY",
-    ),
-    Flag(
-        ("--device-list-strategy",),
-        "device_list_strategy",
-        "envvar",
-        "only 'envvar'",
-        _only("envvar", "device list strategy"),
-        env="DEVICE_LIST_STRATEGY",
-    ),
-    Flag(
-        ("--fail-on-init-error",),
-        "fail_on_init_error",
-        "true",
-        "exit when the GPU backend cannot start (else run with no GPUs)",
-        is_bool=True,
-        env="FAIL_ON_INIT_ERROR",
-    ),
-    Flag(
-        ("--hook-path",),
-        "hook_path",
-        DEFAULT_HOOK_PATH,
-        "where HAMi-core lives on the host",
-        env="HOOK_PATH",
-    ),
-    Flag(("--device-backend",), "device_backend", "nvml", "GPU backend", choices=("nvml", "fake")),
-    Flag(("--fake-devices",), "fake_devices", None, "YAML file of the fake backend"),
-    Flag(("--sysfs-root",), "sysfs_root", "/sys", "sysfs mount point"),
-    Flag(
-        ("--host-root",),
-        "host_root",
-        "/",
-        "host files are under this directory; 'none' touches no host files",
-    ),
-    Flag(
-        ("--socket-name",),
-        "socket_name",
-        None,
-        "plugin socket file name (default from resource)",
-    ),
-    *flags.process_flags(metrics_bind=DEFAULT_METRICS_BIND),
-    Flag(
-        ("--register-interval",),
-        "register_interval",
-        "30",
-        "seconds between node registrations",
-        _positive_float,
-    ),
-    Flag(
-        ("--register-retry-interval",),
-        "register_retry_interval",
-        "5",
-        "seconds before retrying a failed registration",
-        _positive_float,
-    ),
-    Flag(
-        ("--kubelet-poll-interval",),
-        "kubelet_poll_interval",
-        "1",
-        "seconds between kubelet.sock checks",
-        _positive_float,
-    ),
-    Flag(
-        ("--fake-poll-interval",),
-        "fake_poll_interval",
-        "1",
-        "seconds between re-reads of the fake devices file",
-        _positive_float,
-    ),
-    Flag(
-        ("--usage-interval",),
-        "usage_interval",
-        "10",
-        "seconds between GPU usage samples",
-        _positive_float,
-    ),
-    Flag(
-        ("--enable-rdma",),
-        "enable_rdma",
-        "auto",
-        "serve the RDMA NIC plugin: auto (when NICs are found at start), true or false",
-        parse_tristate,
-        is_bool=True,
-    ),
-    Flag(
-        ("--rdma-resource-name",),
-        "rdma_resource_name",
-        DEFAULT_RDMA_RESOURCE,
-        "resource the RDMA plugin advertises (100 units per NIC)",
-    ),
-    Flag(
-        ("--rdma-socket-name",),
-        "rdma_socket_name",
-        None,
-        "RDMA plugin socket file name (default from its resource)",
-    ),
-    Flag(
-        ("--rdma-discovery",),
-        "rdma_discovery",
-        None,
-        "where RDMA NICs come from (default fake with the fake backend, else sysfs)",
-        choices=("sysfs", "fake"),
-    ),
-    Flag(
-        ("--rdma-poll-interval",),
-        "rdma_poll_interval",
-        "10",
-        "seconds between RDMA NIC rescans",
-        _positive_float,
-    ),
-    Flag(
-        ("--allocate-timeout",),
-        "allocate_timeout",
-        "3",
-        "deadline of one Allocate, API calls included",
-        _positive_float,
-    ),
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The flag parser.  Defaults are ``None`` so explicit flags can be told apart."""
-    return flags.build_explicit_parser(
-        prog="hami-deviceplugin",
-        description="Kubelet device plugin and node registration for shared GPUs.",
-        flags=_FLAGS,
-    )
-
-
-_FLAG_TO_CONFIG: Final = {
-    "device_split_count": "deviceSplitCount",
-    "device_memory_scaling": "deviceMemoryScaling",
-    "device_cores_scaling": "deviceCoreScaling",
-    "disable_core_limit": "disableCoreLimit",
-    "resource_name": "resourceCountName",
-}
-
-
 def _node_config_path(given: Mapping[str, Any]) -> str | None:
     path = given.get("node_config_file")
     if path is not None:
@@ -471,10 +201,10 @@ def parse_settings(
     env = dict(os.environ if environ is None else environ)
     parser = build_parser()
     args = parser.parse_args(argv)
-    given = flags.explicit_values(parser, args, _FLAGS, env)
-    value = {flag.dest: flags.default_value(flag) for flag in _FLAGS} | given
+    given = flags.explicit_values(parser, args, FLAGS, env)
+    value = {flag.dest: flags.default_value(flag) for flag in FLAGS} | given
     try:
-        overrides = {key: given[dest] for dest, key in _FLAG_TO_CONFIG.items() if dest in given}
+        overrides = {key: given[dest] for dest, key in FLAG_TO_CONFIG.items() if dest in given}
         config = flags.load_device_config(
             given.get("config_file"), nvidia_overrides=overrides, flag="--config-file"
         )

@@ -1,26 +1,29 @@
-"""Pure: the half of an Allocate decision both plugins share: the pod as Allocate reads it, why
-an allocation fails, and serving the kubelet's requests from the pod's
-``hami.io/<x>-devices-to-allocate`` list.
+"""Pure: the half of an Allocate decision both plugins share: the pod as Allocate reads it
+(:class:`AllocatingPod`, a frozen snapshot taken through :class:`hami_kube.objects.PodView`) and
+serving the kubelet's requests from the pod's ``hami.io/<x>-devices-to-allocate`` list.
 
 The kubelet names no pod and no container in ``Allocate``; it only sends device IDs, one request
 per container that asks for the resource, init containers first.  So each request is served by
 the next entry of the list that still holds devices (the list has one entry per container, init
 containers first), and that entry's container is the one being answered.  What the container
-gets is the plugin's business (:mod:`.allocate` for GPUs, :mod:`.rdma_allocate` for RDMA NICs).
+gets is the plugin's business (:mod:`hami_deviceplugin.gpu.plan` for GPUs,
+:mod:`hami_deviceplugin.rdma.plan` for RDMA NICs).
 
 The consumed entry becomes an empty segment (the canonical decode keeps the list from growing);
 when no entry of any vendor is left the pod is done (bind-phase ``success``, node lock released).
-Every way the inputs can be wrong raises :class:`AllocateError` with the reason.
+Every way the inputs can be wrong raises :class:`~hami_deviceplugin.errors.AllocateError` with
+the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Final, Generic, TypeVar
 
 from hami_deviceplugin.allocation.pending import others_pending
+from hami_deviceplugin.errors import invalid
+from hami_kube.objects import ContainerView, PodView
 from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import BIND_PHASE, BIND_PHASE_FAILED, VGPU_NODE
 from hami_protocol.pod import envs
@@ -34,17 +37,14 @@ from hami_protocol.pod.devices import (
 )
 
 __all__ = [
-    "AllocateError",
+    "AllocatingContainer",
+    "AllocatingPod",
     "ContainerTurn",
-    "ContainerView",
-    "FailureKind",
     "ListPlan",
-    "PodView",
+    "allocating_pod",
     "check_pod",
     "consume_entries",
     "decode_entries",
-    "invalid",
-    "pod_view",
 ]
 
 G = TypeVar("G")
@@ -52,30 +52,8 @@ G = TypeVar("G")
 _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 
 
-class FailureKind(StrEnum):
-    """Why an allocation failed; the gRPC layer maps it to a status code."""
-
-    NO_POD = "no_pod"  # no pod could be identified
-    INVALID = "invalid"  # annotations or request do not fit together
-    API = "api"  # the API server could not be read or written
-    HOST = "host"  # host directories could not be prepared
-    TIMEOUT = "timeout"  # the allocation deadline passed
-    INTERNAL = "internal"
-
-
-class AllocateError(Exception):
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
-def invalid(message: str) -> AllocateError:
-    return AllocateError(FailureKind.INVALID, message)
-
-
 @dataclass(frozen=True, slots=True)
-class ContainerView:
+class AllocatingContainer:
     name: str
     disable_control: bool = False
     limits: tuple[tuple[str, str], ...] = ()
@@ -86,13 +64,13 @@ class ContainerView:
 
 
 @dataclass(frozen=True, slots=True)
-class PodView:
+class AllocatingPod:
     """What Allocate reads from a pod: identity, containers (init first), annotations."""
 
     namespace: str
     name: str
     uid: str
-    containers: tuple[ContainerView, ...] = ()
+    containers: tuple[AllocatingContainer, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -104,7 +82,7 @@ class ContainerTurn:
     """The request's position in the call."""
     index: int
     """The entry's position in the list, which is its container's (init containers first)."""
-    container: ContainerView
+    container: AllocatingContainer
     devices: ContainerDevices
     """The entry: what the scheduler gave the container."""
     requested: Sequence[str]
@@ -125,8 +103,8 @@ class ListPlan(Generic[G]):
 # --- reading the pod ----------------------------------------------------------------------------
 
 
-def _disable_control(container: Mapping[str, Any]) -> bool:
-    for variable in container.get("env") or ():
+def _disable_control(container: ContainerView) -> bool:
+    for variable in container.raw.get("env") or ():
         if isinstance(variable, Mapping) and variable.get("name") == envs.CUDA_DISABLE_CONTROL:
             value = variable.get("value")
             if isinstance(value, str) and value in _GO_TRUE:
@@ -134,42 +112,29 @@ def _disable_control(container: Mapping[str, Any]) -> bool:
     return False
 
 
-def _limits(container: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    resources = container.get("resources")
-    if not isinstance(resources, Mapping):
-        return ()
+def _limits(container: ContainerView) -> tuple[tuple[str, str], ...]:
     merged: dict[str, str] = {}
-    for part in ("requests", "limits"):
-        values = resources.get(part)
-        if isinstance(values, Mapping):
-            merged.update((str(k), str(v)) for k, v in values.items())
+    for values in (container.requests, container.limits):
+        merged.update((str(k), str(v)) for k, v in values.items())
     return tuple(sorted(merged.items()))
 
 
-def pod_view(pod: Mapping[str, Any]) -> PodView:
-    """The parts of a pod object Allocate needs (tolerates missing fields)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    raw_annotations = meta.get("annotations") or {}
-    annotations = {
-        str(k): v for k, v in raw_annotations.items() if isinstance(v, str)
-    }  # a non-string value cannot come from a real API server; drop it
-    containers = [
-        ContainerView(str(c.get("name", "")), _disable_control(c), _limits(c))
-        for group in (spec.get("initContainers") or [], spec.get("containers") or [])
-        for c in group
-        if isinstance(c, Mapping)
-    ]
-    return PodView(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        containers=tuple(containers),
-        annotations=annotations,
+def allocating_pod(raw: Mapping[str, Any]) -> AllocatingPod:
+    """The parts of a pod object Allocate needs (a missing or mistyped field reads as empty)."""
+    pod = PodView(raw)
+    return AllocatingPod(
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        containers=tuple(
+            AllocatingContainer(c.name, _disable_control(c), _limits(c))
+            for c in pod.all_containers()
+        ),
+        annotations=dict(pod.annotations),
     )
 
 
-def decode_entries(pod: PodView, key: str) -> PodSingleDevice:
+def decode_entries(pod: AllocatingPod, key: str) -> PodSingleDevice:
     """The pod's ``key`` list, one entry per container."""
     value = pod.annotations.get(key)
     if value is None:
@@ -183,7 +148,7 @@ def decode_entries(pod: PodView, key: str) -> PodSingleDevice:
 # --- deciding -----------------------------------------------------------------------------------
 
 
-def check_pod(pod: PodView, node_name: str) -> None:
+def check_pod(pod: AllocatingPod, node_name: str) -> None:
     """Refuse a pod placed on another node or whose allocation already failed."""
     placed = pod.annotations.get(VGPU_NODE)
     if placed is not None and placed != node_name:
@@ -193,7 +158,7 @@ def check_pod(pod: PodView, node_name: str) -> None:
 
 
 def consume_entries(
-    pod: PodView,
+    pod: AllocatingPod,
     requests: Sequence[Sequence[str]],
     *,
     key: str,
@@ -203,7 +168,8 @@ def consume_entries(
 ) -> ListPlan[G]:
     """Serve ``requests`` (one per container, in the kubelet's order) from ``entries``, the
     pod's decoded ``key`` list: each takes the next entry that still holds devices and
-    ``grant`` answers it (raising :class:`AllocateError` when it cannot).
+    ``grant`` answers it (raising :class:`~hami_deviceplugin.errors.AllocateError` when it
+    cannot).
 
     ``waiting_for`` names the devices in the error for a request no entry is left for.
     """

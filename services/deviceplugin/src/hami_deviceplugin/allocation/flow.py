@@ -15,10 +15,14 @@ plugins of one daemon share one lock), each under its own deadline (default 3 s)
 
 Any failure before the commit (bad annotations, no pod, API errors, the deadline) writes
 ``bind-phase: failed`` on the pod, releases the lock, records a Warning Event (``AllocateFailed``)
-on the pod (on the node when no pod is known) and raises :class:`AllocateError` for the gRPC
-layer.  Because the commit is a single patch, a failure never leaves a list half consumed.  A lock
-that cannot be released after a successful commit is logged; the scheduler's lock expiry is the
-backstop.
+on the pod (on the node when no pod is known) and raises
+:class:`~hami_deviceplugin.errors.AllocateError` for the gRPC layer.  Because the commit is a
+single patch, a failure never leaves a list half consumed.  A lock that cannot be released after a
+successful commit is logged; the scheduler's lock expiry is the backstop.
+
+An Allocate cut off by a shutdown (the gRPC server cancels calls still running after its grace)
+still cleans up, in a task of its own; :meth:`PodAllocationFlow.drain` lets those finish, within
+their budget, before the daemon ends.
 """
 
 from __future__ import annotations
@@ -32,19 +36,21 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from hami_deviceplugin.allocation.entries import AllocateError, FailureKind, ListPlan
-from hami_deviceplugin.allocation.lookup import VanishedLockOwnerError, find_pod, lock_owner
+from hami_deviceplugin.allocation.entries import AllocatingPod, ListPlan, allocating_pod
+from hami_deviceplugin.allocation.lookup import find_pod, lock_owner
+from hami_deviceplugin.errors import AllocateError, FailureKind, VanishedLockOwnerError
 from hami_kube.errors import ConflictError, KubeError, NotFoundError
 from hami_kube.events import EventRecorder, EventType, ObjectReference
+from hami_kube.objects import NodeView, PodView
 from hami_kube.patch import patch_metadata
-from hami_kube.resources import NODES, PODS, JsonObject, resource_version_of
+from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_PHASE_SUCCESS, NODE_LOCK
 from hami_protocol.node.lock import ReleaseAction, decide_release
 
 __all__ = [
     "EVENT_REASON",
-    "Decision",
+    "AllocationDecision",
     "FlowConfig",
     "Observe",
     "PodAllocationFlow",
@@ -73,7 +79,7 @@ class FlowConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision(Generic[R]):
+class AllocationDecision(Generic[R]):
     """What one plugin decided for one pod: the answer and the annotations it consumes."""
 
     result: R
@@ -88,11 +94,13 @@ class _Grant(Protocol):
     def container_name(self) -> str: ...
 
 
-def list_decision(plan: ListPlan[G], *, key: str, **summary: object) -> Decision[tuple[G, ...]]:
+def list_decision(
+    plan: ListPlan[G], *, key: str, **summary: object
+) -> AllocationDecision[tuple[G, ...]]:
     """The decision of a plugin that serves containers from the pod's ``key`` list: answer with
     ``plan``'s grants, write the rest of the list; ``summary`` adds log fields to the containers'
     names."""
-    return Decision(
+    return AllocationDecision(
         result=plan.grants,
         writes={key: plan.remaining},
         done=plan.done,
@@ -107,16 +115,6 @@ class _Attempt:
     """``(namespace, name)`` of the pod, known from the lock even before the pod is read."""
     pod: JsonObject | None = None
     committed: bool = False
-
-
-def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    return annotations if isinstance(annotations, Mapping) else {}
-
-
-def identity(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 class PodAllocationFlow(ABC, Generic[R, P]):
@@ -145,8 +143,8 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     @abstractmethod
     async def _decide(
-        self, pod: JsonObject, requests: Sequence[Sequence[str]], prepared: P
-    ) -> Decision[R]:
+        self, pod: AllocatingPod, requests: Sequence[Sequence[str]], prepared: P
+    ) -> AllocationDecision[R]:
         """The answer for ``pod`` as just read; called again after a write conflict."""
 
     # --- Allocate -----------------------------------------------------------------------------
@@ -187,23 +185,26 @@ class PodAllocationFlow(ABC, Generic[R, P]):
             )
             raise failure
 
-    async def _commit(self, requests: Sequence[Sequence[str]], attempt: _Attempt) -> Decision[R]:
+    async def _commit(
+        self, requests: Sequence[Sequence[str]], attempt: _Attempt
+    ) -> AllocationDecision[R]:
         node_name = self._flow.node_name
         attempt.node = await self._client.get(NODES, node_name)
-        lock = lock_owner(annotations_of(attempt.node))
+        lock = lock_owner(NodeView(attempt.node).annotations)
         if lock is not None:
             attempt.target = (lock.namespace, lock.pod)
         found = await find_pod(self._client, node_name=node_name, node=attempt.node)
         attempt.pod = found.pod
-        attempt.target = identity(found.pod)
+        found_pod = PodView(found.pod)
+        attempt.target = (found_pod.namespace, found_pod.name)
         prepared = await self._prepare(requests)
         for _ in range(self._flow.conflict_attempts):
-            pod = attempt.pod
-            decision = await self._decide(pod, requests, prepared)
+            pod = PodView(attempt.pod)
+            decision = await self._decide(allocating_pod(pod.raw), requests, prepared)
             writes = dict(decision.writes)
             if decision.done:
                 writes[BIND_PHASE] = BIND_PHASE_SUCCESS
-            namespace, name = identity(pod)
+            namespace, name = pod.namespace, pod.name
             try:
                 attempt.pod = await patch_metadata(
                     self._client,
@@ -211,7 +212,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
                     name,
                     namespace=namespace,
                     annotations=writes,
-                    resource_version=resource_version_of(pod),
+                    resource_version=pod.resource_version,
                 )
             except ConflictError:
                 attempt.pod = await self._client.get(PODS, name, namespace=namespace)
@@ -235,8 +236,8 @@ class PodAllocationFlow(ABC, Generic[R, P]):
         for _ in range(self._flow.conflict_attempts):
             if node is None:
                 node = await self._client.get(NODES, self._flow.node_name)
-            value = annotations_of(node).get(NODE_LOCK)
-            value = value if isinstance(value, str) else None
+            view = NodeView(node)
+            value = view.annotations.get(NODE_LOCK)
             if decide_release(value, namespace=namespace, pod=name) is ReleaseAction.NOOP:
                 return
             try:
@@ -245,7 +246,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
                     NODES,
                     self._flow.node_name,
                     annotations={NODE_LOCK: None},
-                    resource_version=resource_version_of(node),
+                    resource_version=view.resource_version,
                 )
             except ConflictError:
                 node = None
@@ -255,7 +256,8 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     async def _unlock_after_success(self, attempt: _Attempt) -> None:
         assert attempt.pod is not None
-        namespace, name = identity(attempt.pod)
+        pod = PodView(attempt.pod)
+        namespace, name = pod.namespace, pod.name
         try:
             async with asyncio.timeout(self._flow.failure_timeout_s):
                 await self._release_lock(namespace, name, attempt.node)
@@ -318,6 +320,14 @@ class PodAllocationFlow(ABC, Generic[R, P]):
         task.add_done_callback(self._background.discard)
 
     async def drain(self) -> None:
-        """Wait for cleanups of cancelled allocations (shutdown)."""
-        if self._background:
-            await asyncio.wait(set(self._background), timeout=self._flow.failure_timeout_s + 1)
+        """Let the clean-ups of cancelled allocations finish (shutdown): each is bounded by
+        ``failure_timeout_s``; any still running a second later, or when the drain itself is cut
+        off, is cancelled."""
+        pending = set(self._background)
+        if not pending:
+            return
+        try:
+            await asyncio.wait(pending, timeout=self._flow.failure_timeout_s + 1)
+        finally:
+            for task in pending:
+                task.cancel()

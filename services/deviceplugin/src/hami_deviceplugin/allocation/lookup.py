@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hami_deviceplugin.gpu.plan import AllocateError, FailureKind
+from hami_deviceplugin.errors import AllocateError, FailureKind, VanishedLockOwnerError
 from hami_kube.errors import NotFoundError
+from hami_kube.objects import NodeView, PodView
 from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol.errors import DecodeError
@@ -28,7 +29,7 @@ from hami_protocol.keys import (
 )
 from hami_protocol.node.lock import NodeLock, decode_node_lock
 
-__all__ = ["FoundPod", "VanishedLockOwnerError", "find_pod", "lock_owner", "pick_pending_pod"]
+__all__ = ["FoundPod", "find_pod", "lock_owner", "pick_pending_pod"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +38,10 @@ class FoundPod:
     via: Literal["lock", "pending"]
 
 
-class VanishedLockOwnerError(AllocateError):
-    """The node lock names a pod that does not exist (any more)."""
-
-    def __init__(self, namespace: str, name: str, value: str) -> None:
-        super().__init__(
-            FailureKind.NO_POD,
-            f"node lock {value!r} names pod {namespace}/{name}, which does not exist",
-        )
-        self.namespace = namespace
-        self.name = name
-
-
-def lock_owner(annotations: Mapping[str, Any]) -> NodeLock | None:
+def lock_owner(annotations: Mapping[str, str]) -> NodeLock | None:
     """The decoded lock when it names an owner; None when absent, legacy or unreadable."""
     value = annotations.get(NODE_LOCK)
-    if not isinstance(value, str) or not value:
+    if not value:
         return None
     try:
         lock = decode_node_lock(value)
@@ -61,9 +50,9 @@ def lock_owner(annotations: Mapping[str, Any]) -> NodeLock | None:
     return None if lock.legacy else lock
 
 
-def _bind_time(annotations: Mapping[str, Any]) -> int | None:
+def _bind_time(annotations: Mapping[str, str]) -> int | None:
     try:
-        return int(str(annotations.get(BIND_TIME, "")).strip())
+        return int(annotations.get(BIND_TIME, "").strip())
     except ValueError:
         return None
 
@@ -71,15 +60,13 @@ def _bind_time(annotations: Mapping[str, Any]) -> int | None:
 def pick_pending_pod(pods: Iterable[Mapping[str, Any]], node_name: str) -> Mapping[str, Any] | None:
     """The waiting pod with the oldest bind time among ``pods`` (pure)."""
     candidates: list[tuple[int, str, str, str, Mapping[str, Any]]] = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        phase = (pod.get("status") or {}).get("phase") or "Pending"
-        bound_to = (pod.get("spec") or {}).get("nodeName")
+    for raw in pods:
+        pod = PodView(raw)
+        annotations = pod.annotations
         if (
-            phase != "Pending"
-            or meta.get("deletionTimestamp")
-            or bound_to != node_name
+            (pod.phase or "Pending") != "Pending"
+            or pod.deleting
+            or pod.node_name != node_name
             or annotations.get(BIND_PHASE) != BIND_PHASE_ALLOCATING
             or annotations.get(VGPU_NODE) != node_name
         ):
@@ -87,9 +74,7 @@ def pick_pending_pod(pods: Iterable[Mapping[str, Any]], node_name: str) -> Mappi
         bind_time = _bind_time(annotations)
         if bind_time is None:
             continue
-        created = str(meta.get("creationTimestamp", ""))
-        key = (bind_time, created, str(meta.get("namespace", "")), str(meta.get("name", "")))
-        candidates.append((*key, pod))
+        candidates.append((bind_time, pod.creation_timestamp, pod.namespace, pod.name, raw))
     if not candidates:
         return None
     return min(candidates, key=lambda item: item[:4])[4]
@@ -97,14 +82,14 @@ def pick_pending_pod(pods: Iterable[Mapping[str, Any]], node_name: str) -> Mappi
 
 async def find_pod(client: KubeClient, *, node_name: str, node: Mapping[str, Any]) -> FoundPod:
     """Find the pod being allocated on ``node`` (the node object just read)."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    annotations = NodeView(node).annotations
     lock = lock_owner(annotations)
     if lock is not None:
         try:
             pod = await client.get(PODS, lock.pod, namespace=lock.namespace)
         except NotFoundError:
             raise VanishedLockOwnerError(
-                lock.namespace, lock.pod, str(annotations.get(NODE_LOCK))
+                lock.namespace, lock.pod, annotations.get(NODE_LOCK, "")
             ) from None
         return FoundPod(pod=pod, via="lock")
     listing = await client.list(PODS, field_selector=f"spec.nodeName={node_name}")

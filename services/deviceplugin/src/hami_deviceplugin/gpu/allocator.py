@@ -17,15 +17,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from hami_deviceplugin.allocation.entries import AllocateError, pod_view
+from hami_deviceplugin.allocation.entries import AllocatingPod, allocating_pod
 from hami_deviceplugin.allocation.flow import (
-    EVENT_REASON,
-    Decision,
+    AllocationDecision,
     FlowConfig,
     PodAllocationFlow,
     list_decision,
 )
 from hami_deviceplugin.allocation.lookup import find_pod
+from hami_deviceplugin.errors import AllocateError
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.plan import (
     AllocateOptions,
@@ -39,24 +39,21 @@ from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_kube.errors import KubeError
 from hami_kube.events import EventRecorder
-from hami_kube.resources import NODES, JsonObject
+from hami_kube.resources import NODES
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import NVIDIA_DEVICES_TO_ALLOCATE
 
-__all__ = ["EVENT_REASON", "Allocator", "AllocatorConfig", "PreferredRequest"]
+__all__ = ["Allocator", "AllocatorConfig", "PreferredRequest"]
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class AllocatorConfig:
-    node_name: str
+    flow: FlowConfig
+    """The node, the deadlines and the conflict retries every plugin's Allocate path shares."""
     hook_path: str
     options: AllocateOptions
-    timeout_s: float = 3.0
-    failure_timeout_s: float = 3.0
-    """Budget for writing bind-phase failed, unlocking and queueing the Event after a failure."""
-    conflict_attempts: int = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +81,7 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
     ) -> None:
         super().__init__(
             client=client,
-            flow=FlowConfig(
-                node_name=config.node_name,
-                timeout_s=config.timeout_s,
-                failure_timeout_s=config.failure_timeout_s,
-                conflict_attempts=config.conflict_attempts,
-            ),
+            flow=config.flow,
             observe=metrics.observe_allocate,
             recorder=recorder,
             lock=lock,
@@ -104,11 +96,11 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
         return layout, [self._cache_name() for _ in requests]
 
     async def _decide(
-        self, pod: JsonObject, requests: Sequence[Sequence[str]], prepared: _Prepared
-    ) -> Decision[tuple[ContainerGrant, ...]]:
+        self, pod: AllocatingPod, requests: Sequence[Sequence[str]], prepared: _Prepared
+    ) -> AllocationDecision[tuple[ContainerGrant, ...]]:
         layout, names = prepared
         plan = plan_allocation(
-            pod_view(pod),
+            pod,
             requests,
             gpus=self._inventory.uuids(),
             owners=self._inventory.replica_owners,
@@ -129,12 +121,10 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
         async with self._lock:
             uuids: tuple[str, ...] = ()
             try:
-                async with asyncio.timeout(self._config.timeout_s):
-                    node = await self._client.get(NODES, self._config.node_name)
-                    found = await find_pod(
-                        self._client, node_name=self._config.node_name, node=node
-                    )
-                uuids = next_entry_uuids(pod_view(found.pod))
+                async with asyncio.timeout(self._flow.timeout_s):
+                    node = await self._client.get(NODES, self._flow.node_name)
+                    found = await find_pod(self._client, node_name=self._flow.node_name, node=node)
+                uuids = next_entry_uuids(allocating_pod(found.pod))
             except (AllocateError, KubeError, TimeoutError) as exc:
                 log.info("no preference: the pod cannot be read", error=str(exc))
             owners = self._inventory.replica_owners

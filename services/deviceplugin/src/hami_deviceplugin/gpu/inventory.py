@@ -1,4 +1,5 @@
-"""The node's current GPUs (after ``filterdevices``), as a :class:`~.change_feed.ChangeFeed`.
+"""The node's current GPUs (after ``filterdevices``), as a
+:class:`~hami_deviceplugin.change_feed.ChangeFeed`.
 
 One :class:`Inventory` per process: the backend task replaces the list, every reader (the
 kubelet's ListAndWatch streams, the registration loop, Allocate, metrics) reads it.

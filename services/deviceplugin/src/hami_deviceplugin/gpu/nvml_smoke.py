@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hami_deviceplugin.gpu.backends.base import BackendError, Gpu
+from hami_deviceplugin.errors import BackendError
+from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.backends.nvml import NvmlBackend, parse_health_env
 from hami_deviceplugin.gpu.replicas import plugin_devices
 from hami_deviceplugin.node.register import register_value

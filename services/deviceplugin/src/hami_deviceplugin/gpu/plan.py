@@ -16,7 +16,8 @@ is HAMi-core's contract (HAMi ``plugin/server.go``):
   (rw), ``/etc/ld.so.preload`` ← ``<hook>/vgpu/ld.so.preload`` (ro) unless the container sets
   ``CUDA_DISABLE_CONTROL=true``, and the licence files when the host has them.
 
-Every way the inputs can be wrong raises :class:`AllocateError` with the reason.
+Every way the inputs can be wrong raises :class:`~hami_deviceplugin.errors.AllocateError` with
+the reason.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from hami_deviceplugin.allocation.entries import (
+    AllocatingContainer,
+    AllocatingPod,
     ContainerTurn,
     ListPlan,
+    check_pod,
     consume_entries,
     decode_entries,
-    invalid,
 )
+from hami_deviceplugin.errors import AllocateError, invalid
 from hami_protocol.keys import NVIDIA_DEVICES_TO_ALLOCATE
 from hami_protocol.pod import envs
 from hami_protocol.pod.devices import (
@@ -41,34 +45,16 @@ from hami_protocol.pod.devices import (
     next_pending,
 )
 
-# isort: split
-# Shared with the RDMA plugin, so they live in pod_entries; callers that always found them here
-# still do.
-from hami_deviceplugin.allocation.entries import (
-    AllocateError,
-    ContainerView,
-    FailureKind,
-    PodView,
-    check_pod,
-    pod_view,
-)
-
 __all__ = [
     "VGPU_LOCK_DIR",
-    "AllocateError",
     "AllocateOptions",
     "AllocationPlan",
     "ContainerGrant",
-    "ContainerView",
-    "FailureKind",
     "HookLayout",
     "MountSpec",
-    "PodView",
-    "check_pod",
     "container_grant",
     "next_entry_uuids",
     "plan_allocation",
-    "pod_view",
     "preferred_replicas",
 ]
 
@@ -129,13 +115,13 @@ AllocationPlan: TypeAlias = ListPlan[ContainerGrant]
 # --- reading the pod ----------------------------------------------------------------------------
 
 
-def _decoded(pod: PodView) -> PodSingleDevice:
+def _decoded(pod: AllocatingPod) -> PodSingleDevice:
     entries = decode_entries(pod, NVIDIA_DEVICES_TO_ALLOCATE)
     # Some HAMi versions wrote ",,0,0:" placeholders for containers without devices.
     return tuple(tuple(device for device in entry if device.uuid) for entry in entries)
 
 
-def next_entry_uuids(pod: PodView) -> tuple[str, ...]:
+def next_entry_uuids(pod: AllocatingPod) -> tuple[str, ...]:
     """GPU UUIDs of the next container waiting for devices; () when none or unreadable."""
     try:
         found = next_pending(_decoded(pod))
@@ -162,7 +148,7 @@ def _kubelet_choice(
 def container_grant(
     *,
     index: int,
-    container: ContainerView,
+    container: AllocatingContainer,
     devices: ContainerDevices,
     pod_uid: str,
     options: AllocateOptions,
@@ -206,7 +192,7 @@ def container_grant(
 
 
 def plan_allocation(
-    pod: PodView,
+    pod: AllocatingPod,
     requests: Sequence[Sequence[str]],
     *,
     gpus: frozenset[str],

@@ -1,110 +1,41 @@
-"""The GPU plugin's ``v1beta1.DevicePlugin`` service and the unix-socket server that runs either
-plugin's service.
+"""The unix-socket gRPC server that runs one plugin's ``v1beta1.DevicePlugin`` service (the GPU
+plugin's :class:`~hami_deviceplugin.gpu.servicer.DevicePluginService` or the RDMA plugin's
+:class:`~hami_deviceplugin.rdma.servicer.RdmaPluginService`).
 
-* ``GetDevicePluginOptions``: ``get_preferred_allocation_available`` =
-  ``enablegetpreferredallocation``; no PreStartContainer.
-* ``ListAndWatch``: the complete replica list now and after every inventory change (health),
-  until the server stops.
-* ``GetPreferredAllocation`` / ``Allocate``: delegated to the :class:`Allocator`; an allocation
-  failure is answered with a gRPC error carrying the reason (the kubelet then rejects the pod
-  with ``UnexpectedAdmissionError``).
+:class:`PluginServer` can be started again after a stop: the kubelet deletes plugin sockets when
+it restarts, so the server must come back on a fresh socket.
 
-What the two plugins' services share is :mod:`hami_deviceplugin.kubelet.servicer`.
-:class:`PluginServer` can be started again after a stop (the kubelet deletes plugin sockets when
-it restarts, so the server must come back on a fresh socket).
+Stopping is bounded: the service's ListAndWatch streams are ended first (a kubelet that stopped
+reading one cannot hold the stop), in-flight calls get ``grace`` seconds (an Allocate cut off
+then cleans up after itself), and the whole stop gives up :data:`STOP_SLACK_S` later.  The socket
+file is removed unless it is no longer ours (the kubelet deleted it and something else took the
+path).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import grpc
 import structlog
 
-from hami_deviceplugin.gpu.allocator import Allocator, PreferredRequest
-from hami_deviceplugin.gpu.inventory import Inventory
-from hami_deviceplugin.gpu.plan import ContainerGrant
-from hami_deviceplugin.gpu.replicas import plugin_devices
-from hami_deviceplugin.kubelet.servicer import (
-    Context,
-    StreamingService,
-    device_message,
-    status_code,
-)
-from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
+from hami_deviceplugin.kubelet.servicer import StreamingService
+from hami_kubelet_api.v1beta1 import api_pb2_grpc
 
-__all__ = [
-    "Context",
-    "DevicePluginService",
-    "PluginServer",
-    "StreamingService",
-    "device_message",
-    "grant_response",
-    "status_code",
-]
+__all__ = ["MAX_SOCKET_PATH", "STOP_GRACE_S", "STOP_SLACK_S", "PluginServer"]
 
 log = structlog.get_logger(__name__)
 
 MAX_SOCKET_PATH: Final = 107
 
+STOP_GRACE_S: Final = 1.0
+"""How long in-flight calls may run on after a stop (then gRPC cancels them)."""
 
-def grant_response(grant: ContainerGrant) -> api_pb2.ContainerAllocateResponse:
-    return api_pb2.ContainerAllocateResponse(
-        envs=dict(grant.envs),
-        mounts=[
-            api_pb2.Mount(
-                container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
-            )
-            for m in grant.mounts
-        ],
-    )
-
-
-class DevicePluginService(StreamingService):
-    def __init__(
-        self,
-        *,
-        inventory: Inventory,
-        allocator: Allocator,
-        split: int,
-        numa_topology: bool,
-        preferred_available: bool,
-    ) -> None:
-        super().__init__(inventory=inventory, preferred_available=preferred_available)
-        self._inventory = inventory
-        self._allocator = allocator
-        self._split = split
-        self._numa = numa_topology
-
-    def device_list(self) -> api_pb2.ListAndWatchResponse:
-        devices = plugin_devices(self._inventory.gpus, split=self._split, numa_topology=self._numa)
-        return api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
-
-    async def _container_responses(
-        self, requests: Sequence[tuple[str, ...]]
-    ) -> list[api_pb2.ContainerAllocateResponse]:
-        return [grant_response(g) for g in await self._allocator.allocate(requests)]
-
-    async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.PreferredAllocationRequest, context: Context
-    ) -> api_pb2.PreferredAllocationResponse:
-        requests = [
-            PreferredRequest(
-                available=tuple(r.available_deviceIDs),
-                must_include=tuple(r.must_include_deviceIDs),
-                size=int(r.allocation_size),
-            )
-            for r in request.container_requests
-        ]
-        chosen = await self._allocator.preferred(requests)
-        return api_pb2.PreferredAllocationResponse(
-            container_responses=[
-                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in chosen
-            ]
-        )
+STOP_SLACK_S: Final = 1.0
+"""Beyond the grace, before a stop stops waiting for the gRPC server."""
 
 
 class PluginServer:
@@ -139,21 +70,37 @@ class PluginServer:
         server = grpc.aio.server()
         api_pb2_grpc.add_DevicePluginServicer_to_server(self._service, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
-        await server.start()
+        # Held before it is awaited: a start cut off by a shutdown is still stopped by stop().
         self._server = server
+        try:
+            await server.start()
+        except Exception:
+            self._server = None
+            raise
         self._inode = os.stat(self.socket_path).st_ino
         self.starts += 1
         log.info("device plugin serving", socket=str(self.socket_path))
 
-    async def stop(self, grace: float | None = 1.0) -> None:
+    async def stop(self, grace: float | None = STOP_GRACE_S) -> None:
+        """Stop serving (``grace`` None: cut in-flight calls off at once); remove the socket."""
         server, self._server = self._server, None
         if server is None:
             return
         self._service.close_streams()
-        await server.stop(grace)
-        if self.socket_present():
-            self.socket_path.unlink(missing_ok=True)
-        self._inode = None
+        bound = (grace or 0.0) + STOP_SLACK_S
+        try:
+            async with asyncio.timeout(bound):
+                await server.stop(grace)
+        except TimeoutError:
+            log.warning(
+                "device plugin server did not stop in time",
+                socket=str(self.socket_path),
+                waited_s=bound,
+            )
+        finally:
+            if self.socket_present():
+                self.socket_path.unlink(missing_ok=True)
+            self._inode = None
         log.info("device plugin stopped", socket=str(self.socket_path))
 
     async def restart(self) -> None:

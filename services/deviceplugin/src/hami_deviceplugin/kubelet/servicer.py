@@ -1,5 +1,5 @@
 """What both plugins' ``v1beta1.DevicePlugin`` servicers share (the GPU one is
-:class:`~hami_deviceplugin.kubelet.server.DevicePluginService`, the RDMA one
+:class:`~hami_deviceplugin.gpu.servicer.DevicePluginService`, the RDMA one
 :class:`~hami_deviceplugin.rdma.servicer.RdmaPluginService`):
 
 * the plugin options, sent both in ``Register`` and by ``GetDevicePluginOptions``: no
@@ -7,9 +7,8 @@
 * ``ListAndWatch``: the complete device list now and after every change of the plugin's
   inventory, until the server closes the streams;
 * ``Allocate``: the kubelet's device IDs per container in, one answer per container out; an
-  :class:`~hami_deviceplugin.allocation.entries.AllocateError` becomes a gRPC error carrying the
-  reason
-  (the kubelet then rejects the pod with ``UnexpectedAdmissionError``);
+  :class:`~hami_deviceplugin.errors.AllocateError` becomes a gRPC error carrying the reason (the
+  kubelet then rejects the pod with ``UnexpectedAdmissionError``);
 * the kubelet-facing shape of an advertised device.
 """
 
@@ -22,7 +21,7 @@ from typing import Final, Protocol
 
 import grpc
 
-from hami_deviceplugin.allocation.entries import AllocateError, FailureKind
+from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.replicas import PluginDevice
 from hami_kubelet_api.constants import HEALTHY, UNHEALTHY
 from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
@@ -70,7 +69,7 @@ def device_message(device: PluginDevice) -> api_pb2.Device:
 
 
 class Watched(Protocol):
-    """An inventory as ListAndWatch sees it (:class:`~.change_feed.ChangeFeed`)."""
+    """An inventory as ListAndWatch sees it (:class:`~hami_deviceplugin.change_feed.ChangeFeed`)."""
 
     @property
     def changed(self) -> asyncio.Event: ...

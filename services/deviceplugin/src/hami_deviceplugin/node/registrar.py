@@ -27,6 +27,7 @@ from hami_deviceplugin.node.register import annotations_to_write, register_value
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
 from hami_kube.errors import KubeError
+from hami_kube.objects import NodeView
 from hami_kube.patch import patch_metadata
 from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
 from hami_kube.resources import NODES, JsonObject
@@ -38,11 +39,6 @@ from hami_protocol.errors import ProtocolError
 __all__ = ["Registrar"]
 
 log = structlog.get_logger(__name__)
-
-
-def _annotations(node: Mapping[str, Any]) -> dict[str, str]:
-    raw = (node.get("metadata") or {}).get("annotations") or {}
-    return {str(k): v for k, v in raw.items() if isinstance(v, str)}
 
 
 class Registrar:
@@ -98,7 +94,7 @@ class Registrar:
 
     def _writes(self, node: Mapping[str, Any]) -> dict[str, str | None]:
         return annotations_to_write(
-            _annotations(node),
+            NodeView(node).annotations,
             register=self._register,
             now=self._now(),
             rdma_register=self._rdma_register,

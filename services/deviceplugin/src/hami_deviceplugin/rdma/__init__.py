@@ -1,2 +1,2 @@
-"""The RDMA NIC plugin: NIC discovery and sources, the inventory, the pure Allocate plan, the
-allocator and the servicer."""
+"""The RDMA NIC plugin: NIC discovery in sysfs, the NIC sources (sysfs, fake), the inventory,
+the pure NIC model and Allocate plan, the allocator, the servicer and its wiring."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from hami_deviceplugin.allocation.entries import pod_view
+from hami_deviceplugin.allocation.entries import AllocatingPod
 from hami_deviceplugin.allocation.flow import (
-    Decision,
+    AllocationDecision,
     FlowConfig,
     PodAllocationFlow,
     list_decision,
@@ -22,7 +22,6 @@ from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.plan import RdmaGrant, plan_rdma_allocation
 from hami_kube.events import EventRecorder
-from hami_kube.resources import JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
 
@@ -55,10 +54,10 @@ class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
         return None
 
     async def _decide(
-        self, pod: JsonObject, requests: Sequence[Sequence[str]], prepared: None
-    ) -> Decision[tuple[RdmaGrant, ...]]:
+        self, pod: AllocatingPod, requests: Sequence[Sequence[str]], prepared: None
+    ) -> AllocationDecision[tuple[RdmaGrant, ...]]:
         plan = plan_rdma_allocation(
-            pod_view(pod),
+            pod,
             requests,
             functions=self._inventory.functions,
             resource_name=self._resource,

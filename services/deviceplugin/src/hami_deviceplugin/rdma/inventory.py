@@ -1,5 +1,5 @@
-"""The node's current RDMA NICs, as a :class:`~.change_feed.ChangeFeed` (the NIC twin of
-:mod:`.inventory`).
+"""The node's current RDMA NICs, as a :class:`~hami_deviceplugin.change_feed.ChangeFeed` (the
+NIC twin of :mod:`hami_deviceplugin.gpu.inventory`).
 
 The NIC source task replaces the list; the RDMA plugin's ListAndWatch streams, the registration
 loop, the RDMA Allocate path and the metrics read it.

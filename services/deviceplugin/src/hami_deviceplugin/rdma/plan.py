@@ -11,8 +11,7 @@ The answer, per container:
   for a VF, the PF's for a whole NIC (each once, in list order);
 * device spec ``/dev/infiniband/rdma_cm``;
 
-all with permissions ``rw``.  Checks, each an
-:class:`~hami_deviceplugin.allocation.entries.AllocateError`
+all with permissions ``rw``.  Checks, each an :class:`~hami_deviceplugin.errors.AllocateError`
 with the reason: the pod belongs to this node and has not failed; an entry is waiting; the entry's
 container asks for the RDMA resource, as many units as the kubelet asked for ("device number not
 matched" otherwise: the list and the containers are out of step); every device is an ``RDMA``
@@ -26,18 +25,16 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from hami_deviceplugin.allocation.entries import (
-    AllocateError,
+    AllocatingContainer,
+    AllocatingPod,
     ContainerTurn,
-    ContainerView,
-    FailureKind,
     ListPlan,
-    PodView,
     check_pod,
     consume_entries,
     decode_entries,
-    invalid,
 )
 from hami_deviceplugin.allocation.pending import RDMA_DEVICE_TYPE
+from hami_deviceplugin.errors import AllocateError, FailureKind, invalid
 from hami_deviceplugin.rdma.nics import RDMA_CM_DEVICE, NicFunction
 from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
@@ -77,7 +74,7 @@ RdmaPlan: TypeAlias = ListPlan[RdmaGrant]
 """The RDMA plugin's decision for one Allocate call."""
 
 
-def _requested_units(container: ContainerView, resource: str) -> int | None:
+def _requested_units(container: AllocatingContainer, resource: str) -> int | None:
     """The container's whole-number limit for ``resource``; None when absent or unreadable."""
     text = container.limit(resource)
     if text is None:
@@ -88,7 +85,7 @@ def _requested_units(container: ContainerView, resource: str) -> int | None:
         return None
 
 
-def _check_count(container: ContainerView, units: int, devices: int, resource: str) -> None:
+def _check_count(container: AllocatingContainer, units: int, devices: int, resource: str) -> None:
     if container.limit(resource) is None:
         raise invalid(
             f"device number not matched: container {container.name!r} asks for no {resource}, "
@@ -139,7 +136,7 @@ def device_specs(functions: Sequence[NicFunction]) -> tuple[DeviceSpec, ...]:
 
 
 def plan_rdma_allocation(
-    pod: PodView,
+    pod: AllocatingPod,
     requests: Sequence[Sequence[str]],
     *,
     functions: Mapping[str, NicFunction],

@@ -15,16 +15,15 @@ import structlog
 
 from hami_deviceplugin.allocation.flow import FlowConfig
 from hami_deviceplugin.change_feed import follow_source
-from hami_deviceplugin.gpu.backends.base import BackendError, NicSource
+from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.kubelet.link import KubeletLink
 from hami_deviceplugin.kubelet.server import PluginServer
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.rdma.allocator import RdmaAllocator
-from hami_deviceplugin.rdma.fake_nics import FakeNicSource
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import Nic
 from hami_deviceplugin.rdma.servicer import RdmaPluginService
-from hami_deviceplugin.rdma.sysfs_nics import SysfsNicSource
+from hami_deviceplugin.rdma.sources import FakeNicSource, NicSource, SysfsNicSource
 from hami_deviceplugin.settings import Settings
 from hami_kube.events import EventRecorder
 from hami_kube.rest import KubeClient

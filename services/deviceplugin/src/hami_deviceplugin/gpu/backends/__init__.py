@@ -1,1 +1,2 @@
-"""GPU backends: ``nvml`` (real GPUs through nvidia-ml-py) and ``fake`` (a YAML file)."""
+"""GPU backends: ``base`` (the interface and what a backend reports), ``nvml`` (real GPUs through
+nvidia-ml-py) and ``fake`` (the ``gpus`` of the fake devices file)."""

@@ -1,25 +1,20 @@
-"""What every GPU backend reports, and the small interfaces the service drives backends through.
+"""What every GPU backend reports, and the small interface the service drives backends through.
 
 A backend discovers the node's GPUs once (:meth:`Backend.open`), then reports every later change
 (health above all) as a new complete list from :meth:`Backend.updates`, and can sample live usage
-for the metrics endpoint.  A :class:`NicSource` does the same for RDMA NICs.  Backends never
-block the event loop: blocking library calls run in threads.
+for the metrics endpoint.  (Its NIC twin is :class:`hami_deviceplugin.rdma.sources.NicSource`.)
+Backends never block the event loop: blocking library calls run in threads.  ``close`` is awaited
+on shutdown under the lifecycle's bound, so a driver call that never returns cannot keep the
+daemon alive.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from hami_deviceplugin.rdma.nics import Nic
-
-__all__ = ["Backend", "BackendError", "Gpu", "GpuUsage", "NicSource"]
-
-
-class BackendError(Exception):
-    """A backend cannot start (library missing, file unreadable, driver not loaded)."""
+__all__ = ["Backend", "Gpu", "GpuUsage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +54,8 @@ class Backend(Protocol):
     def name(self) -> str: ...
 
     async def open(self) -> tuple[Gpu, ...]:
-        """Discover the GPUs; raises :class:`BackendError` when the backend cannot work."""
+        """Discover the GPUs; raises :class:`~hami_deviceplugin.errors.BackendError` when the
+        backend cannot work."""
         ...
 
     def updates(self) -> AsyncIterator[tuple[Gpu, ...]]:
@@ -71,18 +67,3 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-class NicSource(Protocol):
-    """Where the node's RDMA NICs come from (sysfs, or the fake devices file)."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def open(self) -> tuple[Nic, ...]:
-        """Discover the NICs; raises :class:`BackendError` when the source cannot work."""
-        ...
-
-    def updates(self) -> AsyncIterator[tuple[Nic, ...]]:
-        """Every later complete NIC list that differs from the previous one, until cancelled."""
-        ...

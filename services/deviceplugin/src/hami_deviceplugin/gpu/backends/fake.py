@@ -15,7 +15,7 @@ File shape (unknown keys are refused, so a typo cannot pass silently)::
         memory_used_mib: 1024       # optional: exported as hami_host_gpu_memory_used_bytes
         utilization: 35             # optional: hami_host_gpu_utilization_ratio
         memory_utilization: 10      # optional: hami_host_gpu_memory_controller_utilization_ratio
-    nics: []                        # RDMA NICs, read by the fake NIC source (backends.fake_nics)
+    nics: []                        # RDMA NICs, read by the fake NIC source (rdma.sources)
 
 The file is re-read every ``poll_interval`` seconds; when its content changes the new list is
 reported, so a test flips ``healthy`` by rewriting the file.  A rewrite that does not parse is
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
-from hami_deviceplugin.gpu.backends.fake_file import (
-    FakeDevicesError,
+from hami_deviceplugin.fake_devices import (
+    UNHEALTHY_REASON,
     FakeFileSource,
     address_field,
+    bool_field,
+    entry_fields,
     fail,
     integer_field,
     list_field,
@@ -41,9 +42,10 @@ from hami_deviceplugin.gpu.backends.fake_file import (
     parse_document,
     string_field,
 )
+from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 
-__all__ = ["FakeBackend", "FakeDevicesError", "FakeGpu", "parse_fake_devices"]
+__all__ = ["FakeBackend", "FakeGpu", "parse_fake_devices"]
 
 _GPU_KEYS: Final = frozenset(
     {
@@ -80,19 +82,12 @@ class FakeGpu:
     usage: GpuUsage
 
 
-def _parse_gpu(entry: object, position: int) -> FakeGpu:
+def _parse_gpu(raw: object, position: int) -> FakeGpu:
     where = f"gpus[{position}]"
-    if not isinstance(entry, Mapping):
-        raise fail(where, "each GPU must be a mapping")
-    unknown = sorted(str(key) for key in entry if key not in _GPU_KEYS)
-    if unknown:
-        raise fail(where, f"unknown keys {', '.join(unknown)}")
+    entry = entry_fields(raw, _GPU_KEYS, where)
     memory = integer_field(entry, "memory_mib", where)
     if memory is None:
         raise fail(where, "memory_mib is required")
-    healthy = entry.get("healthy", True)
-    if not isinstance(healthy, bool):
-        raise fail(where, f"healthy must be true or false, got {healthy!r}")
     used_mib = integer_field(entry, "memory_used_mib", where)
     index = integer_field(entry, "index", where)
     return FakeGpu(
@@ -100,7 +95,7 @@ def _parse_gpu(entry: object, position: int) -> FakeGpu:
         index=position if index is None else index,
         model=string_field(entry, "model", where, required=True),
         memory_mib=memory,
-        healthy=healthy,
+        healthy=bool_field(entry, "healthy", where, default=True),
         pci_bus_id=address_field(entry, "pci_bus_id", where) or "",
         numa=integer_field(entry, "numa", where),
         pcie_switch=address_field(entry, "pcie_switch", where),
@@ -114,7 +109,7 @@ def _parse_gpu(entry: object, position: int) -> FakeGpu:
 
 
 def parse_fake_devices(text: str) -> tuple[FakeGpu, ...]:
-    """Parse the file's text; raises :class:`FakeDevicesError`."""
+    """Parse the file's text; raises :class:`~hami_deviceplugin.errors.FakeDevicesError`."""
     document = parse_document(text)
     unknown = sorted(str(key) for key in document if key not in _TOP_KEYS)
     if unknown:
@@ -148,7 +143,7 @@ def _resolve(entry: FakeGpu, sysfs_root: Path) -> Gpu:
         pci_bus_id=entry.pci_bus_id,
         pcie_switch=switch or "",
         pcie_root=root or "",
-        reason="" if entry.healthy else "marked unhealthy in the fake devices file",
+        reason="" if entry.healthy else UNHEALTHY_REASON,
     )
 
 

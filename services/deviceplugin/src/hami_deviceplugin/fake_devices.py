@@ -1,6 +1,11 @@
-"""The fake devices file as both fake sources read it (GPUs: :mod:`.fake`, RDMA NICs:
-:mod:`.fake_nics`): its YAML document, the field readers whose errors name the entry and the
-field, and :class:`FakeFileSource`, which loads the file at start and again at every rewrite.
+"""The fake devices file, as both fake sources read it (GPUs:
+:mod:`hami_deviceplugin.gpu.backends.fake`, RDMA NICs: :mod:`hami_deviceplugin.rdma.sources`):
+its YAML document (a ``gpus`` and a ``nics`` list), the field readers whose errors name the entry
+and the field, and :class:`FakeFileSource`, which loads the file at start and again at every
+rewrite.
+
+Blocking reads and parsing run in worker threads; a rewrite is noticed by polling the file's
+content every ``poll_interval`` seconds (one small read per poll).
 """
 
 from __future__ import annotations
@@ -9,19 +14,21 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import structlog
 import yaml
 
-from hami_deviceplugin.gpu.backends.base import BackendError
+from hami_deviceplugin.errors import FakeDevicesError
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import normalize_pci_bus_id, normalize_pcie_root
 
 __all__ = [
-    "FakeDevicesError",
+    "UNHEALTHY_REASON",
     "FakeFileSource",
     "address_field",
+    "bool_field",
+    "entry_fields",
     "fail",
     "integer_field",
     "list_field",
@@ -32,11 +39,10 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
+UNHEALTHY_REASON: Final = "marked unhealthy in the fake devices file"
+"""Why a device the file marks ``healthy: false`` is unhealthy."""
+
 L = TypeVar("L")
-
-
-class FakeDevicesError(BackendError):
-    """The fake-devices file is missing or malformed; the message names the field."""
 
 
 def fail(where: str, message: str) -> FakeDevicesError:
@@ -63,6 +69,23 @@ def list_field(document: Mapping[str, Any], key: str) -> list[Any]:
         return []
     if not isinstance(value, list):
         raise fail(key, "expected a list")
+    return value
+
+
+def entry_fields(entry: object, allowed: frozenset[str], where: str) -> Mapping[str, Any]:
+    """``entry`` as a mapping with no key outside ``allowed`` (a typo cannot pass silently)."""
+    if not isinstance(entry, Mapping):
+        raise fail(where, "expected a mapping")
+    unknown = sorted(str(key) for key in entry if key not in allowed)
+    if unknown:
+        raise fail(where, f"unknown keys {', '.join(unknown)}")
+    return entry
+
+
+def bool_field(entry: Mapping[str, Any], key: str, where: str, *, default: bool) -> bool:
+    value = entry.get(key, default)
+    if not isinstance(value, bool):
+        raise fail(where, f"{key} must be true or false, got {value!r}")
     return value
 
 

@@ -1,6 +1,17 @@
-"""The fake NIC source: RDMA NICs described in the ``nics`` list of the fake devices file.
+"""Where the node's RDMA NICs come from: the :class:`NicSource` interface and its two sources.
 
-Entry shape (unknown keys are refused)::
+A source discovers the NICs once (:meth:`NicSource.open`), then reports every later change (a
+port went down, VFs were created) as a new complete list from :meth:`NicSource.updates`.  The
+NIC inventory follows it (:func:`hami_deviceplugin.rdma.wiring.follow_nics`).  Blocking file
+reads run in worker threads.
+
+**sysfs** (:class:`SysfsNicSource`): :func:`~hami_deviceplugin.rdma.discovery.discover_nics`
+under ``--sysfs-root``, rescanned every ``poll_interval`` seconds.  A missing
+``bus/pci/devices`` directory at start is an error (sysfs is not mounted where we were told);
+later scans never fail.
+
+**fake** (:class:`FakeNicSource`): the ``nics`` list of the fake devices file
+(:mod:`hami_deviceplugin.fake_devices`).  Entry shape (unknown keys are refused)::
 
     nics:
       - name: mlx5_0                  # required: the RDMA (ibdev) device name
@@ -26,27 +37,88 @@ rewrite that does not parse is logged and ignored.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from hami_deviceplugin.gpu.backends.fake_file import (
+from hami_deviceplugin.errors import BackendError
+from hami_deviceplugin.fake_devices import (
+    UNHEALTHY_REASON,
     FakeFileSource,
     address_field,
+    bool_field,
+    entry_fields,
     fail,
     integer_field,
     list_field,
     parse_document,
     string_field,
 )
-from hami_deviceplugin.rdma.discovery import read_uverbs
+from hami_deviceplugin.rdma.discovery import discover_nics, read_uverbs
 from hami_deviceplugin.rdma.nics import Nic, assign_minors, rdma_register_value, uverbs_name_ok
 from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import RdmaNic, VirtualFunction, VirtualFunctionGroup
 
-__all__ = ["FakeNic", "FakeNicSource", "FakeVf", "parse_fake_nics", "resolve_fake_nics"]
+__all__ = [
+    "FakeNic",
+    "FakeNicSource",
+    "FakeVf",
+    "NicSource",
+    "SysfsNicSource",
+    "parse_fake_nics",
+    "resolve_fake_nics",
+]
+
+
+class NicSource(Protocol):
+    """Where the node's RDMA NICs come from (sysfs, or the fake devices file)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def open(self) -> tuple[Nic, ...]:
+        """Discover the NICs; raises :class:`~hami_deviceplugin.errors.BackendError` when the
+        source cannot work."""
+        ...
+
+    def updates(self) -> AsyncIterator[tuple[Nic, ...]]:
+        """Every later complete NIC list that differs from the previous one, until cancelled."""
+        ...
+
+
+# --- sysfs ----------------------------------------------------------------------------------------
+
+
+class SysfsNicSource:
+    def __init__(self, sysfs_root: Path, *, poll_interval: float = 10.0) -> None:
+        self._root = sysfs_root
+        self._poll = poll_interval
+        self._nics: tuple[Nic, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return "sysfs"
+
+    async def open(self) -> tuple[Nic, ...]:
+        devices = self._root / "bus" / "pci" / "devices"
+        if not await asyncio.to_thread(devices.is_dir):
+            raise BackendError(f"RDMA discovery: {devices} is not a directory")
+        self._nics = await asyncio.to_thread(discover_nics, self._root)
+        return self._nics
+
+    async def updates(self) -> AsyncIterator[tuple[Nic, ...]]:
+        while True:
+            await asyncio.sleep(self._poll)
+            nics = await asyncio.to_thread(discover_nics, self._root)
+            if nics != self._nics:
+                self._nics = nics
+                yield nics
+
+
+# --- the fake devices file ------------------------------------------------------------------------
 
 _NIC_KEYS: Final = frozenset(
     {
@@ -63,7 +135,6 @@ _NIC_KEYS: Final = frozenset(
     }
 )
 _VF_KEYS: Final = frozenset({"bus_id", "minor", "labels", "uverbs"})
-UNHEALTHY_REASON: Final = "marked unhealthy in the fake devices file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +181,9 @@ def _uverbs(entry: Mapping[str, Any], where: str) -> str | None:
     return name
 
 
-def _keys(entry: object, allowed: frozenset[str], where: str) -> Mapping[str, Any]:
-    if not isinstance(entry, Mapping):
-        raise fail(where, "expected a mapping")
-    unknown = sorted(str(key) for key in entry if key not in allowed)
-    if unknown:
-        raise fail(where, f"unknown keys {', '.join(unknown)}")
-    return entry
-
-
 def _parse_vf(raw: object, position: int, where: str) -> FakeVf:
     where = f"{where}.vfs[{position}]"
-    entry = _keys(raw, _VF_KEYS, where)
+    entry = entry_fields(raw, _VF_KEYS, where)
     bus_id = address_field(entry, "bus_id", where)
     if not bus_id:
         raise fail(where, "bus_id is required")
@@ -136,13 +198,10 @@ def _parse_vf(raw: object, position: int, where: str) -> FakeVf:
 
 def _parse_nic(raw: object, position: int) -> FakeNic:
     where = f"nics[{position}]"
-    entry = _keys(raw, _NIC_KEYS, where)
+    entry = entry_fields(raw, _NIC_KEYS, where)
     bus_id = address_field(entry, "pci_bus_id", where)
     if not bus_id:
         raise fail(where, "pci_bus_id is required")
-    healthy = entry.get("healthy", True)
-    if not isinstance(healthy, bool):
-        raise fail(where, f"healthy must be true or false, got {healthy!r}")
     vfs = entry.get("vfs")
     vfs = [] if vfs is None else vfs
     if not isinstance(vfs, list):
@@ -154,7 +213,7 @@ def _parse_nic(raw: object, position: int) -> FakeNic:
         numa=integer_field(entry, "numa", where),
         pcie_switch=address_field(entry, "pcie_switch", where),
         pcie_root=address_field(entry, "pcie_root", where),
-        healthy=healthy,
+        healthy=bool_field(entry, "healthy", where, default=True),
         labels=_labels(entry, where),
         uverbs=_uverbs(entry, where),
         vfs=tuple(_parse_vf(vf, i, where) for i, vf in enumerate(vfs)),
@@ -162,7 +221,8 @@ def _parse_nic(raw: object, position: int) -> FakeNic:
 
 
 def parse_fake_nics(text: str) -> tuple[FakeNic, ...]:
-    """The ``nics`` list of the fake devices file; raises :class:`FakeDevicesError`."""
+    """The ``nics`` list of the fake devices file; raises
+    :class:`~hami_deviceplugin.errors.FakeDevicesError`."""
     nics = list_field(parse_document(text), "nics")
     return tuple(_parse_nic(entry, position) for position, entry in enumerate(nics))
 
@@ -210,7 +270,8 @@ def _resolve(entry: FakeNic, minor: int, sysfs_root: Path) -> Nic:
 def resolve_fake_nics(entries: tuple[FakeNic, ...], sysfs_root: Path) -> tuple[Nic, ...]:
     """The NICs of parsed entries, sysfs filling what they leave open; ordered by minor.
 
-    Raises :class:`FakeDevicesError` for a list the register annotation would refuse.
+    Raises :class:`~hami_deviceplugin.errors.FakeDevicesError` for a list the register
+    annotation would refuse.
     """
     fixed = {e.pci_bus_id: e.minor for e in entries if e.minor is not None}
     if len(set(fixed.values())) != len(fixed):

@@ -1,0 +1,83 @@
+"""The GPU plugin's ``v1beta1.DevicePlugin`` service (served by a
+:class:`~hami_deviceplugin.kubelet.server.PluginServer` on the GPU plugin's socket).
+
+* ``GetDevicePluginOptions``: ``get_preferred_allocation_available`` =
+  ``enablegetpreferredallocation``; no PreStartContainer.
+* ``ListAndWatch``: the complete replica list now and after every inventory change (health),
+  until the server stops.
+* ``GetPreferredAllocation`` / ``Allocate``: delegated to the
+  :class:`~hami_deviceplugin.gpu.allocator.Allocator`; an allocation failure is answered with a
+  gRPC error carrying the reason (the kubelet then rejects the pod with
+  ``UnexpectedAdmissionError``).
+
+What it shares with the RDMA plugin's service is :mod:`hami_deviceplugin.kubelet.servicer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hami_deviceplugin.gpu.allocator import Allocator, PreferredRequest
+from hami_deviceplugin.gpu.inventory import Inventory
+from hami_deviceplugin.gpu.plan import ContainerGrant
+from hami_deviceplugin.gpu.replicas import plugin_devices
+from hami_deviceplugin.kubelet.servicer import Context, StreamingService, device_message
+from hami_kubelet_api.v1beta1 import api_pb2
+
+__all__ = ["DevicePluginService", "grant_response"]
+
+
+def grant_response(grant: ContainerGrant) -> api_pb2.ContainerAllocateResponse:
+    return api_pb2.ContainerAllocateResponse(
+        envs=dict(grant.envs),
+        mounts=[
+            api_pb2.Mount(
+                container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
+            )
+            for m in grant.mounts
+        ],
+    )
+
+
+class DevicePluginService(StreamingService):
+    def __init__(
+        self,
+        *,
+        inventory: Inventory,
+        allocator: Allocator,
+        split: int,
+        numa_topology: bool,
+        preferred_available: bool,
+    ) -> None:
+        super().__init__(inventory=inventory, preferred_available=preferred_available)
+        self._inventory = inventory
+        self._allocator = allocator
+        self._split = split
+        self._numa = numa_topology
+
+    def device_list(self) -> api_pb2.ListAndWatchResponse:
+        devices = plugin_devices(self._inventory.gpus, split=self._split, numa_topology=self._numa)
+        return api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in devices])
+
+    async def _container_responses(
+        self, requests: Sequence[tuple[str, ...]]
+    ) -> list[api_pb2.ContainerAllocateResponse]:
+        return [grant_response(g) for g in await self._allocator.allocate(requests)]
+
+    async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.PreferredAllocationRequest, context: Context
+    ) -> api_pb2.PreferredAllocationResponse:
+        requests = [
+            PreferredRequest(
+                available=tuple(r.available_deviceIDs),
+                must_include=tuple(r.must_include_deviceIDs),
+                size=int(r.allocation_size),
+            )
+            for r in request.container_requests
+        ]
+        chosen = await self._allocator.preferred(requests)
+        return api_pb2.PreferredAllocationResponse(
+            container_responses=[
+                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in chosen
+            ]
+        )
