@@ -6,7 +6,8 @@ import pytest
 
 from hami_kube import errors
 from hami_kube.config import KubeSettings
-from hami_kube.resources import NODES, PODS, resource_version_of
+from hami_kube.objects import ObjectView
+from hami_kube.resources import NODES, PODS
 from hami_kube.rest import KubeClient, PatchType, WatchEvent, open_client
 from hami_kubesim.testing import RunningApiServer
 
@@ -21,7 +22,7 @@ async def test_create_get_list_delete(kube: KubeClient) -> None:
     await kube.create(PODS, pod("b", node="n1"))
     listing = await kube.list(PODS, namespace="default")
     assert sorted(p["metadata"]["name"] for p in listing["items"]) == ["a", "b"]
-    assert resource_version_of(listing)
+    assert ObjectView(listing).resource_version
     on_node = await kube.list(PODS, field_selector="spec.nodeName=n1")
     assert [p["metadata"]["name"] for p in on_node["items"]] == ["b"]
     labelled = await kube.list(PODS, label_selector="app=x")
@@ -45,7 +46,7 @@ async def test_replace_with_stale_resource_version_conflicts(kube: KubeClient) -
     first = await kube.create(NODES, node("n1"))
     first["metadata"].setdefault("labels", {})["a"] = "1"
     second = await kube.replace(NODES, first)
-    assert resource_version_of(second) != resource_version_of(first)
+    assert ObjectView(second).resource_version != ObjectView(first).resource_version
     first["metadata"]["labels"]["a"] = "2"
     with pytest.raises(errors.ConflictError):
         await kube.replace(NODES, first)
@@ -84,7 +85,7 @@ async def test_watch_streams_changes_then_ends_on_timeout(kube: KubeClient) -> N
     await kube.delete(PODS, "a", namespace="default")
     seen: list[WatchEvent] = []
     async with kube.watch(
-        PODS, resource_version=resource_version_of(listing), timeout_seconds=1
+        PODS, resource_version=ObjectView(listing).resource_version, timeout_seconds=1
     ) as events:
         seen.extend([event async for event in events])
     changes = [(e.type, e.object["metadata"]["name"]) for e in seen if e.type != "BOOKMARK"]
@@ -99,7 +100,7 @@ async def test_watch_from_a_compacted_version_reports_410(
     await kube.create(PODS, pod("a"))
     sim.server.compact()
     async with kube.watch(
-        PODS, resource_version=resource_version_of(listing), timeout_seconds=5
+        PODS, resource_version=ObjectView(listing).resource_version, timeout_seconds=5
     ) as events:
         seen = [event async for event in events]
     assert [e.type for e in seen] == ["ERROR"]

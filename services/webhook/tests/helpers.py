@@ -6,12 +6,25 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from hami_kubesim.certs import ServerCertificate, TlsFiles
+from hami_kubesim.certs import ServerCertificate, TlsFiles, ca_bundle_b64
 from hami_kubesim.testing import eventually
 
-__all__ = ["SERVICE_HOST", "WebhookTls", "container", "eventually", "gpu", "pod", "review"]
+__all__ = [
+    "MWC_PATH",
+    "SERVICE_HOST",
+    "WEBHOOK",
+    "WebhookTls",
+    "container",
+    "eventually",
+    "gpu",
+    "pod",
+    "review",
+    "webhook_configuration",
+]
 
 SERVICE_HOST = "hami-webhook.kube-system.svc"
+MWC_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+WEBHOOK = "vgpu.hami.io"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,4 +124,39 @@ def review(
             "dryRun": False,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
+    }
+
+
+def webhook_configuration(
+    webhook_url: str, ca: bytes, *, failure_policy: str = "Ignore", version: str = "v1"
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration: CREATE pods, ignore-label selectors, 10 s
+    timeout, calling ``webhook_url``/webhook with ``ca`` as its caBundle."""
+    ignore = {
+        "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
+    }
+    hook = {
+        "name": WEBHOOK,
+        "clientConfig": {"url": webhook_url + "/webhook", "caBundle": ca_bundle_b64(ca)},
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+            }
+        ],
+        "failurePolicy": failure_policy,
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+        "reinvocationPolicy": "Never",
+        "admissionReviewVersions": [version],
+        "namespaceSelector": ignore,
+        "objectSelector": ignore,
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "hami-webhook"},
+        "webhooks": [hook],
     }

@@ -20,17 +20,23 @@ from hami_kube.errors import ApiError
 from hami_kube.rest import KubeClient
 from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.apiserver.server import ApiServer
-from hami_kubesim.certs import ca_bundle_b64, client_ssl_context
+from hami_kubesim.certs import client_ssl_context
 from hami_kubesim.testing import running_apiserver
 from hami_webhook.app import RunningWebhook, serving
 from hami_webhook.settings import Settings
 
-from .helpers import WebhookTls, container, eventually, gpu, pod
+from .helpers import (
+    MWC_PATH,
+    WEBHOOK,
+    WebhookTls,
+    container,
+    eventually,
+    gpu,
+    pod,
+    webhook_configuration,
+)
 
 pytestmark = pytest.mark.timeout(60)
-
-MWC_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-WEBHOOK = "vgpu.hami.io"
 
 
 @dataclass
@@ -43,40 +49,13 @@ class Cluster:
     async def register(
         self, webhook_url: str, ca: bytes, *, failure_policy: str = "Ignore", version: str = "v1"
     ) -> None:
-        """The chart's configuration: CREATE pods, ignore-label selectors, 10 s timeout."""
-        ignore = {
-            "matchExpressions": [
-                {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
-            ]
-        }
-        hook = {
-            "name": WEBHOOK,
-            "clientConfig": {"url": webhook_url + "/webhook", "caBundle": ca_bundle_b64(ca)},
-            "rules": [
-                {
-                    "operations": ["CREATE"],
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "resources": ["pods"],
-                }
-            ],
-            "failurePolicy": failure_policy,
-            "sideEffects": "None",
-            "timeoutSeconds": 10,
-            "reinvocationPolicy": "Never",
-            "admissionReviewVersions": [version],
-            "namespaceSelector": ignore,
-            "objectSelector": ignore,
-        }
+        """Register the chart's configuration and wait until the API server uses it."""
         await self.api.request(
             "POST",
             MWC_PATH,
-            body={
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "hami-webhook"},
-                "webhooks": [hook],
-            },
+            body=webhook_configuration(
+                webhook_url, ca, failure_policy=failure_policy, version=version
+            ),
         )
         await eventually(
             lambda: WEBHOOK in {h.name for h in self.dispatcher.webhooks}, what="webhook registered"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hami_webhook.__main__ import main
 from hami_webhook.settings import Settings, parse_settings
 
 
@@ -136,6 +137,8 @@ def test_device_config_file_overrides_flags(tmp_path: Path) -> None:
         (["--log-format=xml"], "invalid choice"),
         (["--default-cores=150"], "defaultCores"),
         (["--device-config-file=/does/not/exist"], "cannot read"),
+        (["--shutdown-grace-period=0s"], "must be positive"),
+        (["--shutdown-grace-period=soon"], "soon"),
     ],
 )
 def test_invalid_input_exits_with_a_message(
@@ -145,6 +148,24 @@ def test_invalid_input_exits_with_a_message(
         parse_settings(argv)
     assert info.value.code == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_shutdown_grace_period_is_a_go_duration() -> None:
+    assert parse_settings([]).shutdown_grace_s == 10.0
+    assert parse_settings(["--shutdown-grace-period=1m30s"]).shutdown_grace_s == 90.0
+    assert parse_settings([], {"HAMI_SHUTDOWN_GRACE_PERIOD": "3s"}).shutdown_grace_s == 3.0
+
+
+def test_main_reads_the_process_environment_and_exits_2_on_invalid_flags(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HAMI_CERT_FILE", "/only/one")
+    with pytest.raises(SystemExit) as info:
+        main(["--enable-quota=false"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: hami-webhook")
+    assert "--cert_file and --key_file must be given together" in err
 
 
 def test_bad_device_config_content(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

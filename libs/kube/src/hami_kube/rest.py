@@ -1,6 +1,7 @@
 """``KubeClient``: raw-JSON REST calls and watch streams over a kubernetes-asyncio ``ApiClient``.
 
-Objects go in and come out as plain decoded JSON dicts; no generated model classes. Every request
+Objects go in and come out as plain decoded JSON dicts; no generated model classes (importing
+this module imports nothing of kubernetes-asyncio: see :mod:`hami_kube.config`). Every request
 goes through ``ApiClient.call_api(..., _preload_content=False)``, which adds the configured
 authentication (bearer token with refresh, client certificates via the TLS context) and returns
 the raw aiohttp response; this module reads the body itself and maps non-2xx answers to
@@ -14,16 +15,20 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client as k8s_client
 
 from hami_kube.config import KubeSettings, create_api_client
 from hami_kube.errors import TransportError, api_error
+from hami_kube.objects import ObjectView
 from hami_kube.ratelimit import TokenBucket
-from hami_kube.resources import JsonObject, Resource, name_of, namespace_of
+from hami_kube.resources import JsonObject, Resource
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client.api_client import ApiClient
 
 log = structlog.get_logger(__name__)
 
@@ -100,7 +105,7 @@ class KubeClient:
 
     def __init__(
         self,
-        api_client: k8s_client.ApiClient,
+        api_client: ApiClient,
         *,
         request_timeout_s: float = 30.0,
         rate_limiter: TokenBucket | None = None,
@@ -112,7 +117,7 @@ class KubeClient:
         self._watch_margin = watch_read_margin_s
 
     @property
-    def api_client(self) -> k8s_client.ApiClient:
+    def api_client(self) -> ApiClient:
         return self._api
 
     @property
@@ -208,7 +213,7 @@ class KubeClient:
         self, resource: Resource, obj: Mapping[str, Any], *, namespace: str | None = None
     ) -> JsonObject:
         """POST ``obj``; the namespace defaults to ``obj.metadata.namespace``."""
-        target = namespace if namespace is not None else namespace_of(obj) or None
+        target = namespace if namespace is not None else ObjectView(obj).namespace or None
         return await self.request(
             "POST", resource.collection_path(target if resource.namespaced else None), body=obj
         )
@@ -217,7 +222,8 @@ class KubeClient:
         self, resource: Resource, obj: Mapping[str, Any], *, subresource: str | None = None
     ) -> JsonObject:
         """PUT ``obj`` at its own path; its ``metadata.resourceVersion`` is the precondition."""
-        path = resource.object_path(name_of(obj), namespace_of(obj) or None, subresource)
+        view = ObjectView(obj)
+        path = resource.object_path(view.name, view.namespace or None, subresource)
         return await self.request("PUT", path, body=obj)
 
     async def patch(
@@ -328,10 +334,17 @@ async def _events(response: aiohttp.ClientResponse, path: str) -> AsyncIterator[
 
 @asynccontextmanager
 async def open_client(
-    settings: KubeSettings, *, environ: Mapping[str, str] | None = None
+    settings: KubeSettings,
+    *,
+    environ: Mapping[str, str] | None = None,
+    service_account: Path | None = None,
 ) -> AsyncIterator[KubeClient]:
-    """A ``KubeClient`` for ``settings`` whose underlying ``ApiClient`` closes on exit."""
-    api = await create_api_client(settings, environ)
+    """A ``KubeClient`` for ``settings`` whose underlying ``ApiClient`` closes on exit.
+
+    ``environ`` and ``service_account``: as :func:`hami_kube.config.load_configuration` takes
+    them (the process environment and the pod's service-account directory by default).
+    """
+    api = await create_api_client(settings, environ, service_account=service_account)
     limiter = TokenBucket(settings.qps, settings.burst) if settings.qps > 0 else None
     try:
         yield KubeClient(api, request_timeout_s=settings.request_timeout_s, rate_limiter=limiter)

@@ -1,6 +1,7 @@
 """Command-line flags shared by the services: a declarative flag table with environment
-variables (``HAMI_*`` unless a flag names its own), Go's boolean spellings, the two ways a table
-becomes an argparse parser, and the device-config loading every service does the same way.
+variables (``HAMI_*`` unless a flag names its own), the value converters (Go's boolean spellings,
+Go durations, bounded numbers), the two ways a table becomes an argparse parser, and the
+device-config loading every service does the same way.
 
 Two ways to combine flags with their environment variables:
 
@@ -14,17 +15,21 @@ Two ways to combine flags with their environment variables:
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from hami_protocol.config.device import DeviceConfig, device_config_from_mapping
 from hami_protocol.durations import parse_go_duration
 from hami_protocol.errors import ConfigError
+from hami_protocol.vendor.table import Vendor, vendors_from_config
 from hami_runtime.logs import LOG_FORMATS
+
+T = TypeVar("T")
 
 ENV_PREFIX = "HAMI_"
 DEVICE_CONFIG_FLAG = "--device-config-file"
@@ -68,23 +73,59 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
 
 
-def non_negative(text: str) -> int:
-    """An integer ≥ 0, for argparse."""
+# --- value converters (an argparse ``type``; a bad value exits with status 2 naming the flag) ----
+
+
+def _read(text: str, kind: Callable[[str], T], what: str) -> T:
     try:
-        value = int(text)
+        return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid {what} {text!r}") from None
+
+
+def non_negative(text: str) -> int:
+    """An integer ≥ 0."""
+    value = _read(text, int, "integer")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
     return value
 
 
-def grace_period(text: str) -> float:
-    """A positive Go duration in seconds, for argparse."""
+def positive_int(text: str) -> int:
+    """An integer ≥ 1."""
+    value = _read(text, int, "integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def number(text: str) -> float:
+    """Any finite number."""
+    value = _read(text, float, "number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A finite number > 0."""
+    value = _read(text, float, "number")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
+
+
+def duration(text: str) -> float:
+    """A Go duration (``5m``, ``30s``, ``1h30m``; a bare number is seconds) in seconds."""
     try:
-        seconds = parse_go_duration(text)
+        return parse_go_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_duration(text: str) -> float:
+    """A Go duration > 0, in seconds."""
+    seconds = duration(text)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return seconds
@@ -204,7 +245,7 @@ def process_flags(*, metrics_bind: str) -> tuple[Flag, ...]:
             "10s",
             "after SIGTERM, stop within this long even when a peer hangs (keep it below the "
             "pod's terminationGracePeriodSeconds)",
-            grace_period,
+            positive_duration,
         ),
     )
 
@@ -244,6 +285,21 @@ def nvidia_from_flags(args: argparse.Namespace) -> dict[str, object]:
         "defaultCores": args.default_cores,
         "defaultGPUNum": args.default_gpu,
     }
+
+
+def devices_from_flags(
+    args: argparse.Namespace, **nvidia: object
+) -> tuple[DeviceConfig, tuple[Vendor, ...]]:
+    """The device config the :data:`DEVICE_FLAGS` select and the vendor rows it enables.
+
+    The file's ``nvidia`` section wins over the flags' values (HAMi's precedence); ``nvidia``
+    adds keys a service takes from its own flags (the webhook's ``overwriteEnv``).
+    """
+    config = load_device_config(args.device_config_file, {**nvidia_from_flags(args), **nvidia})
+    vendors = vendors_from_config(
+        config, enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar
+    )
+    return config, vendors
 
 
 def read_flag_file(path: str, flag: str) -> str:

@@ -6,20 +6,16 @@ kubelet directory or metrics address unusable), 2 for invalid flags.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
 from hami_deviceplugin.app import run
 from hami_deviceplugin.settings import parse_settings
-from hami_runtime.logs import configure_logging
-from hami_runtime.loop import serve_until_stopped
+from hami_runtime.entry import service_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
-    configure_logging(settings.log_format, settings.log_level)
-    return serve_until_stopped("deviceplugin", run(settings))
+    return service_main("deviceplugin", argv, parse=parse_settings, serve=run)
 
 
 if __name__ == "__main__":

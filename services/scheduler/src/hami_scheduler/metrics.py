@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from hami_runtime.build_info import register_build_info
+from hami_runtime.service_metrics import ServiceMetrics
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.events import reason_words
 
@@ -184,11 +184,11 @@ class _HamiCollector(Collector):
         yield cores
 
 
-class SchedulerMetrics:
+class SchedulerMetrics(ServiceMetrics):
     """Every metric the service exports, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
+        super().__init__("hami_scheduler", distribution="hami-scheduler", registry=registry)
         self.duration = Histogram(
             "hami_scheduler_request_duration_seconds",
             "Time to answer an extender request, by verb and outcome.",
@@ -234,12 +234,6 @@ class SchedulerMetrics:
             "Node × vendor pairs marked unavailable by the handshake rule.",
             registry=self.registry,
         )
-        self.tls_reloads = Gauge(
-            "hami_scheduler_tls_certificate_reloads",
-            "Serving certificate reloads since the process started.",
-            registry=self.registry,
-        )
-        register_build_info(self.registry, distribution="hami-scheduler")
 
     def observe(self, verb: str, outcome: str, seconds: float, reason: str = "") -> None:
         self.duration.labels(verb=verb, outcome=outcome).observe(seconds)
@@ -268,6 +262,3 @@ class SchedulerMetrics:
         self.synced.set_function(lambda: 1 if synced() else 0)
         self.unavailable.set_function(cache.unavailable_count)
         self.registry.register(_HamiCollector(cache))
-
-    def track_tls_reloads(self, reloads: Callable[[], int]) -> None:
-        self.tls_reloads.set_function(reloads)

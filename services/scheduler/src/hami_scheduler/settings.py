@@ -30,10 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, cast
 
-from hami_kube.config import KubeSettings
 from hami_protocol.config.device import DeviceConfig
-from hami_protocol.durations import parse_go_duration
-from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.policy import (
     SPREAD,
     GpuPolicy,
@@ -44,10 +41,14 @@ from hami_protocol.pod.policy import (
 from hami_protocol.selectors import format_selector, parse_selector_string
 from hami_protocol.vendor.table import Vendor, vendors_from_config
 from hami_runtime import flags
-from hami_runtime.flags import ENV_PREFIX, Flag, non_negative, parse_bool
-from hami_runtime.lifecycle import DEFAULT_GRACE_S
-from hami_runtime.logs import LOG_FORMATS, LogFormat
-from hami_runtime.sites import parse_bind
+from hami_runtime.flags import ENV_PREFIX, Flag, duration, non_negative, number, parse_bool
+from hami_runtime.serving import (
+    ServingSettings,
+    kube_settings,
+    parse_or_exit,
+    serving_flags,
+    serving_values,
+)
 
 __all__ = [
     "DEFAULT_HTTP_BIND",
@@ -94,20 +95,16 @@ class LeaderElectSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    """Everything the service needs to start; built by :func:`parse_settings`."""
+class Settings(ServingSettings):
+    """Everything the service needs to start; built by :func:`parse_settings`.
+
+    The serving fields (bind addresses, TLS pair, logs, grace period, API server, device config)
+    are :class:`~hami_runtime.serving.ServingSettings`'.
+    """
 
     http_bind: str = DEFAULT_HTTP_BIND
     """Where ``/filter``, ``/bind``, ``/prioritize``, ``/healthz`` and ``/readyz`` are served."""
-    cert_file: str | None = None
-    key_file: str | None = None
-    tls_reload_interval_s: float = 5.0
     metrics_bind_address: str = DEFAULT_METRICS_BIND
-    log_format: LogFormat = "json"
-    log_level: str = "info"
-    shutdown_grace_s: float = DEFAULT_GRACE_S
-    """SIGTERM → exit within this long (``--shutdown-grace-period``)."""
-    kube: KubeSettings = field(default_factory=KubeSettings)
     scheduler_name: str = ""
     """HAMi's ``--scheduler-name``: the Events' source component (``hami-scheduler`` if empty)."""
     node_policy: NodePolicy = "binpack"
@@ -121,28 +118,19 @@ class Settings:
     filter_mode: FilterMode = "single"
     handshake_timeout_s: float = 300.0
     handshake_interval_s: float = 15.0
-    device_config: DeviceConfig = field(default_factory=DeviceConfig)
     vendors: tuple[Vendor, ...] = field(default_factory=lambda: vendors_from_config(DeviceConfig()))
     pod_name: str = ""
     pod_namespace: str = ""
     """This replica's own pod (``POD_NAME``/``POD_NAMESPACE``), labelled with its role."""
-    max_body_bytes: int = 1024 * 1024
-    shutdown_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("--cert_file and --key_file must be given together")
-        parse_bind(self.http_bind)
-        parse_bind(self.metrics_bind_address)
-        if self.log_format not in LOG_FORMATS:
-            raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+        ServingSettings.__post_init__(self)
         if self.filter_mode not in FILTER_MODES:
             raise ValueError(f"--filter-mode must be one of {', '.join(FILTER_MODES)}")
         for name, value in (
             ("--node-lock-timeout", self.node_lock_timeout_s),
             ("--handshake-timeout", self.handshake_timeout_s),
             ("--handshake-interval", self.handshake_interval_s),
-            ("--tls-reload-interval", self.tls_reload_interval_s),
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be positive")
@@ -150,43 +138,18 @@ class Settings:
             raise ValueError("--node-lock-retry-timeout must not be negative")
 
     @property
-    def tls(self) -> bool:
-        return self.cert_file is not None
-
-    @property
     def component(self) -> str:
         """The Events' source component."""
         return self.scheduler_name or DEFAULT_COMPONENT
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_go_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 _FLAGS: Final = (
-    *flags.https_flags(default_bind=DEFAULT_HTTP_BIND, what="extender"),
-    Flag(
-        ("--tls-reload-interval",),
-        "tls_reload_interval",
-        "5s",
-        "how often the certificate files are checked for changes",
-        _duration,
+    *serving_flags(
+        default_bind=DEFAULT_HTTP_BIND, metrics_bind=DEFAULT_METRICS_BIND, what="extender"
     ),
-    *flags.process_flags(metrics_bind=DEFAULT_METRICS_BIND),
-    Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
-    Flag(("--kube-qps",), "kube_qps", "0", "API requests per second (0: unlimited)", _number),
+    Flag(("--kube-qps",), "kube_qps", "0", "API requests per second (0: unlimited)", number),
     Flag(("--kube-burst",), "kube_burst", "10", "API request burst", non_negative),
-    Flag(("--kube-timeout",), "kube_timeout", "30s", "timeout of one API request", _duration),
+    Flag(("--kube-timeout",), "kube_timeout", "30s", "timeout of one API request", duration),
     Flag(("--scheduler-name",), "scheduler_name", "", "scheduler name (Events' source)"),
     Flag(
         ("--node-scheduler-policy",),
@@ -207,13 +170,13 @@ _FLAGS: Final = (
         "",
         "only nodes matching this label selector are registered (k=v,k2=v2)",
     ),
-    Flag(("--node-lock-timeout",), "node_lock_timeout", "5m", "node lock expiry", _duration),
+    Flag(("--node-lock-timeout",), "node_lock_timeout", "5m", "node lock expiry", duration),
     Flag(
         ("--node-lock-retry-timeout",),
         "node_lock_retry_timeout",
         "28s",
         "how long PodGroup members retry a contended node lock (0 disables)",
-        _duration,
+        duration,
     ),
     Flag(
         ("--leader-elect",),
@@ -253,21 +216,21 @@ _FLAGS: Final = (
         "leader_elect_lease_duration",
         "15s",
         "Lease duration",
-        _duration,
+        duration,
     ),
     Flag(
         ("--leader-elect-renew-deadline",),
         "leader_elect_renew_deadline",
         "10s",
         "renew deadline (campaign mode)",
-        _duration,
+        duration,
     ),
     Flag(
         ("--leader-elect-retry-period",),
         "leader_elect_retry_period",
         "2s",
         "retry period (campaign mode)",
-        _duration,
+        duration,
     ),
     Flag(
         ("--filter-mode",),
@@ -282,14 +245,14 @@ _FLAGS: Final = (
         "handshake_timeout",
         "5m",
         "a vendor that has not reported within this long is unavailable",
-        _duration,
+        duration,
     ),
     Flag(
         ("--handshake-interval",),
         "handshake_interval",
         "15s",
         "how often node handshakes are checked and requested",
-        _duration,
+        duration,
     ),
 )
 
@@ -302,11 +265,6 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         flags=(*_FLAGS, *flags.DEVICE_FLAGS),
         environ=environ,
     )
-
-
-def load_device_config(args: argparse.Namespace) -> DeviceConfig:
-    """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
-    return flags.load_device_config(args.device_config_file, flags.nvidia_from_flags(args))
 
 
 def _leader_settings(args: argparse.Namespace, env: Mapping[str, str]) -> LeaderElectSettings:
@@ -332,54 +290,40 @@ def _leader_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Leader
     return settings
 
 
+def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+    config, vendors = flags.devices_from_flags(args)
+    selector = format_selector(
+        parse_selector_string(args.node_label_selector, annotation="--node-label-selector")
+    )
+    return Settings(
+        **serving_values(args),
+        kube=kube_settings(
+            args,
+            user_agent=DEFAULT_COMPONENT,
+            qps=args.kube_qps,
+            burst=max(args.kube_burst, 1),
+            request_timeout_s=args.kube_timeout if args.kube_timeout > 0 else 30.0,
+        ),
+        device_config=config,
+        scheduler_name=args.scheduler_name,
+        node_policy=parse_node_policy(args.node_scheduler_policy, key="--node-scheduler-policy"),
+        gpu_policy=parse_gpu_policy(args.gpu_scheduler_policy, key="--gpu-scheduler-policy"),
+        node_label_selector=selector,
+        node_lock_timeout_s=args.node_lock_timeout,
+        node_lock_retry_timeout_s=args.node_lock_retry_timeout,
+        leader=_leader_settings(args, env),
+        filter_mode=cast("FilterMode", args.filter_mode),
+        handshake_timeout_s=args.handshake_timeout,
+        handshake_interval_s=args.handshake_interval,
+        vendors=vendors,
+        pod_name=env.get("POD_NAME", ""),
+        pod_namespace=env.get("POD_NAMESPACE", ""),
+    )
+
+
 def parse_settings(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
     """Parse flags (and ``HAMI_*`` variables); exits with a usage message on invalid input."""
     env = environ or {}
-    parser = build_parser(env)
-    args = parser.parse_args(argv)
-    try:
-        config = load_device_config(args)
-        vendors = vendors_from_config(
-            config, enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar
-        )
-        selector = format_selector(
-            parse_selector_string(args.node_label_selector, annotation="--node-label-selector")
-        )
-        return Settings(
-            http_bind=args.http_bind,
-            cert_file=args.cert_file or None,
-            key_file=args.key_file or None,
-            tls_reload_interval_s=args.tls_reload_interval,
-            metrics_bind_address=args.metrics_bind_address,
-            log_format=cast("LogFormat", args.log_format),
-            log_level="debug" if args.debug else args.log_level,
-            shutdown_grace_s=args.shutdown_grace_period,
-            kube=KubeSettings(
-                kube_url=args.kube_url or None,
-                kubeconfig=args.kubeconfig or None,
-                qps=args.kube_qps,
-                burst=max(args.kube_burst, 1),
-                request_timeout_s=args.kube_timeout if args.kube_timeout > 0 else 30.0,
-                user_agent=DEFAULT_COMPONENT,
-            ),
-            scheduler_name=args.scheduler_name,
-            node_policy=parse_node_policy(
-                args.node_scheduler_policy, key="--node-scheduler-policy"
-            ),
-            gpu_policy=parse_gpu_policy(args.gpu_scheduler_policy, key="--gpu-scheduler-policy"),
-            node_label_selector=selector,
-            node_lock_timeout_s=args.node_lock_timeout,
-            node_lock_retry_timeout_s=args.node_lock_retry_timeout,
-            leader=_leader_settings(args, env),
-            filter_mode=cast("FilterMode", args.filter_mode),
-            handshake_timeout_s=args.handshake_timeout,
-            handshake_interval_s=args.handshake_interval,
-            device_config=config,
-            vendors=vendors,
-            pod_name=env.get("POD_NAME", ""),
-            pod_namespace=env.get("POD_NAMESPACE", ""),
-        )
-    except (ProtocolError, ValueError) as exc:
-        parser.error(str(exc))
+    return parse_or_exit(build_parser(env), argv, lambda args: _settings(args, env))

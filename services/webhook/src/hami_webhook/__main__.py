@@ -6,20 +6,16 @@ unreadable certificate, no way to reach the API server), 2 for invalid flags.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
-from hami_runtime.logs import configure_logging
-from hami_runtime.loop import serve_until_stopped
+from hami_runtime.entry import service_main
 from hami_webhook.app import run
 from hami_webhook.settings import parse_settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
-    configure_logging(settings.log_format, settings.log_level)
-    return serve_until_stopped("webhook", run(settings))
+    return service_main("webhook", argv, parse=parse_settings, serve=run)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,19 @@
-"""Wiring: servers, the certificate reloader and the quota watches under one TaskGroup.
+"""Wiring: the webhook's parts as the steps of one :class:`~hami_runtime.lifecycle.Lifecycle`.
 
-Lifecycle of :func:`run`:
+:func:`run` enters, in this order:
 
-1. open the Kubernetes client (only when quota checks are on) and start the quota watches;
-2. serve ``/webhook`` (HTTPS when a certificate is configured) and ``/metrics``;
-3. wait for the stop event (SIGTERM/SIGINT when run as a process);
-4. shut down in order: stop accepting and let in-flight reviews finish (bounded by aiohttp's
-   shutdown timeout), cancel the background tasks, stop the metrics server, close the client.
+1. ``api-client``: the Kubernetes client (only when quota checks are on);
+2. ``quota-watches``: the ResourceQuota and placed-pod reflectors feeding the quota cache;
+3. ``sites``: ``/webhook`` (HTTPS when a certificate is configured) and ``/metrics``;
+4. ``loops``: the certificate reloader;
+
+then waits for the stop event (SIGTERM/SIGINT when run as a process) and leaves the steps in
+reverse: the reloader ends, the sites stop accepting and let in-flight reviews finish, the watches
+end, the client closes.  The whole shutdown ends within ``--shutdown-grace-period`` even when a
+peer hangs (a client holding a connection or sending half a request, an API server that stops
+answering): a step that overruns is cut off and named in the log.  In-flight reviews get at most
+half the grace period (a review takes well under a millisecond; one still running after that
+waits on a hung client), so the watches and the client always have time to close.
 
 The webhook answers from the start; ``/readyz`` turns 200 once the quota watches have listed, so a
 Service only routes to a replica whose quota view is complete.
@@ -18,12 +25,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
 from hami_kube.rest import open_client
 from hami_runtime.embedded import embedded
+from hami_runtime.lifecycle import Lifecycle
+from hami_runtime.serving import server_tls
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, serving_sites
 from hami_runtime.tls import ReloadingServerTLS
@@ -36,6 +45,10 @@ from hami_webhook.settings import Settings
 __all__ = ["RunningWebhook", "run", "serving"]
 
 log = structlog.get_logger("hami_webhook")
+
+COMPONENT: Final = "webhook"
+_CLIENT_CLOSE_S: Final = 2.0
+_EMBEDDED_SLACK_S: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +73,20 @@ class RunningWebhook:
         return self.watcher is None or self.watcher.synced
 
 
+async def _quota_watches(
+    life: Lifecycle, settings: Settings, metrics: WebhookMetrics
+) -> QuotaWatcher:
+    client = await life.enter("api-client", open_client(settings.kube), within=_CLIENT_CLOSE_S)
+    watcher = QuotaWatcher(client, QuotaCache(settings.rules.vendors))
+    watches = await life.tasks("quota-watches")
+    for reflector in watcher.reflectors:
+        watches.spawn(f"reflector-{reflector.name}", reflector.run())
+    metrics.track_quota_cache(
+        quotas=lambda: watcher.cache.quota_count, pods=lambda: watcher.cache.pod_count
+    )
+    return watcher
+
+
 async def run(
     settings: Settings,
     *,
@@ -69,65 +96,37 @@ async def run(
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given)."""
     if stop is None:
         stop = asyncio.Event()
-        install_stop_signals(stop)
+        install_stop_signals(stop, component=COMPONENT)
     metrics = WebhookMetrics()
-    tls = (
-        ReloadingServerTLS(
-            settings.cert_file, settings.key_file, poll_interval=settings.tls_reload_interval_s
-        )
-        if settings.cert_file and settings.key_file
-        else None
-    )
-    if tls is not None:
-        metrics.track_tls_reloads(lambda: tls.reloads)
-    async with contextlib.AsyncExitStack() as stack:
-        quota: QuotaCache | None = None
-        watcher: QuotaWatcher | None = None
-        if settings.enable_quota:
-            client = await stack.enter_async_context(open_client(settings.kube))
-            quota = QuotaCache(settings.rules.vendors)
-            watcher = QuotaWatcher(client, quota)
-            metrics.track_quota_cache(
-                quotas=lambda: quota.quota_count if quota else 0,
-                pods=lambda: quota.pod_count if quota else 0,
-            )
+    tls = server_tls(settings, metrics)
+    async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
+        watcher = await _quota_watches(life, settings, metrics) if settings.enable_quota else None
 
         def ready() -> bool:
             return watcher is None or watcher.synced
 
         # Evaluated at scrape time, so the gauge is right even when nothing probes /readyz.
         metrics.quota_synced.set_function(lambda: 1.0 if ready() else 0.0)
-
-        state = WebhookState(rules=settings.rules, metrics=metrics, quota=quota, ready=ready)
-        await _serve(
-            settings, state=state, tls=tls, watcher=watcher, stop=stop, on_started=on_started
+        state = WebhookState(
+            rules=settings.rules,
+            metrics=metrics,
+            quota=watcher.cache if watcher else None,
+            ready=ready,
         )
-
-
-async def _serve(
-    settings: Settings,
-    *,
-    state: WebhookState,
-    tls: ReloadingServerTLS | None,
-    watcher: QuotaWatcher | None,
-    stop: asyncio.Event,
-    on_started: Callable[[RunningWebhook], None] | None,
-) -> None:
-    async with (
-        serving_sites(
-            build_app(state, max_body_bytes=settings.max_body_bytes),
-            settings.http_bind,
-            ssl_context=tls.context if tls else None,
-            metrics=metrics_app(state.metrics.registry, ready=state.ready),
-            metrics_bind=settings.metrics_bind_address,
-        ) as sites,
-        asyncio.TaskGroup() as group,
-    ):
-        background: list[asyncio.Task[None]] = []
+        sites = await life.enter(
+            "sites",
+            serving_sites(
+                build_app(state, max_body_bytes=settings.max_body_bytes),
+                settings.http_bind,
+                ssl_context=tls.context if tls else None,
+                metrics=metrics_app(metrics.registry, ready=ready),
+                metrics_bind=settings.metrics_bind_address,
+            ),
+            within=min(settings.shutdown_timeout_s, settings.shutdown_grace_s / 2),
+        )
+        loops = await life.tasks("loops")
         if tls is not None:
-            background.append(group.create_task(tls.watch(), name="webhook-tls-reload"))
-        if watcher is not None:
-            background += watcher.start(group)
+            loops.spawn("tls-reload", tls.watch())
         log.info(
             "webhook_started",
             bind=settings.http_bind,
@@ -146,13 +145,12 @@ async def _serve(
                     tls=tls,
                     quota=watcher.cache if watcher else None,
                     watcher=watcher,
-                    metrics=state.metrics,
+                    metrics=metrics,
                 )
             )
-        await stop.wait()
-        log.info("webhook_stopping")
-        await sites.drain(background)
-    log.info("webhook_stopped")
+        await life.run_until(stop)
+        log.info("webhook_stopping", grace_s=settings.shutdown_grace_s)
+    log.info("webhook_stopped", timed_out=life.timed_out)
 
 
 @contextlib.asynccontextmanager
@@ -164,5 +162,7 @@ async def serving(settings: Settings) -> AsyncIterator[RunningWebhook]:
     ) -> Coroutine[Any, Any, None]:
         return run(settings, stop=stop, on_started=on_started)
 
-    async with embedded(start, name="hami-webhook") as running:
+    async with embedded(
+        start, name="hami-webhook", stop_within=settings.shutdown_grace_s + _EMBEDDED_SLACK_S
+    ) as running:
         yield running

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
 
+from hami_kube.objects import ObjectView
 from hami_runtime.sites import add_health_routes
 from hami_webhook.metrics import WebhookMetrics
 from hami_webhook.mutate import Decision, MutationRules, Outcome, admit_pod
@@ -69,10 +70,8 @@ def _decide(request: AdmissionRequest, state: WebhookState) -> tuple[Decision, l
         log.warning("non_pod_object", kind=request.kind_name, uid=request.uid)
         return Decision("allowed", message=warning), [warning]
     namespace = request.namespace
-    if not namespace and isinstance(request.object, dict):
-        meta = request.object.get("metadata")
-        if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
-            namespace = meta["namespace"]
+    if not namespace and isinstance(request.object, Mapping):
+        namespace = ObjectView(request.object).namespace
     decision = admit_pod(request.object, namespace=namespace, rules=state.rules, quota=state.quota)
     return decision, []
 

@@ -20,7 +20,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hami_runtime.build_info import register_build_info
+from hami_runtime.service_metrics import ServiceMetrics
 from hami_webhook.mutate import Outcome
 
 __all__ = ["OUTCOMES", "WebhookMetrics"]
@@ -46,11 +46,11 @@ _BUCKETS: Final = (
 )
 
 
-class WebhookMetrics:
+class WebhookMetrics(ServiceMetrics):
     """Every metric the service exports, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
+        super().__init__("hami_webhook", distribution="hami-webhook", registry=registry)
         self.requests = Counter(
             "hami_webhook_admission_requests",
             "Admission reviews answered, by outcome.",
@@ -76,12 +76,6 @@ class WebhookMetrics:
             "1 once the ResourceQuota and pod watches have completed their first list.",
             registry=self.registry,
         )
-        self.tls_reloads = Gauge(
-            "hami_webhook_tls_certificate_reloads",
-            "Serving certificate reloads since the process started.",
-            registry=self.registry,
-        )
-        register_build_info(self.registry, distribution="hami-webhook")
         for outcome in OUTCOMES:
             # Present from the start, so a dashboard shows 0 rather than no data.
             self.requests.labels(outcome=outcome)
@@ -95,6 +89,3 @@ class WebhookMetrics:
         """Read the cache sizes at scrape time (no bookkeeping on the request path)."""
         self.quota_objects.labels(kind="resourcequotas").set_function(quotas)
         self.quota_objects.labels(kind="pods").set_function(pods)
-
-    def track_tls_reloads(self, reloads: Callable[[], int]) -> None:
-        self.tls_reloads.set_function(reloads)

@@ -48,6 +48,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from hami_kube.objects import ContainerView, ObjectView
 from hami_protocol import keys
 from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.errors import ProtocolError, RequestError
@@ -147,16 +148,17 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else _EMPTY
 
 
-def _sections(ctr: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    resources = _mapping(ctr.get("resources"))
-    return _mapping(resources.get("limits")), _mapping(resources.get("requests"))
+_Sections = tuple[Mapping[str, Any], Mapping[str, Any]]
 
 
-def _present(ctr: Mapping[str, Any], name: str | None, *, limits_only: bool = False) -> bool:
-    if not name:
-        return False
-    limits, requests = _sections(ctr)
-    return name in limits or (not limits_only and name in requests)
+def _sections(ctr: ContainerView) -> _Sections:
+    """``(limits, requests)`` read once through the view; read again after editing them."""
+    return ctr.limits, ctr.requests
+
+
+def _present(sections: _Sections, name: str | None) -> bool:
+    limits, requests = sections
+    return bool(name) and (name in limits or name in requests)
 
 
 def _quantity(raw: object, name: str) -> Fraction:
@@ -169,18 +171,13 @@ def _quantity(raw: object, name: str) -> Fraction:
     raise RequestError(name, raw, "quantity must be a string or a number")
 
 
-def _value(ctr: Mapping[str, Any], name: str | None) -> int | None:
+def _value(sections: _Sections, name: str | None) -> int | None:
     """The resource rounded up like Go's ``Quantity.Value()``, limits first; None if absent."""
     if not name:
         return None
-    limits, requests = _sections(ctr)
+    limits, requests = sections
     raw = limits.get(name, requests.get(name))
     return None if raw is None else to_int_ceil(_quantity(raw, name))
-
-
-def _container_name(ctr: Mapping[str, Any]) -> str:
-    name = ctr.get("name")
-    return name if isinstance(name, str) else ""
 
 
 def _privileged(ctr: Mapping[str, Any]) -> bool:
@@ -217,24 +214,24 @@ def _set_limit(ctr: dict[str, Any], name: str, value: int) -> None:
 # -- NVIDIA --------------------------------------------------------------------------------------
 
 
-def _check_percentage(ctr: Mapping[str, Any], config: NvidiaConfig) -> None:
+def _check_percentage(ctr: ContainerView, config: NvidiaConfig) -> None:
     name = config.resource_memory_percentage_name
-    percentage = _value(ctr, name)
+    percentage = _value(_sections(ctr), name)
     if percentage is not None and not 0 <= percentage <= 100:
         raise _InvalidRequestError(
-            f"invalid {name} value {percentage} in container {_container_name(ctr)}: "
+            f"invalid {name} value {percentage} in container {ctr.name}: "
             "must be an integer between 0 and 100",
-            container=_container_name(ctr),
+            container=ctr.name,
             resource=name,
             value=percentage,
         )
 
 
-def _whole_card(ctr: Mapping[str, Any], config: NvidiaConfig) -> bool:
-    percentage = _value(ctr, config.resource_memory_percentage_name)
+def _whole_card(sections: _Sections, config: NvidiaConfig) -> bool:
+    percentage = _value(sections, config.resource_memory_percentage_name)
     if percentage is not None:
         return percentage == 100
-    return not config.resource_memory_name or not _present(ctr, config.resource_memory_name)
+    return not config.resource_memory_name or not _present(sections, config.resource_memory_name)
 
 
 def _mutate_nvidia(ctr: dict[str, Any], config: NvidiaConfig, vendor: Vendor) -> bool:
@@ -242,18 +239,21 @@ def _mutate_nvidia(ctr: dict[str, Any], config: NvidiaConfig, vendor: Vendor) ->
     priority = priority_value(ctr, vendor)
     if priority is not None:
         _set_env(ctr, ENV_TASK_PRIORITY, str(priority))
+    view = ContainerView(ctr)
+    sections = _sections(view)
     count = config.resource_count_name
-    found = _present(ctr, count)
+    found = _present(sections, count)
     partial = (
         config.resource_memory_name,
         config.resource_memory_percentage_name,
         config.resource_core_name,
     )
-    if not found and config.default_gpu_num > 0 and any(_present(ctr, n) for n in partial):
+    if not found and config.default_gpu_num > 0 and any(_present(sections, n) for n in partial):
         _set_limit(ctr, count, config.default_gpu_num)
+        sections = _sections(view)
         found = True
     cores = config.resource_core_name
-    if found and cores and not _present(ctr, cores) and _whole_card(ctr, config):
+    if found and cores and not _present(sections, cores) and _whole_card(sections, config):
         _set_limit(ctr, cores, 100)
     if found and config.gpu_core_policy != "default":
         _set_env(ctr, ENV_CORE_POLICY, config.gpu_core_policy)
@@ -280,13 +280,14 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
     others = tuple(v for v in rules.vendors if v.common_word != NVIDIA)
     for key in ("initContainers", "containers"):
         for ctr in spec.get(key) or ():
-            _check_percentage(ctr, rules.nvidia)
+            view = ContainerView(ctr)
+            _check_percentage(view, rules.nvidia)
             privileged = _privileged(ctr)
             # A privileged container is left as it is, but what it asks for still counts.
             target = copy_json(ctr) if privileged else ctr
             found_nvidia = nvidia is not None and _mutate_nvidia(target, rules.nvidia, nvidia)
             # RDMA NICs (koordinator.sh/rdma) are placed by our scheduler together with GPUs.
-            limits, requests = _sections(ctr)
+            limits, requests = _sections(view)
             found = (
                 found_nvidia
                 or any(
@@ -300,7 +301,7 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
             scan.has_nvidia |= found_nvidia and not privileged
             scan.has_devices |= found
             if privileged and (scan.privileged is None or (found and not scan.privileged_asks)):
-                scan.privileged = _container_name(ctr)
+                scan.privileged = view.name
                 scan.privileged_asks = found
     return scan
 
@@ -378,8 +379,7 @@ def admit_pod(
         return _error(400, f"cannot decode pod: {exc}", key=exc.key, value=exc.value)
     if not spec.get("containers"):
         return _denied("pod has no containers")
-    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
-    if labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
+    if ObjectView(pod).labels.get(keys.WEBHOOK_IGNORE_LABEL) == keys.WEBHOOK_IGNORE_VALUE:
         return _allowed("pod is labelled to be ignored")
     other = _other_scheduler(spec, rules)
     if other is not None:

@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
+from hami_kube.objects import ObjectView, PodView
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.devices import collapse_device_usage, decode_pod_devices_canonical
 from hami_protocol.request.quantity import as_integer, parse_quantity
@@ -53,7 +54,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 LIMITS_PREFIX: Final = "limits."
-_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,21 +129,6 @@ class _PodUsage:
     amounts: dict[str, int] = field(default_factory=dict)
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _str_field(mapping: Mapping[str, Any], key: str) -> str:
-    value = mapping.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = _meta(obj)
-    return _str_field(meta, "namespace"), _str_field(meta, "name")
-
-
 def _whole_quantity(raw: object) -> int | None:
     if isinstance(raw, bool):
         return None
@@ -176,7 +161,7 @@ class QuotaCache:
         self._objects: dict[str, dict[str, dict[str, int]]] = {}
         # namespace -> resource -> effective limit
         self._limits: dict[str, dict[str, QuotaLimit]] = {}
-        self._pods: dict[tuple[str, str], _PodUsage] = {}
+        self._pods: dict[str, _PodUsage] = {}
         self._used: dict[str, dict[str, int]] = {}
 
     # -- QuotaView -------------------------------------------------------------------------
@@ -203,8 +188,9 @@ class QuotaCache:
     # -- ResourceQuota events --------------------------------------------------------------
     def set_quota(self, quota: Mapping[str, Any]) -> None:
         """Record (or replace) what one ResourceQuota object limits."""
-        namespace, name = _key(quota)
-        limits = self._device_limits(quota)
+        view = ObjectView(quota)
+        namespace, name = view.namespace, view.name
+        limits = self._device_limits(view)
         objects = self._objects.setdefault(namespace, {})
         touched = set(objects.get(name, {})) | set(limits)
         if limits:
@@ -214,14 +200,14 @@ class QuotaCache:
         self._recompute(namespace, touched)
 
     def remove_quota(self, quota: Mapping[str, Any]) -> None:
-        namespace, name = _key(quota)
+        view = ObjectView(quota)
+        namespace, name = view.namespace, view.name
         objects = self._objects.get(namespace, {})
         touched = set(objects.pop(name, {}))
         self._recompute(namespace, touched)
 
-    def _device_limits(self, quota: Mapping[str, Any]) -> dict[str, int]:
-        spec = quota.get("spec")
-        hard = spec.get("hard") if isinstance(spec, Mapping) else None
+    def _device_limits(self, quota: ObjectView) -> dict[str, int]:
+        hard = quota.spec.get("hard")
         if not isinstance(hard, Mapping):
             return {}
         limits: dict[str, int] = {}
@@ -235,7 +221,7 @@ class QuotaCache:
             if value is None:
                 log.warning(
                     "quota_limit_ignored",
-                    quota="/".join(_key(quota)),
+                    quota=quota.key,
                     key=key,
                     value=str(raw)[:120],
                     reason="not a whole number",
@@ -265,20 +251,20 @@ class QuotaCache:
     # -- Pod events ------------------------------------------------------------------------
     def set_pod(self, pod: Mapping[str, Any]) -> None:
         """Record (or replace) what one pod holds, from its allocation annotations."""
-        key = _key(pod)
-        self._release(key)
-        amounts = self._pod_amounts(pod)
+        view = PodView(pod)
+        self._release(view.key)
+        amounts = self._pod_amounts(view)
         if not amounts:
             return
-        self._pods[key] = _PodUsage(key[0], amounts)
-        used = self._used.setdefault(key[0], {})
+        self._pods[view.key] = _PodUsage(view.namespace, amounts)
+        used = self._used.setdefault(view.namespace, {})
         for resource, amount in amounts.items():
             used[resource] = used.get(resource, 0) + amount
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
-        self._release(_key(pod))
+        self._release(PodView(pod).key)
 
-    def _release(self, key: tuple[str, str]) -> None:
+    def _release(self, key: str) -> None:
         usage = self._pods.pop(key, None)
         if usage is None:
             return
@@ -292,17 +278,13 @@ class QuotaCache:
         if not used:
             self._used.pop(usage.namespace, None)
 
-    def _pod_amounts(self, pod: Mapping[str, Any]) -> dict[str, int]:
-        status = pod.get("status")
-        phase = status.get("phase") if isinstance(status, Mapping) else None
-        if phase in _TERMINAL_PHASES:
+    def _pod_amounts(self, pod: PodView) -> dict[str, int]:
+        if pod.terminal:
             return {}
-        annotations = _meta(pod).get("annotations")
-        if not isinstance(annotations, Mapping):
+        annotations = pod.annotations
+        if not annotations:
             return {}
-        spec = pod.get("spec")
-        inits = spec.get("initContainers") if isinstance(spec, Mapping) else None
-        init_count = len(inits) if isinstance(inits, list) else 0
+        init_count = len(pod.init_containers)
         amounts: dict[str, int] = {}
         for vendor in self._vendors:
             key = vendor.devices_allocated_key
@@ -312,7 +294,7 @@ class QuotaCache:
             try:
                 devices = decode_pod_devices_canonical(value, key=key or "")
             except ProtocolError as exc:
-                log.warning("pod_allocation_undecodable", pod="/".join(_key(pod)), error=str(exc))
+                log.warning("pod_allocation_undecodable", pod=pod.key, error=str(exc))
                 continue
             summaries = collapse_device_usage(devices, init_count=init_count)
             memory = sum(summary.usedmem for summary in summaries)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from hami_kube.objects import ObjectView
 from hami_webhook.mutate import Decision
 from hami_webhook.patch import PatchOp
 
@@ -84,10 +85,9 @@ class AdmissionRequest:
     def display_name(self) -> str:
         name = self.name
         if not name and isinstance(self.object, Mapping):
-            meta = self.object.get("metadata")
-            if isinstance(meta, Mapping):
-                name = meta.get("name") or meta.get("generateName") or ""
-        return f"{self.namespace}/{name}" if self.namespace else str(name)
+            view = ObjectView(self.object)
+            name = view.name or _text(view.meta.get("generateName"))
+        return f"{self.namespace}/{name}" if self.namespace else name
 
 
 def _shown(value: object) -> str:
@@ -95,9 +95,12 @@ def _shown(value: object) -> str:
     return repr(text[:_MAX_SHOWN] + ("..." if len(text) > _MAX_SHOWN else ""))
 
 
-def _str(request: Mapping[str, Any], key: str) -> str:
-    value = request.get(key)
+def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _str(request: Mapping[str, Any], key: str) -> str:
+    return _text(request.get(key))
 
 
 def _map(request: Mapping[str, Any], key: str) -> Mapping[str, Any]:

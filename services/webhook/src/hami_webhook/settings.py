@@ -27,17 +27,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import Final
 
-from hami_kube.config import KubeSettings
-from hami_protocol.config.device import DeviceConfig
-from hami_protocol.errors import ConfigError
-from hami_protocol.vendor.table import vendors_from_config
 from hami_runtime import flags
 from hami_runtime.flags import ENV_PREFIX, Flag, parse_bool
-from hami_runtime.lifecycle import DEFAULT_GRACE_S
-from hami_runtime.logs import LOG_FORMATS, LogFormat
-from hami_runtime.sites import parse_bind
+from hami_runtime.serving import (
+    ServingSettings,
+    kube_settings,
+    parse_or_exit,
+    serving_flags,
+    serving_values,
+)
 from hami_webhook.mutate import MutationRules
 
 __all__ = [
@@ -56,65 +56,26 @@ DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    """Everything the service needs to start; built by :func:`parse_settings`."""
+class Settings(ServingSettings):
+    """Everything the service needs to start; built by :func:`parse_settings`.
+
+    The serving fields (bind addresses, TLS pair, logs, grace period, API server, device config)
+    are :class:`~hami_runtime.serving.ServingSettings`'.
+    """
 
     http_bind: str = DEFAULT_HTTP_BIND
     """Where ``/webhook``, ``/healthz`` and ``/readyz`` are served."""
-    cert_file: str | None = None
-    key_file: str | None = None
-    """Serve HTTPS with this pair, reloaded when the files change; plain HTTP when unset."""
-    tls_reload_interval_s: float = 5.0
     metrics_bind_address: str = DEFAULT_METRICS_BIND
-    log_format: LogFormat = "json"
-    log_level: str = "info"
-    shutdown_grace_s: float = DEFAULT_GRACE_S
-    """SIGTERM → exit within this long (``--shutdown-grace-period``)."""
-    kube: KubeSettings = field(default_factory=KubeSettings)
+    max_body_bytes: int = 4 * 1024 * 1024
     enable_quota: bool = True
     """Watch ResourceQuotas and placed pods to check namespace device quotas."""
     rules: MutationRules = field(default_factory=MutationRules)
-    device_config: DeviceConfig = field(default_factory=DeviceConfig)
-    max_body_bytes: int = 4 * 1024 * 1024
-    shutdown_timeout_s: float = 5.0
-    """How long in-flight reviews may take to finish once shutdown starts."""
-
-    def __post_init__(self) -> None:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("--cert_file and --key_file must be given together")
-        parse_bind(self.http_bind)
-        parse_bind(self.metrics_bind_address)
-        if self.log_format not in LOG_FORMATS:
-            raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
-        if self.tls_reload_interval_s <= 0:
-            raise ValueError("--tls-reload-interval must be positive")
-
-    @property
-    def tls(self) -> bool:
-        return self.cert_file is not None
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 _FLAGS: Final = (
-    *flags.https_flags(default_bind=DEFAULT_HTTP_BIND, what="webhook"),
-    Flag(
-        ("--tls-reload-interval",),
-        "tls_reload_interval",
-        "5",
-        "seconds between checks of the certificate files",
-        _positive_float,
+    *serving_flags(
+        default_bind=DEFAULT_HTTP_BIND, metrics_bind=DEFAULT_METRICS_BIND, what="webhook"
     ),
-    *flags.process_flags(metrics_bind=DEFAULT_METRICS_BIND),
-    Flag(("--debug",), "debug", "false", "same as --log-level debug", parse_bool, True),
     Flag(
         ("--enable-quota",),
         "enable_quota",
@@ -158,11 +119,19 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     )
 
 
-def load_device_config(args: argparse.Namespace) -> DeviceConfig:
-    """The flags' ``nvidia`` values, overridden by whatever the config file sets."""
-    return flags.load_device_config(
-        args.device_config_file,
-        {**flags.nvidia_from_flags(args), "overwriteEnv": args.overwrite_env},
+def _settings(args: argparse.Namespace) -> Settings:
+    config, vendors = flags.devices_from_flags(args, overwriteEnv=args.overwrite_env)
+    return Settings(
+        **serving_values(args),
+        kube=kube_settings(args, user_agent="hami-webhook"),
+        device_config=config,
+        enable_quota=args.enable_quota,
+        rules=MutationRules(
+            scheduler_name=args.scheduler_name,
+            force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
+            nvidia=config.nvidia,
+            vendors=vendors,
+        ),
     )
 
 
@@ -170,36 +139,4 @@ def parse_settings(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
     """Parse flags (and ``HAMI_*`` variables); exits with a usage message on invalid input."""
-    parser = build_parser(environ)
-    args = parser.parse_args(argv)
-    try:
-        config = load_device_config(args)
-        vendors = vendors_from_config(
-            config, enable_ascend=args.enable_ascend, enable_iluvatar=args.enable_iluvatar
-        )
-        rules = MutationRules(
-            scheduler_name=args.scheduler_name,
-            force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
-            nvidia=config.nvidia,
-            vendors=vendors,
-        )
-        return Settings(
-            http_bind=args.http_bind,
-            cert_file=args.cert_file or None,
-            key_file=args.key_file or None,
-            tls_reload_interval_s=args.tls_reload_interval,
-            metrics_bind_address=args.metrics_bind_address,
-            log_format=cast("LogFormat", args.log_format),
-            log_level="debug" if args.debug else args.log_level,
-            shutdown_grace_s=args.shutdown_grace_period,
-            kube=KubeSettings(
-                kube_url=args.kube_url or None,
-                kubeconfig=args.kubeconfig or None,
-                user_agent="hami-webhook",
-            ),
-            enable_quota=args.enable_quota,
-            rules=rules,
-            device_config=config,
-        )
-    except (ConfigError, ValueError) as exc:
-        parser.error(str(exc))
+    return parse_or_exit(build_parser(environ), argv, _settings)
