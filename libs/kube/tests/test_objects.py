@@ -130,3 +130,16 @@ def test_garbage_reads_as_empty_never_raises(raw: dict[str, Any], meta: dict[str
         assert isinstance(node.unschedulable, bool)
         assert isinstance(dict(node.allocatable), dict)
         assert isinstance(ObjectView(obj).deleting, bool)
+
+
+def test_generate_name_and_env() -> None:
+    pod = PodView(
+        {
+            "metadata": {"generateName": "job-"},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}, 3]}]},
+        }
+    )
+    assert pod.generate_name == "job-"
+    assert pod.containers[0].env == ({"name": "A", "value": "1"},)
+    assert PodView({}).generate_name == ""
+    assert ContainerView({"env": "x"}).env == ()

@@ -121,7 +121,11 @@ async def test_a_task_swallowing_its_cancellation_is_named_and_does_not_hang_shu
     stuck = [e for e in logs if e["event"] == "tasks_still_running"]
     assert stuck
     assert stuck[0]["step"] == "loops"
-    assert stuck[0]["tasks"][0].startswith("svc-node-register at _stubborn")
+    assert stuck[0]["tasks"][0].startswith("svc-node-register at _stubborn (test_lifecycle.py:")
+    assert (
+        stuck[0]["tasks"][0].endswith("> sleep (tasks.py:649)")
+        or "> sleep (" in stuck[0]["tasks"][0]
+    )
     # Left behind, not forgotten: the second cancel ends it.
     for task in loops.tasks:
         task.cancel()

@@ -37,7 +37,10 @@ _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else _EMPTY
+    # Decoded JSON is made of dicts: the exact-type check spares the slow ABC check.
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return _EMPTY
 
 
 def _text(value: object) -> str:
@@ -46,7 +49,7 @@ def _text(value: object) -> str:
 
 def string_map(value: object) -> Mapping[str, str]:
     """The string-valued entries of a JSON object (labels, annotations, selectors)."""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         return _EMPTY
     if all(isinstance(v, str) for v in value.values()):
         return value
@@ -85,6 +88,11 @@ class ObjectView:
     @property
     def namespace(self) -> str:
         return _text(self.meta.get("namespace"))
+
+    @property
+    def generate_name(self) -> str:
+        """``metadata.generateName``: the prefix of a name the API server has yet to pick."""
+        return _text(self.meta.get("generateName"))
 
     @property
     def key(self) -> str:
@@ -131,10 +139,13 @@ class ObjectView:
 class ContainerView:
     """One entry of ``spec.containers`` / ``spec.initContainers``."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("raw", "resources")
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         self.raw = raw
+        # Read once: the webhook and the scheduler ask for limits and requests of every
+        # container on their hot paths.
+        self.resources: Mapping[str, Any] = _mapping(raw.get("resources"))
 
     def __repr__(self) -> str:
         return f"ContainerView({self.name!r})"
@@ -144,16 +155,20 @@ class ContainerView:
         return _text(self.raw.get("name"))
 
     @property
-    def resources(self) -> Mapping[str, Any]:
-        return _mapping(self.raw.get("resources"))
-
-    @property
     def limits(self) -> Mapping[str, Any]:
         return _mapping(self.resources.get("limits"))
 
     @property
     def requests(self) -> Mapping[str, Any]:
         return _mapping(self.resources.get("requests"))
+
+    @property
+    def env(self) -> tuple[Mapping[str, Any], ...]:
+        """``env`` entries that are objects (``name``/``value``/``valueFrom``)."""
+        items = self.raw.get("env")
+        if not isinstance(items, list):
+            return ()
+        return tuple(e for e in items if isinstance(e, Mapping))
 
 
 def _containers(spec: Mapping[str, Any], field: str) -> tuple[ContainerView, ...]:

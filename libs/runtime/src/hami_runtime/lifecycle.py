@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Final, Self, TypeVar
 
 import structlog
@@ -54,6 +54,9 @@ DEFAULT_GRACE_S: Final = 10.0
 """The default shutdown grace period (``--shutdown-grace-period``): well inside Kubernetes'
 default ``terminationGracePeriodSeconds`` of 30 s."""
 
+_MAX_AWAIT_DEPTH: Final = 64
+_SHOWN_FRAMES: Final = 3
+
 _ABANDON_S: Final = 0.2
 """After a step overran and was cancelled: how long to let it unwind before moving on."""
 
@@ -70,18 +73,34 @@ class ServiceFailedError(Exception):
 
 
 def describe_tasks(tasks: Iterable[asyncio.Task[Any]]) -> list[str]:
-    """``name (where it waits)`` for each task, for the log line of a stuck shutdown."""
+    """``name at f (file:line) > g (file:line)`` for each task, for the log line of a stuck
+    shutdown: the last few coroutines of its ``await`` chain, innermost last — the task's outer
+    function alone would not say where it is stuck."""
     described = []
     for task in tasks:
         where = ""
         with contextlib.suppress(Exception):
-            frames = task.get_stack(limit=1)
+            frames = _await_chain(task.get_coro())[-_SHOWN_FRAMES:]
             if frames:
-                code = frames[-1].f_code
-                where = f" at {code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}:"
-                where += f"{frames[-1].f_lineno})"
+                where = " at " + " > ".join(
+                    f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
+                    for f in frames
+                )
         described.append(f"{task.get_name()}{where}")
     return sorted(described)
+
+
+def _await_chain(coro: object) -> list[FrameType]:
+    frames: list[FrameType] = []
+    for _ in range(_MAX_AWAIT_DEPTH):
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if coro is None:
+            break
+    return frames
 
 
 async def stop_tasks(

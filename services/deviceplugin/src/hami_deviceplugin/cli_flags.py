@@ -55,26 +55,6 @@ def parse_tristate(text: str) -> bool | str:
     return parse_bool(text)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
-
-
 def _only(allowed: str, what: str) -> Callable[[str], str]:
     def check(text: str) -> str:
         if text != allowed:
@@ -107,7 +87,7 @@ FLAGS: Final = (
         "device_split_count",
         None,
         "tasks per GPU",
-        _positive_int,
+        flags.positive_int,
         env="DEVICE_SPLIT_COUNT",
     ),
     Flag(
@@ -115,7 +95,7 @@ FLAGS: Final = (
         "device_memory_scaling",
         None,
         "registered memory factor",
-        _positive_float,
+        flags.positive_number,
         env="DEVICE_MEMORY_SCALING",
     ),
     Flag(
@@ -123,7 +103,7 @@ FLAGS: Final = (
         "device_cores_scaling",
         None,
         "registered core factor",
-        _positive_float,
+        flags.positive_number,
         env="DEVICE_CORES_SCALING",
     ),
     Flag(
@@ -200,35 +180,35 @@ FLAGS: Final = (
         "register_interval",
         "30",
         "seconds between node registrations",
-        _positive_float,
+        flags.positive_number,
     ),
     Flag(
         ("--register-retry-interval",),
         "register_retry_interval",
         "5",
         "seconds before retrying a failed registration",
-        _positive_float,
+        flags.positive_number,
     ),
     Flag(
         ("--kubelet-poll-interval",),
         "kubelet_poll_interval",
         "1",
         "seconds between kubelet.sock checks",
-        _positive_float,
+        flags.positive_number,
     ),
     Flag(
         ("--fake-poll-interval",),
         "fake_poll_interval",
         "1",
         "seconds between re-reads of the fake devices file",
-        _positive_float,
+        flags.positive_number,
     ),
     Flag(
         ("--usage-interval",),
         "usage_interval",
         "10",
         "seconds between GPU usage samples",
-        _positive_float,
+        flags.positive_number,
     ),
     Flag(
         ("--enable-rdma",),
@@ -262,14 +242,14 @@ FLAGS: Final = (
         "rdma_poll_interval",
         "10",
         "seconds between RDMA NIC rescans",
-        _positive_float,
+        flags.positive_number,
     ),
     Flag(
         ("--allocate-timeout",),
         "allocate_timeout",
         "3",
         "deadline of one Allocate, API calls included",
-        _positive_float,
+        flags.positive_number,
     ),
 )
 

@@ -41,20 +41,18 @@ only from limits).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from hami_kube.objects import ContainerView, ObjectView
 from hami_protocol import keys
 from hami_protocol.config.device import NvidiaConfig
-from hami_protocol.errors import ProtocolError, RequestError
+from hami_protocol.errors import ProtocolError
 from hami_protocol.pod import envs
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests, priority_value
-from hami_protocol.request.quantity import parse_quantity, to_int_ceil
+from hami_protocol.request.quantity import json_quantity, to_int_ceil
 from hami_protocol.topology.layout import RDMA_RESOURCE
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, Vendor
 from hami_webhook.patch import PatchOp, copy_json, diff
@@ -161,23 +159,13 @@ def _present(sections: _Sections, name: str | None) -> bool:
     return bool(name) and (name in limits or name in requests)
 
 
-def _quantity(raw: object, name: str) -> Fraction:
-    if isinstance(raw, str):
-        return parse_quantity(raw, key=name)
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return Fraction(raw)
-    if isinstance(raw, float) and math.isfinite(raw):
-        return parse_quantity(repr(raw), key=name)
-    raise RequestError(name, raw, "quantity must be a string or a number")
-
-
 def _value(sections: _Sections, name: str | None) -> int | None:
     """The resource rounded up like Go's ``Quantity.Value()``, limits first; None if absent."""
     if not name:
         return None
     limits, requests = sections
     raw = limits.get(name, requests.get(name))
-    return None if raw is None else to_int_ceil(_quantity(raw, name))
+    return None if raw is None else to_int_ceil(json_quantity(raw, key=name))
 
 
 def _privileged(ctr: Mapping[str, Any]) -> bool:

@@ -28,10 +28,8 @@ hard stop).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Final, Protocol
 
 import structlog
@@ -39,7 +37,7 @@ import structlog
 from hami_kube.objects import ObjectView, PodView
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.devices import collapse_device_usage, decode_pod_devices_canonical
-from hami_protocol.request.quantity import as_integer, parse_quantity
+from hami_protocol.request.quantity import as_integer, json_quantity
 from hami_protocol.vendor.table import Vendor
 
 __all__ = [
@@ -130,20 +128,13 @@ class _PodUsage:
 
 
 def _whole_quantity(raw: object) -> int | None:
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, int):
+    """A ResourceQuota's value as a whole number; None when it is not a quantity."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
     try:
-        if isinstance(raw, float) and math.isfinite(raw):
-            value: Fraction = parse_quantity(repr(raw))
-        elif isinstance(raw, str):
-            value = parse_quantity(raw)
-        else:
-            return None
+        return as_integer(json_quantity(raw))
     except ProtocolError:
         return None
-    return as_integer(value)
 
 
 class QuotaCache:

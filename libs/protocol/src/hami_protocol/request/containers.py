@@ -29,7 +29,6 @@ not a pod at all: wrong JSON types, or a managed resource whose value is not a q
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -37,7 +36,7 @@ from types import MappingProxyType
 from typing import Final
 
 from hami_protocol.errors import RequestError
-from hami_protocol.request.quantity import INT32_MAX, as_integer, parse_quantity, to_int_ceil
+from hami_protocol.request.quantity import INT32_MAX, as_integer, json_quantity, to_int_ceil
 from hami_protocol.vendor.table import Vendor
 
 __all__ = [
@@ -146,20 +145,10 @@ def _quantity(res: _Resources, name: str, *, limits_only: bool) -> Fraction | No
     if raw is None:
         return None
     try:
-        return _to_fraction(raw, name)
+        return json_quantity(raw, key=name)
     except RequestError as exc:
         where = f"{exc.reason} (container {res.container!r}, {section})"
         raise RequestError(name, raw, where) from None
-
-
-def _to_fraction(raw: object, name: str) -> Fraction:
-    if isinstance(raw, str):
-        return parse_quantity(raw, key=name)
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return Fraction(raw)
-    if isinstance(raw, float) and math.isfinite(raw):
-        return parse_quantity(repr(raw), key=name)
-    raise RequestError(name, raw, "quantity must be a string or a number")
 
 
 def _whole(res: _Resources, name: str | None, vendor: Vendor) -> tuple[bool, int | None]:

@@ -17,6 +17,7 @@ dozen characters, so no real pod comes near either limit.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from typing import Final
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_EXPONENT",
     "MAX_QUANTITY_LENGTH",
     "as_integer",
+    "json_quantity",
     "parse_int_strict",
     "parse_quantity",
     "to_int_ceil",
@@ -84,6 +86,21 @@ def _suffix_multiplier(suffix: str, *, text: str, key: str) -> Fraction:
     if abs(exponent) > MAX_EXPONENT:
         raise RequestError(key, text, f"decimal exponent beyond ±{MAX_EXPONENT}")
     return Fraction(10) ** exponent
+
+
+def json_quantity(raw: object, *, key: str = "") -> Fraction:
+    """A quantity as a decoded JSON body holds it: a string, or a number a client sent as one.
+
+    Raises :class:`RequestError` naming ``key`` for anything else (booleans, null, objects,
+    non-finite numbers) or a string that is not a quantity.
+    """
+    if isinstance(raw, str):
+        return parse_quantity(raw, key=key)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return Fraction(raw)
+    if isinstance(raw, float) and math.isfinite(raw):
+        return parse_quantity(repr(raw), key=key)
+    raise RequestError(key, raw, "quantity must be a string or a number")
 
 
 def to_int_ceil(value: Fraction) -> int:

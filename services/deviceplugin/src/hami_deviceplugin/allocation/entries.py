@@ -104,8 +104,8 @@ class ListPlan(Generic[G]):
 
 
 def _disable_control(container: ContainerView) -> bool:
-    for variable in container.raw.get("env") or ():
-        if isinstance(variable, Mapping) and variable.get("name") == envs.CUDA_DISABLE_CONTROL:
+    for variable in container.env:
+        if variable.get("name") == envs.CUDA_DISABLE_CONTROL:
             value = variable.get("value")
             if isinstance(value, str) and value in _GO_TRUE:
                 return True
