@@ -44,6 +44,7 @@ from typing import Any
 
 import aiohttp
 
+from hami_kube.objects import PodView
 from hami_kube.resources import JsonObject
 from hami_kube.store import Store
 from hami_protocol import keys
@@ -60,7 +61,7 @@ from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.http import ExtenderState, build_app
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.selection.plan import Planner, decision_record, identify
+from hami_scheduler.selection.plan import Planner, decision_record
 
 GPU_MEM = 81920
 
@@ -211,7 +212,7 @@ async def serve(args: argparse.Namespace) -> None:
         cache.upsert_node(obj)
     planner = Planner(DEFAULT_VENDORS)
     shapes = [
-        (w, c, planner.plan(identify(pod("x", c)), planner.requests(pod("x", c))))
+        (w, c, planner.plan(PodView(pod("x", c)), planner.requests(pod("x", c))))
         for w, c in RUNNING_SHAPES
     ]
     names = list(cache.nodes)

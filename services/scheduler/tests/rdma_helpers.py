@@ -34,6 +34,11 @@ HINT = {
         "vfSelector": {"matchLabels": {"type": "general"}},
     }
 }
+PCIE_LEVEL_BOTH = {
+    "rdma": {**HINT["rdma"], "exclusivePolicy": "PCIeLevel"},
+    "gpu": {"exclusivePolicy": "PCIeLevel"},
+}
+"""Exclusive PCIe claims for both device types."""
 JOINT = {"deviceTypes": ["gpu", "rdma"]}
 SAME_PCIE = {"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}
 

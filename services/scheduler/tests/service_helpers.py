@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 
 from hami_kube.backoff import BackoffPolicy
+from hami_kube.objects import ObjectView
 from hami_kube.reflector import ReflectorConfig
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
@@ -233,8 +234,8 @@ async def harness(**overrides: Any) -> AsyncIterator[Harness]:
 
 
 def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
+    return dict(ObjectView(obj).annotations)
 
 
 def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("labels") or {})
+    return dict(ObjectView(obj).labels)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
@@ -193,19 +194,21 @@ async def test_pod_group_members_wait_for_a_contended_lock() -> None:
         first = await placed(h, "first")
         assert await h.bind(first, "n") == ""
         member = await placed(h, "member", **{keys.POD_GROUP_LABEL: "g"})
-
-        async def plugin_releases() -> None:
-            await asyncio.sleep(0.3)
+        with capture_logs() as logs:
+            binding = asyncio.create_task(h.bind(member, "n"))
+            await eventually(
+                lambda: any(entry["event"] == "node_lock_waiting" for entry in logs),
+                what="the member waits for the lock",
+            )
+            assert not binding.done()
+            # The device plugin releases the first pod's lock: the waiting member takes it.
             await h.api.patch(
                 "nodes",
                 "n",
                 {"metadata": {"annotations": {keys.NODE_LOCK: None}}},
                 patch_type="merge",
             )
-
-        releaser = asyncio.create_task(plugin_releases())
-        assert await h.bind(member, "n") == ""
-        await releaser
+            assert await binding == ""
         assert decode_node_lock(lock_of(h) or "").pod == "member"
 
 

@@ -1,5 +1,9 @@
-"""``python -m hami_scheduler`` as a real process, over HTTPS, called by kubesim's scheduling
-loop (the kube-scheduler stand-in) to place and bind pods."""
+"""``python -m hami_scheduler`` as a real process: over HTTPS, called by kubesim's scheduling
+loop (the kube-scheduler stand-in) to place and bind pods; and stopped by SIGTERM within its
+grace period while its peers hang.
+
+Flag parsing and start-up failures are tested in-process (``test_service_entry``): only what
+needs the process boundary — signals, exit status, the last log line — is tested here."""
 
 from __future__ import annotations
 
@@ -8,15 +12,17 @@ import base64
 import contextlib
 import json
 import signal
-import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from hami_kube.objects import PodView
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.certs import client_ssl_context, generate_ca
 from hami_kubesim.scheduler.config import parse_scheduler_config
@@ -64,11 +70,30 @@ extenders:
 """
 
 
+@dataclass
+class SchedulerProcess:
+    """A running ``python -m hami_scheduler``: its ``scheduler_started`` line and every JSON
+    log line so far."""
+
+    process: asyncio.subprocess.Process
+    started: dict[str, Any]
+    lines: list[dict[str, Any]]
+
+    def events(self) -> list[str]:
+        return [str(line.get("event")) for line in self.lines]
+
+    async def terminate(self) -> float:
+        """Send SIGTERM; the seconds until the process has exited."""
+        began = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await self.process.wait()
+        return time.monotonic() - began
+
+
 @contextlib.asynccontextmanager
-async def scheduler_process(
-    *args: str,
-) -> AsyncIterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Start the process; yield its ``scheduler_started`` log line and the lines so far."""
+async def scheduler_process(*args: str) -> AsyncIterator[SchedulerProcess]:
+    """Start the process; stop it on exit (if the test has not) and check it exited cleanly."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -95,13 +120,11 @@ async def scheduler_process(
     reader = asyncio.create_task(drain())
     try:
         async with asyncio.timeout(30):
-            running = await started
-        yield running, lines
+            running = SchedulerProcess(process, await started, lines)
+        yield running
     finally:
         if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            await process.wait()
+            await SchedulerProcess(process, {}, lines).terminate()
         await reader
         assert process.returncode == 0, lines[-5:]
         assert lines[-1]["event"] == "scheduler_stopped"
@@ -112,7 +135,7 @@ async def device_plugin_stand_in(api: ApiServer) -> None:
     while True:
         for pod in api.list("pods"):
             notes = annotations_of(pod)
-            node = (pod.get("spec") or {}).get("nodeName")
+            node = PodView(pod).node_name
             if notes.get(keys.BIND_PHASE) != "allocating" or not node:
                 continue
             meta = pod["metadata"]
@@ -149,9 +172,9 @@ async def test_process_places_and_binds_pods_driven_by_the_scheduling_loop(tmp_p
             f"--key_file={files.key}",
             "--scheduler-name=hami-scheduler",
             "--log-format=json",
-        ) as (started, lines):
-            port, metrics_port = started["port"], started["metrics_port"]
-            assert started["tls"] is True
+        ) as scheduler:
+            port, metrics_port = scheduler.started["port"], scheduler.started["metrics_port"]
+            assert scheduler.started["tls"] is True
             context = client_ssl_context(certificate.ca_pem)
             async with aiohttp.ClientSession() as http:
 
@@ -210,40 +233,144 @@ async def test_process_places_and_binds_pods_driven_by_the_scheduling_loop(tmp_p
     assert (
         'hami_scheduler_request_duration_seconds_count{outcome="bound",verb="bind"} 6.0' in metrics
     )
-    events = [line.get("event") for line in lines]
+    events = scheduler.events()
     assert "caches_synced" in events
     assert events.count("bind_succeeded") == 6
 
 
-def test_invalid_flags_exit_2() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "hami_scheduler", "--filter-mode=maybe"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 2
-    assert "--filter-mode" in result.stderr
+class HangingApiProxy:
+    """A TCP proxy in front of the API server that can stop answering.
+
+    Until :meth:`hang` it forwards both ways.  After it nothing is forwarded in either direction,
+    open connections stay open, and new ones are accepted and never answered: an API server
+    that has stopped answering, as seen from its clients.  What clients send after the hang is
+    kept in :attr:`unanswered`.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self._upstream = (host, port)
+        self._hung = False
+        self._writers: list[asyncio.StreamWriter] = []
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self.port = 0
+        self.unanswered = bytearray()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def hang(self) -> None:
+        self._hung = True
+
+    async def __aenter__(self) -> HangingApiProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pipe in self._pipes:
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        if self._hung:
+            self._spawn(self._pipe(reader, None))
+            return
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self._upstream)
+        self._writers.append(upstream_writer)
+        self._spawn(self._pipe(reader, upstream_writer))
+        self._spawn(self._pipe(upstream_reader, writer, from_client=False))
+
+    def _spawn(self, pipe: Any) -> None:
+        task = asyncio.get_running_loop().create_task(pipe)
+        self._pipes.add(task)
+        task.add_done_callback(self._pipes.discard)
+
+    async def _pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter | None,
+        *,
+        from_client: bool = True,
+    ) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                if self._hung or writer is None:
+                    if from_client:
+                        self.unanswered += data
+                    continue
+                writer.write(data)
+                await writer.drain()
 
 
-def test_startup_failure_exits_1_with_a_log_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hami_scheduler",
-            f"--cert_file={tmp_path / 'missing.crt'}",
-            f"--key_file={tmp_path / 'missing.key'}",
-            "--kube-url=http://127.0.0.1:9",
-            "--http_bind=127.0.0.1:0",
-            "--metrics-bind-address=127.0.0.1:0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 1
-    line = json.loads(result.stderr.strip().splitlines()[-1])
-    assert line["event"] == "scheduler_failed_to_start"
+STEP_OVERRAN = ("shutdown_step_timed_out", "tasks_still_running")
+GRACE_S = 3.0
+EXIT_SLACK_S = 1.5
+"""After the grace period: the event loop's bounded end (leftover tasks, executor) and the
+interpreter's exit."""
+
+
+async def test_sigterm_exits_within_the_grace_period_while_the_api_server_and_a_client_hang() -> (
+    None
+):
+    async with running_apiserver() as sim, HangingApiProxy(sim.host, sim.port) as proxy:
+        await sim.server.create("nodes", node_object("n1", register_annotations(gpus("n1", 2))))
+        async with (
+            scheduler_process(
+                f"--kube-url={proxy.url}",
+                "--http_bind=127.0.0.1:0",
+                "--metrics-bind-address=127.0.0.1:0",
+                f"--shutdown-grace-period={GRACE_S:g}s",
+                "--leader-elect",
+                "--leader-elect-mode=campaign",
+                "--leader-elect-identity=sched-a",
+                "--leader-elect-resource-namespace=default",
+                "--log-format=json",
+            ) as scheduler,
+            aiohttp.ClientSession() as idle,
+            aiohttp.ClientSession() as busy,
+        ):
+            base = f"http://127.0.0.1:{scheduler.started['port']}"
+
+            async def ready() -> bool:
+                async with idle.get(f"{base}/readyz") as response:
+                    return response.status == 200
+
+            def leading() -> bool:
+                lease = sim.server.try_get("leases", "hami-scheduler", namespace="default")
+                holder = (lease or {}).get("spec", {}).get("holderIdentity", "")
+                return str(holder).startswith("sched-a_")
+
+            await eventually(ready, within=30, what="caches synced")
+            await eventually(leading, within=30, what="the replica leads")
+            # A client holding an idle keep-alive connection to the extender...
+            async with idle.get(f"{base}/healthz") as response:
+                assert response.status == 200
+            proxy.hang()
+            # ...an Event to flush and a Lease to release towards an API server that no longer
+            # answers...
+            bad = pod_object("bad", annotations={keys.DEVICE_SCORING_WEIGHTS: "nonsense"})
+            async with busy.post(f"{base}/filter", json={"Pod": bad, "NodeNames": ["n1"]}) as r:
+                assert (await r.json())["Error"]
+            # ...and a bind in flight, waiting for the API server to return the pod.
+            args = {"PodName": "stuck", "PodNamespace": "default", "Node": "n1"}
+            in_flight = asyncio.create_task(busy.post(f"{base}/bind", json=args))
+            await eventually(
+                lambda: b"/namespaces/default/pods/stuck" in proxy.unanswered,
+                what="the bind waits on the API server",
+            )
+            seconds = await scheduler.terminate()
+            # The bind was cut off, not answered: its handler did not outlive the shutdown.
+            with pytest.raises(aiohttp.ClientError):
+                await in_flight
+    assert scheduler.process.returncode == 0
+    assert seconds < GRACE_S + EXIT_SLACK_S, (seconds, scheduler.lines[-8:])
+    assert scheduler.lines[-1]["event"] == "scheduler_stopped"
+    overran = {line["step"] for line in scheduler.lines if line["event"] in STEP_OVERRAN}
+    assert "event-flush" in overran, scheduler.lines[-8:]

@@ -17,9 +17,11 @@ from hami_protocol.topology.koordinator import decode_device_allocated
 from hami_scheduler.cache.nics import nic_pod_usage_of
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.nics import NicUsage
+from hami_scheduler.core.joint.route import NO_NIC_REASON
 
 from .rdma_helpers import (
     HINT,
+    PCIE_LEVEL_BOTH,
     PFS,
     SAME_PCIE,
     SWITCHES,
@@ -46,11 +48,6 @@ from .service_helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-PCIE_LEVEL_BOTH = {
-    "rdma": {**HINT["rdma"], "exclusivePolicy": "PCIeLevel"},
-    "gpu": {"exclusivePolicy": "PCIeLevel"},
-}
 
 
 async def topo_node(h: Harness, name: str = "n", **kwargs: Any) -> None:
@@ -393,7 +390,8 @@ async def test_the_autoscaler_simulation_places_nics_from_the_given_nodes() -> N
         # NIC 0 is taken whole by the pod the cache knows: its switch cannot meet SamePCIe.
         assert reply["Nodes"] is None
         assert "SamePCIe" in reply["FailedNodes"]["n"]
-        assert "SamePCIe" in reply["FailedNodes"]["plain"]
+        # The same rule as the filter's: a node without NICs is refused for a NIC pod at once.
+        assert reply["FailedNodes"]["plain"] == NO_NIC_REASON
         smaller = await h.add_pod(rdma_pod("q", gpus=6, joint=SAME_PCIE))
         status, reply = await h.post("filter", {**body, "Pod": smaller})
         assert [node["metadata"]["name"] for node in reply["Nodes"]["items"]] == ["n"]

@@ -16,7 +16,7 @@ from hami_protocol import keys
 from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.cache.nics import nic_pod_usage_of
 from hami_scheduler.cache.nodes import read_node, slim_node
-from hami_scheduler.cache.pods import NIC_ANNOTATIONS, NicSource, read_pod, slim_pod
+from hami_scheduler.cache.pods import NIC_ANNOTATIONS, PodNicAllocation, read_pod, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.nics import NicUsage, build_nic_usage
 from hami_scheduler.events import SchedulerEvents
@@ -176,7 +176,7 @@ def test_slimming_keeps_what_the_nic_cache_reads() -> None:
     assert "other" not in pod["metadata"]["annotations"]
 
 
-def test_pods_without_nic_annotations_carry_no_nic_source() -> None:
+def test_pods_without_nic_annotations_carry_no_nic_allocation() -> None:
     pod = placed("p", "n", {keys.NVIDIA_DEVICES_ALLOCATED: "GPU-n-0,NVIDIA,1000,0:;"})
     facts = read_pod(pod, DEFAULT_VENDORS)
     assert facts.holding is not None
@@ -205,7 +205,7 @@ def nic_view(usage: NicUsage) -> tuple[object, ...]:
 
 
 def check(c: SchedulerCache, nodes: list[str]) -> None:
-    sources: dict[str, list[NicSource]] = {}
+    sources: dict[str, list[PodNicAllocation]] = {}
     for _uid, _name, holding in c.holdings():
         if holding.nics is not None:
             sources.setdefault(holding.node, []).append(holding.nics)

@@ -1,21 +1,33 @@
-"""Wiring: caches, watches, leadership, handshakes, the extender and metrics servers under one
-TaskGroup.
+"""Wiring: the scheduler's parts as the steps of one bounded lifecycle
+(:class:`~hami_runtime.lifecycle.Lifecycle`).
 
-Lifecycle of :func:`run`:
+:func:`run` enters, in this order:
 
-1. open the Kubernetes client; build the cache, its watches, the Event recorder, the
-   leadership (none, follow or campaign) and the filter/bind services;
-2. serve the extender (HTTPS when a certificate is configured, reloaded when the files change)
-   and ``/metrics``; log ``scheduler_started`` with the bound ports (``--http_bind
-   127.0.0.1:0`` picks a free one);
-3. once every watch has listed, ``/readyz`` turns 200, every node's open-device view is built,
-   the heap built so far is frozen out of
-   the garbage collector (``gc.freeze()``: the cache's hundreds of thousands of long-lived
-   objects would otherwise be rescanned by every full collection, a latency spike per filter
-   that happens to trigger one) and ``caches_synced`` is logged;
-4. wait for the stop event (SIGTERM/SIGINT when run as a process);
-5. shut down in order: stop accepting and let in-flight requests finish, cancel the background
-   tasks (a campaigning leader releases its Lease), stop the metrics server, close the client.
+1. ``api-client`` — the Kubernetes client;
+2. ``event-writer`` / ``event-flush`` — the Event recorder's writer task; on the way out the
+   queued Events are flushed first (bounded), then the writer is cancelled;
+3. ``watches`` — the node, pod and ResourceQuota reflectors feeding the cache;
+4. ``leadership`` — none, follow or campaign (``--leader-elect-mode``); a campaigning leader
+   releases its Lease when cancelled, so a successor need not wait for it to expire;
+5. ``metrics-site`` and ``extender-site`` — ``/metrics`` and the extender (HTTPS when a
+   certificate is configured); leaving a site stops accepting and lets in-flight requests finish
+   (until the step's bound), while the caches, the leadership and the client they use are
+   still there;
+6. ``loops`` — handshakes, the certificate reloader, the after-sync step and the role label.
+
+Then it logs ``scheduler_started`` with the bound ports (``--http_bind 127.0.0.1:0`` picks a free
+one) and waits for the stop event (SIGTERM/SIGINT when run as a process) or for a loop to fail.
+Once every watch has listed, the after-sync step builds every node's open-device view, freezes the
+heap built so far out of the garbage collector (``gc.freeze()``: the cache's hundreds of
+thousands of long-lived objects would otherwise be rescanned by every full collection, a latency
+spike per filter that happens to trigger one), wakes the handshakes and logs ``caches_synced``;
+``/readyz`` answers 200 from then on.
+
+**Stopping** leaves the steps in reverse order, the whole within ``--shutdown-grace-period``;
+each step gets a share of it (:data:`EXIT_SHARES`), so one stuck peer — an API server that stops
+answering, a client holding a request open — cannot take the time the others need.  A step
+that overruns is logged with the tasks still running in it and abandoned.  ``scheduler_stopped``
+is the last line.
 """
 
 from __future__ import annotations
@@ -23,19 +35,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import structlog
+from aiohttp import web
 
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
 from hami_kube.rest import KubeClient, open_client
 from hami_protocol.selectors import parse_selector_string
 from hami_runtime.embedded import embedded
+from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
-from hami_runtime.sites import metrics_app, serving_sites
+from hami_runtime.sites import metrics_app, start_site
 from hami_runtime.tls import ReloadingServerTLS
 from hami_scheduler.bind import BindService
 from hami_scheduler.cache.view import SchedulerCache
@@ -51,9 +66,31 @@ from hami_scheduler.pod_writes import KubeDecisionWriter, RoleLabeller
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.settings import Settings
 
-__all__ = ["RunningScheduler", "run", "serving"]
+__all__ = ["EXIT_SHARES", "RunningScheduler", "run", "serving"]
 
 log = structlog.get_logger("hami_scheduler")
+
+EXIT_SHARES: Final = {
+    "loops": 0.05,
+    "extender-site": 0.5,
+    "metrics-site": 0.05,
+    "leadership": 0.15,
+    "watches": 0.05,
+    "event-flush": 0.1,
+    "event-writer": 0.02,
+    "api-client": 0.08,
+}
+"""The share of the grace period each step may take to exit (they add up to the whole)."""
+
+_DRAIN: Final = 0.5
+"""The part of a site's share its requests in flight may take to finish (the rest: to end once
+cancelled)."""
+
+_RELEASE: Final = 0.7
+"""The part of the leadership step's share a leader may spend releasing its Lease."""
+
+_EMBEDDED_SLACK_S: Final = 2.0
+"""Beyond the grace period, before an embedded scheduler that has not stopped is reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,44 +119,34 @@ class RunningScheduler:
         return self.watcher.synced
 
 
-@dataclass(frozen=True, slots=True)
-class _Parts:
-    cache: SchedulerCache
-    watcher: CacheWatcher
-    leadership: Leadership
-    handshakes: HandshakeLoop
-    filters: FilterService
-    binder: BindService
-    recorder: EventRecorder
-    labeller: RoleLabeller
+class _RoleChange:
+    """What a leadership transition sets off: the leader gauge, a handshake pass when leading
+    (the leader is the one that writes them), and this replica's role label."""
+
+    def __init__(
+        self, *, metrics: SchedulerMetrics, labeller: RoleLabeller, handshake_due: asyncio.Event
+    ) -> None:
+        self._metrics = metrics
+        self._labeller = labeller
+        self._handshake_due = handshake_due
+
+    async def __call__(self, leading: bool) -> None:
+        self._metrics.leader.set(1 if leading else 0)
+        if leading:
+            self._handshake_due.set()
+        await self._labeller.label(leading)
 
 
-def _leadership(
-    client: KubeClient, settings: Settings, on_change: Callable[[bool], object]
-) -> Leadership:
+def _leadership(client: KubeClient, settings: Settings, on_change: _RoleChange) -> Leadership:
     election = settings.leader
-
-    async def changed(leading: bool) -> None:
-        result = on_change(leading)
-        if asyncio.iscoroutine(result):
-            await result
-
     if not election.enabled:
-        return AlwaysLeader(election.identity, on_change=changed)
+        return AlwaysLeader(election.identity, on_change=on_change)
     if election.mode == "campaign":
-        return LeaseCampaign(client, election, on_change=changed)
-    return LeaseFollower(client, election, on_change=changed)
+        return LeaseCampaign(client, election, on_change=on_change)
+    return LeaseFollower(client, election, on_change=on_change)
 
 
-def _build(
-    client: KubeClient,
-    settings: Settings,
-    metrics: SchedulerMetrics,
-    reflector_config: ReflectorConfig | None,
-) -> _Parts:
-    recorder = EventRecorder(client, component=settings.component, host=settings.leader.identity)
-    events = SchedulerEvents(recorder)
-
+def _cache(settings: Settings, events: SchedulerEvents) -> SchedulerCache:
     def bad_annotation(node: str, key: str, problem: str, raw: str) -> None:
         log.warning("invalid_node_annotation", node=node, key=key, problem=problem, value=raw[:200])
         events.bad_node_annotation(node, key, problem)
@@ -131,7 +158,7 @@ def _build(
     def pod_problem(pod: str, uid: str, problem: str) -> None:
         log.warning("invalid_pod_annotation", pod=pod, uid=uid, problem=problem)
 
-    cache = SchedulerCache(
+    return SchedulerCache(
         settings.vendors,
         selector=parse_selector_string(settings.node_label_selector),
         handshake_timeout_s=settings.handshake_timeout_s,
@@ -139,42 +166,32 @@ def _build(
         on_health_change=health_change,
         on_pod_problem=pod_problem,
     )
-    watcher = CacheWatcher(client, cache, config=reflector_config)
-    labeller = RoleLabeller(
-        client, pod_name=settings.pod_name, pod_namespace=settings.pod_namespace
-    )
-    holder: list[Leadership] = []
-    handshakes = HandshakeLoop(
-        cache,
-        client=client,
-        is_leader=lambda: bool(holder) and holder[0].is_leader,
-        interval_s=settings.handshake_interval_s,
-        on_api_error=metrics.api_error,
-    )
 
-    async def on_change(leading: bool) -> None:
-        metrics.leader.set(1 if leading else 0)
-        if leading:
-            handshakes.wake()
-        await labeller.label(leading)
 
-    leadership = _leadership(client, settings, on_change)
-    holder.append(leadership)
+def _deciders(
+    client: KubeClient,
+    settings: Settings,
+    *,
+    watcher: CacheWatcher,
+    events: SchedulerEvents,
+    metrics: SchedulerMetrics,
+    leadership: Leadership,
+) -> tuple[FilterService, BindService]:
+    """What answers ``/filter``, ``/prioritize`` and ``/bind``."""
     planner = Planner(settings.vendors, settings.node_policy, settings.gpu_policy)
     filters = FilterService(
-        cache=cache,
+        cache=watcher.cache,
         planner=planner,
         writer=KubeDecisionWriter(client),
         events=events,
         metrics=metrics,
         mode=settings.filter_mode,
-        is_leader=lambda: leadership.is_leader,
-        leader=lambda: leadership.leader,
-        synced=lambda: watcher.synced,
+        leadership=leadership,
+        watches=watcher,
     )
     binder = BindService(
         client=client,
-        cache=cache,
+        cache=watcher.cache,
         planner=planner,
         locker=NodeLocker(
             client,
@@ -184,10 +201,78 @@ def _build(
         events=events,
         metrics=metrics,
         mode=settings.filter_mode,
-        is_leader=lambda: leadership.is_leader,
-        leader=lambda: leadership.leader,
+        leadership=leadership,
     )
-    return _Parts(cache, watcher, leadership, handshakes, filters, binder, recorder, labeller)
+    return filters, binder
+
+
+def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
+    if not (settings.cert_file and settings.key_file):
+        return None
+    return ReloadingServerTLS(
+        settings.cert_file, settings.key_file, poll_interval=settings.tls_reload_interval_s
+    )
+
+
+@contextlib.asynccontextmanager
+async def _site(
+    app: web.Application,
+    bind: str,
+    *,
+    drain_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[int]:
+    """Serve ``app`` for the block; the bound port.
+
+    Leaving stops accepting, closes idle keep-alive connections, lets the requests in flight
+    finish for at most ``drain_s`` and then cancels them (waiting ``drain_s`` more at most), so
+    no handler outlives the step: the runner's own wait is longer than a step's share.
+    """
+    runner, port = await start_site(app, bind, ssl_context=ssl_context)
+    try:
+        yield port
+    finally:
+        for site in runner.sites:
+            await site.stop()
+        server = runner.server
+        if server is not None:
+            server.pre_shutdown()
+            await server.shutdown(drain_s)
+        await runner.cleanup()
+
+
+async def _lead(leadership: Leadership, *, release_s: float) -> None:
+    """Run ``leadership`` until cancelled.  On cancellation a campaigning leader releases its
+    Lease, for at most ``release_s``: then it is cancelled again, so that the release, stuck on
+    an API server that does not answer, cannot outlive the leadership step."""
+    running = asyncio.get_running_loop().create_task(leadership.run(), name="scheduler-lease")
+    try:
+        await asyncio.shield(running)
+    finally:
+        if not running.done():
+            running.cancel()
+            _, pending = await asyncio.wait({running}, timeout=release_s)
+            if pending:
+                running.cancel()
+                await asyncio.wait({running}, timeout=release_s)
+
+
+async def _after_sync(watcher: CacheWatcher, handshakes: HandshakeLoop, *, freeze_gc: bool) -> None:
+    await watcher.wait_synced()
+    cache = watcher.cache
+    cache.warm()
+    if freeze_gc:
+        gc.collect()
+        gc.freeze()
+    log.info(
+        "caches_synced",
+        nodes=cache.node_count,
+        registered_nodes=len(cache.nodes),
+        pods=cache.pod_count,
+        resourcequotas=len(cache.quotas),
+        gc_frozen=gc.get_freeze_count() if freeze_gc else 0,
+    )
+    handshakes.wake()
 
 
 async def run(
@@ -201,123 +286,121 @@ async def run(
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given).
 
     ``freeze_gc=False`` skips ``gc.freeze()`` (for running several instances in one process).
+    Raises :class:`~hami_runtime.lifecycle.ServiceFailedError` after a clean shutdown when a
+    background loop failed.
     """
     if stop is None:
         stop = asyncio.Event()
-        install_stop_signals(stop)
+        install_stop_signals(stop, component="scheduler")
     metrics = SchedulerMetrics()
-    tls = (
-        ReloadingServerTLS(
-            settings.cert_file, settings.key_file, poll_interval=settings.tls_reload_interval_s
-        )
-        if settings.cert_file and settings.key_file
-        else None
-    )
+    tls = _server_tls(settings)
     if tls is not None:
         metrics.track_tls_reloads(lambda: tls.reloads)
-    async with open_client(settings.kube) as client:
-        parts = _build(client, settings, metrics, reflector_config)
-        metrics.track_cache(parts.cache, lambda: parts.watcher.synced)
-        await _serve(
+    grace = settings.shutdown_grace_s
+    async with Lifecycle("scheduler", grace_s=grace) as life:
+
+        def bound(step: str) -> float:
+            return EXIT_SHARES[step] * grace
+
+        client = await life.enter(
+            "api-client", open_client(settings.kube), within=bound("api-client")
+        )
+        identity = settings.leader.identity
+        recorder = EventRecorder(client, component=settings.component, host=identity)
+        writer = await life.tasks("event-writer", within=bound("event-writer"))
+        writer.spawn("events", recorder.run())
+        life.on_exit("event-flush", recorder.flush, within=bound("event-flush"))
+        events = SchedulerEvents(recorder)
+
+        cache = _cache(settings, events)
+        watcher = CacheWatcher(client, cache, config=reflector_config)
+        metrics.track_cache(cache, watcher.ready)
+        watches = await life.tasks("watches", within=bound("watches"))
+        for reflector in watcher.reflectors:
+            watches.spawn(f"reflector-{reflector.name}", reflector.run())
+
+        labeller = RoleLabeller(
+            client, pod_name=settings.pod_name, pod_namespace=settings.pod_namespace
+        )
+        handshake_due = asyncio.Event()
+        leadership = _leadership(
+            client,
             settings,
-            parts=parts,
-            metrics=metrics,
-            tls=tls,
-            stop=stop,
-            on_started=on_started,
-            freeze_gc=freeze_gc,
+            _RoleChange(metrics=metrics, labeller=labeller, handshake_due=handshake_due),
+        )
+        leading = await life.tasks("leadership", within=bound("leadership"))
+        leading.spawn("leadership", _lead(leadership, release_s=_RELEASE * bound("leadership")))
+
+        filters, binder = _deciders(
+            client, settings, watcher=watcher, events=events, metrics=metrics, leadership=leadership
+        )
+        state = ExtenderState(filters=filters, binder=binder, metrics=metrics, ready=watcher.ready)
+        metrics_port = await life.enter(
+            "metrics-site",
+            _site(
+                metrics_app(metrics.registry, ready=watcher.ready),
+                settings.metrics_bind_address,
+                drain_s=_DRAIN * bound("metrics-site"),
+            ),
+            within=bound("metrics-site"),
+        )
+        port = await life.enter(
+            "extender-site",
+            _site(
+                build_app(state, max_body_bytes=settings.max_body_bytes),
+                settings.http_bind,
+                drain_s=_DRAIN * bound("extender-site"),
+                ssl_context=tls.context if tls else None,
+            ),
+            within=bound("extender-site"),
         )
 
-
-async def _after_sync(parts: _Parts, *, freeze_gc: bool) -> None:
-    await parts.watcher.wait_synced()
-    parts.cache.warm()
-    if freeze_gc:
-        gc.collect()
-        gc.freeze()
-    log.info(
-        "caches_synced",
-        nodes=parts.cache.node_count,
-        registered_nodes=len(parts.cache.nodes),
-        pods=parts.cache.pod_count,
-        resourcequotas=len(parts.cache.quotas),
-        gc_frozen=gc.get_freeze_count() if freeze_gc else 0,
-    )
-    parts.handshakes.wake()
-
-
-async def _serve(
-    settings: Settings,
-    *,
-    parts: _Parts,
-    metrics: SchedulerMetrics,
-    tls: ReloadingServerTLS | None,
-    stop: asyncio.Event,
-    on_started: Callable[[RunningScheduler], None] | None,
-    freeze_gc: bool,
-) -> None:
-    state = ExtenderState(
-        filters=parts.filters,
-        binder=parts.binder,
-        metrics=metrics,
-        ready=lambda: parts.watcher.synced,
-    )
-    async with (
-        serving_sites(
-            build_app(state, max_body_bytes=settings.max_body_bytes),
-            settings.http_bind,
-            ssl_context=tls.context if tls else None,
-            metrics=metrics_app(metrics.registry, ready=state.ready),
-            metrics_bind=settings.metrics_bind_address,
-        ) as sites,
-        asyncio.TaskGroup() as group,
-    ):
-        background = parts.watcher.start(group)
-        background += [
-            group.create_task(parts.recorder.run(), name="scheduler-events"),
-            group.create_task(parts.leadership.run(), name="scheduler-leadership"),
-            group.create_task(parts.handshakes.run(), name="scheduler-handshakes"),
-            group.create_task(_after_sync(parts, freeze_gc=freeze_gc), name="scheduler-after-sync"),
-        ]
+        handshakes = HandshakeLoop(
+            cache,
+            client=client,
+            leadership=leadership,
+            due=handshake_due,
+            interval_s=settings.handshake_interval_s,
+            on_api_error=metrics.api_error,
+        )
+        loops = await life.tasks("loops", within=bound("loops"))
+        loops.spawn("handshakes", handshakes.run())
+        loops.spawn("after-sync", _after_sync(watcher, handshakes, freeze_gc=freeze_gc))
         if tls is not None:
-            background.append(group.create_task(tls.watch(), name="scheduler-tls-reload"))
-        if settings.leader.enabled and parts.labeller.enabled:
-            background.append(
-                group.create_task(
-                    parts.labeller.label(parts.leadership.is_leader),
-                    name="scheduler-role-label",
-                )
-            )
+            loops.spawn("tls-reload", tls.watch())
+        if settings.leader.enabled and labeller.enabled:
+            loops.spawn("role-label", labeller.label(leadership.is_leader))
+
         log.info(
             "scheduler_started",
             bind=settings.http_bind,
-            port=sites.port,
+            port=port,
             tls=tls is not None,
-            metrics_port=sites.metrics_port,
+            metrics_port=metrics_port,
             filter_mode=settings.filter_mode,
             leader_elect=settings.leader.enabled,
             leader_mode=settings.leader.mode if settings.leader.enabled else None,
             identity=settings.leader.identity,
             vendors=[vendor.common_word for vendor in settings.vendors],
+            shutdown_grace_s=grace,
         )
         if on_started is not None:
             on_started(
                 RunningScheduler(
-                    port=sites.port,
-                    metrics_port=sites.metrics_port,
+                    port=port,
+                    metrics_port=metrics_port,
                     tls=tls,
-                    cache=parts.cache,
-                    watcher=parts.watcher,
-                    leadership=parts.leadership,
-                    handshakes=parts.handshakes,
-                    filters=parts.filters,
-                    binder=parts.binder,
+                    cache=cache,
+                    watcher=watcher,
+                    leadership=leadership,
+                    handshakes=handshakes,
+                    filters=filters,
+                    binder=binder,
                     metrics=metrics,
                 )
             )
-        await stop.wait()
+        await life.run_until(stop)
         log.info("scheduler_stopping")
-        await sites.drain(background)
     log.info("scheduler_stopped")
 
 
@@ -338,5 +421,6 @@ async def serving(
             reflector_config=reflector_config,
         )
 
-    async with embedded(start, name="hami-scheduler") as running:
+    stop_within = settings.shutdown_grace_s + _EMBEDDED_SLACK_S
+    async with embedded(start, name="hami-scheduler", stop_within=stop_within) as running:
         yield running

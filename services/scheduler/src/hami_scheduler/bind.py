@@ -12,8 +12,8 @@
    device plugin finds the pod through the lock for NICs too, also for pods that get only
    NICs); PodGroup members retry a contended lock;
 3. ``--filter-mode all`` only: the decision for the node kube-scheduler chose is made now from
-   the cache (the pod's previous reservation dropped first) and assumed at once — a joint
-   GPU + NIC decision for pods with Koordinator requests;
+   the cache (the pod's previous reservation dropped first) and assumed at once — HAMi's or the
+   joint GPU + NIC one by the filter's own rule (:mod:`hami_scheduler.core.joint.route`);
 4. one merge patch on the pod: ``hami.io/bind-phase: allocating``, ``hami.io/bind-time`` (and in
    ``all`` mode the decision's annotations and the ``hami.io/vgpu-node`` label);
 5. POST ``pods/<name>/binding``.
@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Final
 
 import structlog
 
 from hami_kube.errors import KubeError, NotFoundError
+from hami_kube.objects import PodView
 from hami_kube.patch import patch_metadata
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
@@ -43,13 +44,15 @@ from hami_protocol.request.containers import PodDeviceRequests
 from hami_scheduler.cache.pods import AllocationKey
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
+from hami_scheduler.core.joint.route import decide_on
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import not_leader_message
+from hami_scheduler.leader import AlwaysLeader, LeaderView
 from hami_scheduler.locks import LockContendedError, LockError, NodeLocker
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.selection.joint_plan import joint_request, managed, wants_rdma
-from hami_scheduler.selection.plan import Planner, PodIdentity, identify
-from hami_scheduler.selection.select import decide_on, record_of
+from hami_scheduler.selection.plan import Planner
+from hami_scheduler.selection.select import node_refusal, record_of
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import BindingArgs
 
@@ -101,10 +104,10 @@ class BindService:
         events: SchedulerEvents,
         metrics: SchedulerMetrics,
         mode: FilterMode = "single",
-        is_leader: Callable[[], bool] = lambda: True,
-        leader: Callable[[], str] = lambda: "",
+        leadership: LeaderView | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``leadership``: who may bind (none: this process always does)."""
         self._client = client
         self._cache = cache
         self._planner = planner
@@ -112,8 +115,7 @@ class BindService:
         self._events = events
         self._metrics = metrics
         self._mode = mode
-        self._is_leader = is_leader
-        self._leader = leader
+        self._leadership = leadership or AlwaysLeader()
         self._clock = clock
         self._gates = _NodeGates()
 
@@ -137,22 +139,21 @@ class BindService:
     async def _bind(self, args: BindingArgs) -> None:
         if not (args.pod_name and args.pod_namespace and args.node):
             raise _BindError(_MISSING_ARGS, "bad_request")
-        if not self._is_leader():
-            raise _BindError(not_leader_message(self._leader()), "not_leader")
-        pod_obj = await self._read_pod(args)
-        pod = identify(pod_obj)
-        bound = _bound_node(pod_obj)
+        if not self._leadership.is_leader:
+            raise _BindError(not_leader_message(self._leadership.leader), "not_leader")
+        pod = await self._read_pod(args)
+        bound = pod.node_name
         if bound == args.node:
             # A retried bind of a pod that is already there: nothing to do, nothing to undo.
-            log.info("bind_already_bound", pod=pod.display, node=args.node)
+            log.info("bind_already_bound", pod=pod.key, node=args.node)
             return
         if bound:
             # Never release what a running pod holds.
-            raise _BindError(f"pod {pod.display} is already bound to node {bound}", "already_bound")
+            raise _BindError(f"pod {pod.key} is already bound to node {bound}", "already_bound")
         node_obj = await self._read_node(args, pod)
         try:
-            requests = self._planner.requests(pod_obj)
-            koord = koord_requests(pod_obj)
+            requests = self._planner.requests(pod.raw)
+            koord = koord_requests(pod.raw)
         except ProtocolError as exc:
             message = f"cannot read the pod's device requests: {exc}"
             raise self._failed(pod, message, "bad_pod") from None
@@ -160,17 +161,17 @@ class BindService:
         if self._mode == "single" and managed(requests, koord) and chosen != args.node:
             # The device plugin on another node could not serve this pod's device list.
             message = (
-                f"pod {pod.display} was filtered onto node {chosen}, not {args.node}"
+                f"pod {pod.key} was filtered onto node {chosen}, not {args.node}"
                 if chosen
-                else f"pod {pod.display} carries no {keys.VGPU_NODE} decision; filter it first"
+                else f"pod {pod.key} carries no {keys.VGPU_NODE} decision; filter it first"
             )
             raise self._failed(pod, message, "not_filtered")
         async with self._gates.hold(args.node):
-            await self._locked_bind(args, pod, pod_obj, node_obj, (requests, koord))
+            await self._locked_bind(args, pod, node_obj, (requests, koord))
         self._events.binding_succeeded(pod, args.node)
-        log.info("bind_succeeded", pod=pod.display, node=args.node)
+        log.info("bind_succeeded", pod=pod.key, node=args.node)
 
-    async def _read_pod(self, args: BindingArgs) -> JsonObject:
+    async def _read_pod(self, args: BindingArgs) -> PodView:
         try:
             pod_obj = await self._client.get(PODS, args.pod_name, namespace=args.pod_namespace)
         except NotFoundError:
@@ -184,15 +185,15 @@ class BindService:
             if args.pod_uid:
                 self._cache.release(args.pod_uid)
             raise _BindError(f"cannot read pod: {exc}", "api_error") from exc
-        uid = identify(pod_obj).uid
-        if args.pod_uid and uid and uid != args.pod_uid:
+        pod = PodView(pod_obj)
+        if args.pod_uid and pod.uid and pod.uid != args.pod_uid:
             raise _BindError(
-                f"pod {args.pod_namespace}/{args.pod_name} has UID {uid}, not {args.pod_uid}",
+                f"pod {args.pod_namespace}/{args.pod_name} has UID {pod.uid}, not {args.pod_uid}",
                 "pod_replaced",
             )
-        return pod_obj
+        return pod
 
-    async def _read_node(self, args: BindingArgs, pod: PodIdentity) -> JsonObject:
+    async def _read_node(self, args: BindingArgs, pod: PodView) -> JsonObject:
         try:
             return await self._client.get(NODES, args.node)
         except NotFoundError:
@@ -201,7 +202,7 @@ class BindService:
             self._metrics.api_error("get_node")
             raise self._failed(pod, f"cannot read node {args.node}: {exc}", "api_error") from exc
 
-    def _failed(self, pod: PodIdentity, message: str, reason: str) -> _BindError:
+    def _failed(self, pod: PodView, message: str, reason: str) -> _BindError:
         """Drop the pod's reservation and record ``BindingFailed``; the error to raise."""
         if pod.uid:
             self._cache.release(pod.uid)
@@ -220,8 +221,7 @@ class BindService:
     async def _locked_bind(
         self,
         args: BindingArgs,
-        pod: PodIdentity,
-        pod_obj: JsonObject,
+        pod: PodView,
         node_obj: JsonObject,
         asked: tuple[PodDeviceRequests, KoordRequests],
     ) -> None:
@@ -234,7 +234,7 @@ class BindService:
                     namespace=pod.namespace,
                     pod=pod.name,
                     node=node_obj,
-                    pod_group=_in_pod_group(pod_obj),
+                    pod_group=bool(pod.labels.get(keys.POD_GROUP_LABEL)),
                 )
             except LockContendedError as exc:
                 raise self._failed(pod, str(exc), "lock_contended") from exc
@@ -284,7 +284,7 @@ class BindService:
     def _decide(
         self,
         node: str,
-        pod: PodIdentity,
+        pod: PodView,
         asked: tuple[PodDeviceRequests, KoordRequests],
         annotations: dict[str, str | None],
         labels: dict[str, str | None],
@@ -297,12 +297,10 @@ class BindService:
             request = joint_request(pod, plan, koord)
         except ProtocolError as exc:
             raise _BindError(str(exc), "bad_annotation") from None
-        problem = self._cache.node_problem(node, plan.vendors)
-        if problem is None and request.wants_nics:
-            problem = self._cache.nic_problem(node)
-        decision = None if problem is not None else decide_on(plan, request, self._cache, node)
-        if decision is None:
-            raise _BindError(f"node {node}: {problem or 'node unregistered'}", "unschedulable")
+        problem = node_refusal(self._cache, node, plan, request)
+        decision = problem or decide_on(plan, request, self._cache.fleet, node)
+        if isinstance(decision, str):
+            raise _BindError(f"node {node}: {decision}", "unschedulable")
         if not decision.fits:
             raise _BindError(f"node {node} no longer fits: {decision.reason}", "unschedulable")
         record = record_of(
@@ -313,21 +311,9 @@ class BindService:
         labels.update(record.labels)
         return record.holding.key
 
-    async def _unlock(self, node: str, pod: PodIdentity) -> None:
+    async def _unlock(self, node: str, pod: PodView) -> None:
         try:
             await self._locker.release(node, namespace=pod.namespace, pod=pod.name)
         except LockError as exc:
             self._metrics.api_error("unlock_node")
-            log.warning("unlock_failed", node=node, pod=pod.display, error=str(exc))
-
-
-def _bound_node(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return node if isinstance(node, str) else ""
-
-
-def _in_pod_group(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return isinstance(labels, Mapping) and bool(labels.get(keys.POD_GROUP_LABEL))
+            log.warning("unlock_failed", node=node, pod=pod.key, error=str(exc))

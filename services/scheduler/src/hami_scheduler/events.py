@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from hami_kube.events import MAX_MESSAGE_LENGTH, EventRecorder, EventType, ObjectReference
-from hami_scheduler.selection.plan import PodIdentity
+from hami_kube.objects import PodView
 
 __all__ = [
     "BINDING_FAILED",
@@ -84,7 +84,7 @@ def filter_failed_message(failed: Mapping[str, str]) -> str:
     return "; ".join(parts)
 
 
-def _pod_ref(pod: PodIdentity) -> ObjectReference:
+def _pod_ref(pod: PodView) -> ObjectReference:
     return ObjectReference(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid)
 
 
@@ -99,27 +99,27 @@ class SchedulerEvents:
             self._recorder.emit(ref, kind, reason, message[:MAX_MESSAGE_LENGTH])
 
     def filtering_succeeded(
-        self, pod: PodIdentity, node: str, fitting: Mapping[str, float], not_fit: int
+        self, pod: PodView, node: str, fitting: Mapping[str, float], not_fit: int
     ) -> None:
         if self._recorder is None:
             return
         message = filter_succeeded_message(node, fitting, not_fit)
         self._emit(_pod_ref(pod), EventType.NORMAL, FILTERING_SUCCEED, message)
 
-    def filtering_failed(self, pod: PodIdentity, failed: Mapping[str, str]) -> None:
+    def filtering_failed(self, pod: PodView, failed: Mapping[str, str]) -> None:
         if self._recorder is None:
             return
         message = filter_failed_message(failed)
         self._emit(_pod_ref(pod), EventType.WARNING, FILTERING_FAILED, message)
 
-    def filter_error(self, pod: PodIdentity, error: str) -> None:
+    def filter_error(self, pod: PodView, error: str) -> None:
         self._emit(_pod_ref(pod), EventType.WARNING, FILTERING_FAILED, error)
 
-    def binding_succeeded(self, pod: PodIdentity, node: str) -> None:
+    def binding_succeeded(self, pod: PodView, node: str) -> None:
         message = f"Successfully binding node [{node}] to {pod.namespace}/{pod.name}"
         self._emit(_pod_ref(pod), EventType.NORMAL, BINDING_SUCCEED, message)
 
-    def binding_failed(self, pod: PodIdentity, error: str) -> None:
+    def binding_failed(self, pod: PodView, error: str) -> None:
         self._emit(_pod_ref(pod), EventType.WARNING, BINDING_FAILED, error)
 
     def bad_node_annotation(self, node: str, key: str, problem: str) -> None:

@@ -22,9 +22,10 @@
    (``hami.io/vgpu-node`` annotation and label, ``hami.io/vgpu-time``, each vendor's
    to-allocate and allocated lists, and for a joint decision the RDMA lists and
    ``scheduling.koordinator.sh/device-allocated``); a failed patch forgets the assumption and
-   answers ``Error``.  The reply names the chosen node only.  Which core selection runs is
-   :func:`~hami_scheduler.selection.select.choose`'s business: pods without Koordinator requests
-   keep HAMi's fast path;
+   answers ``Error``.  The reply names the chosen node only.  Which core path a pod takes on
+   each node is :mod:`hami_scheduler.core.joint.route`'s rule — the same for the full ``Nodes``
+   path and for ``--filter-mode all`` bind: pods without Koordinator requests keep HAMi's fast
+   path wherever no other pod holds an exclusive claim on the GPUs;
 6. ``--filter-mode all``: the reply names every fitting node and writes nothing; prioritize
    scores them and bind decides for the node kube-scheduler picked.
 
@@ -38,25 +39,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import structlog
 
 from hami_kube.errors import KubeError
+from hami_kube.objects import NodeView, PodView
 from hami_kube.resources import JsonObject
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.policy import parse_pod_policy
 from hami_protocol.request.containers import PodDeviceRequests
 from hami_scheduler.cache.view import SchedulerCache
-from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo, select_node
-from hami_scheduler.core.joint.decide import select_joint
+from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo
 from hami_scheduler.core.joint.hints import JointRequest, KoordRequests, koord_requests
-from hami_scheduler.core.joint.nics import NicUsage
+from hami_scheduler.core.joint.route import choose, resolved
 from hami_scheduler.events import SchedulerEvents
+from hami_scheduler.leader import AlwaysLeader, LeaderView
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.selection.joint_plan import joint_request, managed
-from hami_scheduler.selection.plan import Planner, PodIdentity, identify
-from hami_scheduler.selection.select import choose, record_of, resolved
+from hami_scheduler.selection.plan import Planner
+from hami_scheduler.selection.select import node_refusal, record_of
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import ExtenderArgs
 
@@ -65,6 +67,7 @@ __all__ = [
     "DecisionWriter",
     "FilterReply",
     "FilterService",
+    "Synced",
     "not_leader_message",
 ]
 
@@ -77,6 +80,13 @@ _MAX_PRIORITY: Final = 10
 
 def not_leader_message(leader: str) -> str:
     return f"not the leader; leader is {leader or 'unknown'}"
+
+
+class Synced(Protocol):
+    """The watches feeding the cache: whether each has completed its first list."""
+
+    @property
+    def synced(self) -> bool: ...
 
 
 class DecisionWriter(Protocol):
@@ -119,32 +129,32 @@ class FilterService:
         events: SchedulerEvents,
         metrics: SchedulerMetrics,
         mode: FilterMode = "single",
-        is_leader: Callable[[], bool] = lambda: True,
-        leader: Callable[[], str] = lambda: "",
-        synced: Callable[[], bool] = lambda: True,
+        leadership: LeaderView | None = None,
+        watches: Synced | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``leadership``: who may decide (none: this process always does); ``watches``: what
+        the cache is fed by (none: it counts as synced)."""
         self._cache = cache
         self._planner = planner
         self._writer = writer
         self._events = events
         self._metrics = metrics
         self._mode = mode
-        self._is_leader = is_leader
-        self._leader = leader
-        self._synced = synced
+        self._leadership = leadership or AlwaysLeader()
+        self._watches = watches
         self._clock = clock
         self.memo = SelectMemo()
 
     # -- filter ------------------------------------------------------------------------------
     async def filter(self, args: ExtenderArgs) -> FilterReply:
         started = time.perf_counter()
-        pod = identify(args.pod) if args.pod is not None else PodIdentity()
+        pod = PodView(args.pod or {})
         try:
             reply, outcome = await self._filter(args, pod)
         except _Refused as refused:
             reply, outcome = FilterReply(error=refused.message), refused.reason
-            log.info("filter_error", pod=pod.display, error=refused.message)
+            log.info("filter_error", pod=pod.key, error=refused.message)
             if args.pod is not None:
                 self._events.filter_error(pod, refused.message)
         elapsed = time.perf_counter() - started
@@ -160,13 +170,13 @@ class FilterService:
         except ProtocolError as exc:
             raise _Refused(f"cannot read the pod's device requests: {exc}", "bad_pod") from None
 
-    def _joint(self, pod: PodIdentity, plan: PodPlan, koord: KoordRequests) -> JointRequest:
+    def _joint(self, pod: PodView, plan: PodPlan, koord: KoordRequests) -> JointRequest:
         try:
             return joint_request(pod, plan, koord)
         except ProtocolError as exc:
             raise _Refused(str(exc), "bad_annotation") from None
 
-    def _plan(self, pod: PodIdentity, requests: PodDeviceRequests, *, quota: bool) -> PodPlan:
+    def _plan(self, pod: PodView, requests: PodDeviceRequests, *, quota: bool) -> PodPlan:
         try:
             return self._planner.plan(
                 pod, requests, quota=self._cache.quota_view if quota else None
@@ -174,7 +184,7 @@ class FilterService:
         except ProtocolError as exc:
             raise _Refused(str(exc), "bad_annotation") from None
 
-    async def _filter(self, args: ExtenderArgs, pod: PodIdentity) -> tuple[FilterReply, str]:
+    async def _filter(self, args: ExtenderArgs, pod: PodView) -> tuple[FilterReply, str]:
         requests, koord = self._parse(args)
         if not managed(requests, koord):
             return FilterReply(node_names=args.node_names, nodes=args.nodes, failed={}), "ignored"
@@ -185,14 +195,14 @@ class FilterService:
             return self._simulate(args.nodes, pod, requests, joint), "simulated"
         if args.node_names is None:
             raise _Refused(_NO_NODES, "bad_request")
-        if not self._is_leader():
-            raise _Refused(not_leader_message(self._leader()), "not_leader")
-        if not self._synced():
+        if not self._leadership.is_leader:
+            raise _Refused(not_leader_message(self._leadership.leader), "not_leader")
+        if self._watches is not None and not self._watches.synced:
             raise _Refused("scheduler caches have not synced yet", "not_synced")
-        bound = _bound_node(args.pod)
-        if bound:
+        if pod.node_name:
             # kube-scheduler never filters a bound pod; releasing what it holds would be wrong.
-            raise _Refused(f"pod {pod.display} is already bound to node {bound}", "bad_pod")
+            message = f"pod {pod.key} is already bound to node {pod.node_name}"
+            raise _Refused(message, "bad_pod")
         if self._mode == "single":
             if not (pod.uid and pod.name and pod.namespace):
                 raise _Refused("extender args pod lacks metadata.uid/name/namespace", "bad_pod")
@@ -200,17 +210,17 @@ class FilterService:
             self._cache.release(pod.uid)
         plan = self._plan(pod, requests, quota=True)
         failed, candidates = self._screen(args.node_names, plan, joint)
-        selection = choose(plan, joint, self._cache, candidates, memo=self.memo)
+        selection = choose(plan, joint, self._cache.fleet, candidates, memo=self.memo)
         failed.update(resolved(selection.failed))
         self._metrics.reject(failed.values())
         if selection.node is None or selection.decision is None:
             self._events.filtering_failed(pod, failed)
-            log.info("filter_unschedulable", pod=pod.display, failed=len(failed))
+            log.info("filter_unschedulable", pod=pod.key, failed=len(failed))
             return FilterReply(node_names=None, failed=failed), "unschedulable"
         if self._mode == "all":
             fitting = list(selection.fitting)
             self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
-            log.info("filter_fitting", pod=pod.display, fitting=len(fitting), failed=len(failed))
+            log.info("filter_fitting", pod=pod.key, fitting=len(fitting), failed=len(failed))
             return FilterReply(node_names=fitting, failed=failed), "scheduled"
         record = record_of(
             selection.decision,
@@ -232,7 +242,7 @@ class FilterService:
         self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
         log.info(
             "filter_scheduled",
-            pod=pod.display,
+            pod=pod.key,
             node=selection.node,
             fitting=len(selection.fitting),
             failed=len(failed),
@@ -244,17 +254,11 @@ class FilterService:
     ) -> tuple[dict[str, str], list[str]]:
         """Candidates the core should judge, and the troubled ones refused with their problem."""
         failed: dict[str, str] = {}
-        troubled = self._cache.troubled
-        if not troubled:
+        if not self._cache.troubled:
             return failed, list(names)
         candidates: list[str] = []
-        nics = joint.wants_nics
         for name in names:
-            problem = None
-            if name in troubled:
-                problem = self._cache.node_problem(name, plan.vendors)
-                if problem is None and nics:
-                    problem = self._cache.nic_problem(name)
+            problem = node_refusal(self._cache, name, plan, joint)
             if problem is None:
                 candidates.append(name)
             else:
@@ -264,51 +268,27 @@ class FilterService:
     def _simulate(
         self,
         node_objects: Sequence[JsonObject],
-        pod: PodIdentity,
+        pod: PodView,
         requests: PodDeviceRequests,
         joint: JointRequest,
     ) -> FilterReply:
         plan = self._plan(pod, requests, quota=True)
-        transient: dict[str, NodeUsage] = {}
-        transient_nics: dict[str, NicUsage] = {}
-        by_name: dict[str, JsonObject] = {}
-        failed: dict[str, str] = {}
-        for obj in node_objects:
-            usage = self._cache.simulated_node(obj, exclude_uid=pod.uid)
-            name = _node_name(obj)
-            if isinstance(usage, str):
-                failed[name] = usage
-                continue
-            transient[usage.name] = usage
-            by_name[usage.name] = obj
-            nics = self._cache.simulated_nics(obj, exclude_uid=pod.uid)
-            if nics is not None:
-                transient_nics[usage.name] = nics
-        if joint.plain and not any(n.gpu_claims for n in transient_nics.values() if n.claims):
-            selection = select_node(plan, transient)
-            node, fitting = selection.node, selection.fitting
-            failed.update(resolved(selection.failed))
-        else:
-            chosen = select_joint(plan, joint, transient, transient_nics)
-            node, fitting = chosen.node, chosen.fitting
-            failed.update(chosen.failed)
-        if node is None:
+        given = self._cache.simulated(node_objects, exclude_uid=pod.uid)
+        selection = choose(plan, joint, given.fleet, list(given.objects))
+        failed = {**given.failed, **resolved(selection.failed)}
+        if selection.node is None:
             return FilterReply(nodes=None, failed=failed)
-        picked = list(fitting) if self._mode == "all" else [node]
-        return FilterReply(nodes=[by_name[name] for name in picked], failed=failed)
+        picked = list(selection.fitting) if self._mode == "all" else [selection.node]
+        return FilterReply(nodes=[given.objects[name] for name in picked], failed=failed)
 
     # -- prioritize --------------------------------------------------------------------------
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
         """Scores 0-10 by the pod's node policy over the nodes' usage scores."""
         started = time.perf_counter()
         names = list(args.node_names or [])
-        transient: dict[str, NodeUsage] = {}
-        for obj in args.nodes or ():
-            usage = self._cache.simulated_node(obj)
-            if not isinstance(usage, str):
-                transient[usage.name] = usage
-            names.append(_node_name(obj))
-        scores = self._scores(args, names, transient)
+        given = self._cache.simulated(args.nodes or ())
+        names += [NodeView(obj).name for obj in args.nodes or ()]
+        scores = self._scores(args, names, given.fleet.gpus)
         self._metrics.observe("prioritize", "scored", time.perf_counter() - started)
         return scores
 
@@ -317,7 +297,7 @@ class FilterService:
     ) -> list[tuple[str, int]]:
         if args.pod is None:
             return [(name, 0) for name in names]
-        pod = identify(args.pod)
+        pod = PodView(args.pod)
         try:
             policy = parse_pod_policy(
                 pod.annotations, default_node_policy=self._planner.node_policy
@@ -344,15 +324,3 @@ class FilterService:
                 share = (high - score) / (high - low) if spread else (score - low) / (high - low)
                 result.append((name, round(_MAX_PRIORITY * share)))
         return result
-
-
-def _bound_node(pod: Mapping[str, Any] | None) -> str:
-    spec = pod.get("spec") if pod is not None else None
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return node if isinstance(node, str) else ""
-
-
-def _node_name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    return name if isinstance(name, str) else ""

@@ -31,7 +31,9 @@ from hami_kube.resources import NODES
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol.node.handshake import format_requesting
-from hami_scheduler.cache.view import HandshakeWrite, SchedulerCache
+from hami_scheduler.cache.health import HandshakeWrite
+from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.leader import LeaderView
 
 __all__ = ["HandshakeLoop"]
 
@@ -42,25 +44,27 @@ _PARALLEL_WRITES: Final = 8
 
 
 class HandshakeLoop:
-    """Runs until cancelled; ``wake()`` starts a pass at once (e.g. on becoming leader)."""
+    """Runs until cancelled; setting ``due`` (or ``wake()``) starts a pass at once — e.g. on
+    becoming leader, from the leadership's change callback, which exists before this loop."""
 
     def __init__(
         self,
         cache: SchedulerCache,
         *,
         client: KubeClient | None,
-        is_leader: Callable[[], bool],
+        leadership: LeaderView,
+        due: asyncio.Event | None = None,
         interval_s: float = 15.0,
         now: Callable[[], datetime] = utc_now,
         on_api_error: Callable[[str], None] | None = None,
     ) -> None:
         self._cache = cache
         self._client = client
-        self._is_leader = is_leader
+        self._leadership = leadership
         self._interval = interval_s
         self._now = now
         self._on_api_error = on_api_error
-        self._wake = asyncio.Event()
+        self._wake = due if due is not None else asyncio.Event()
         self.passes = 0
 
     def wake(self) -> None:
@@ -87,7 +91,7 @@ class HandshakeLoop:
         for start in range(0, len(names), _SLICE):
             writes += self._cache.check_handshakes(names[start : start + _SLICE], self._now())
             await asyncio.sleep(0)
-        if writes and self._client is not None and self._is_leader():
+        if writes and self._client is not None and self._leadership.is_leader:
             await self._write_all(writes)
         self.passes += 1
 
@@ -97,7 +101,7 @@ class HandshakeLoop:
 
         async def write(item: HandshakeWrite) -> None:
             async with gate:
-                if not self._is_leader() or self._client is None:
+                if not self._leadership.is_leader or self._client is None:
                     return
                 try:
                     await patch_metadata(

@@ -82,6 +82,8 @@ def _guarded(
             return body
         try:
             return await handler(request, body)
+        except BadArgsError as exc:
+            return _bad_request(request.app[STATE], verb, exc)
         except Exception as exc:
             # A bug must not become a stack trace on the wire or a dead server.
             log.exception("extender_internal_error", verb=verb)
@@ -98,11 +100,7 @@ def _guarded(
 
 async def _filter(request: web.Request, body: bytes) -> web.Response:
     state = request.app[STATE]
-    try:
-        args = decode_extender_args(body)
-    except BadArgsError as exc:
-        return _bad_request(state, "filter", exc)
-    reply = await state.filters.filter(args)
+    reply = await state.filters.filter(decode_extender_args(body))
     return _json(
         encode_filter_result(
             node_names=reply.node_names, nodes=reply.nodes, failed=reply.failed, error=reply.error
@@ -112,19 +110,12 @@ async def _filter(request: web.Request, body: bytes) -> web.Response:
 
 async def _prioritize(request: web.Request, body: bytes) -> web.Response:
     state = request.app[STATE]
-    try:
-        args = decode_extender_args(body)
-    except BadArgsError as exc:
-        return _bad_request(state, "prioritize", exc)
-    return _json(encode_priorities(state.filters.prioritize(args)))
+    return _json(encode_priorities(state.filters.prioritize(decode_extender_args(body))))
 
 
 async def _bind(request: web.Request, body: bytes) -> web.Response:
     state = request.app[STATE]
-    try:
-        args = decode_binding_args(body)
-    except BadArgsError as exc:
-        return _bad_request(state, "bind", exc)
+    args = decode_binding_args(body)
     if state.binder is None:
         return _json(encode_binding_result("bind is not available in this process"))
     return _json(encode_binding_result(await state.binder.bind(args)))

@@ -35,6 +35,7 @@ from hami_scheduler.settings import LeaderElectSettings
 __all__ = [
     "AlwaysLeader",
     "ChangeCallback",
+    "LeaderView",
     "Leadership",
     "LeaseCampaign",
     "LeaseFollower",
@@ -46,12 +47,20 @@ log = structlog.get_logger("hami_scheduler")
 ChangeCallback = Callable[[bool], Awaitable[None] | None]
 
 
-class Leadership(Protocol):
+class LeaderView(Protocol):
+    """Who may decide: what the request paths and the handshake writer ask."""
+
     @property
     def is_leader(self) -> bool: ...
 
     @property
-    def leader(self) -> str: ...
+    def leader(self) -> str:
+        """The holder's identity (``""``: unknown)."""
+        ...
+
+
+class Leadership(LeaderView, Protocol):
+    """A :class:`LeaderView` that keeps itself current while :meth:`run` runs."""
 
     async def run(self) -> None: ...
 

@@ -13,7 +13,7 @@ the plugin knows which pod it serves.  :meth:`NodeLocker.acquire`:
    with jitter, as HAMi);
 3. a contended lock is an error (``node <n> has been locked within 5m0s``), except for PodGroup
    members, which retry every 100 ms for ``retry_timeout_s`` (HAMi's
-   ``--node-lock-retry-timeout``).
+   ``--node-lock-retry-timeout``; ``node_lock_waiting`` is logged once when they start).
 
 :meth:`NodeLocker.release` deletes the lock only when
 :func:`~hami_protocol.node.lock.decide_release`
@@ -28,10 +28,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+import structlog
+
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.errors import ConflictError, KubeError, NotFoundError
+from hami_kube.objects import NodeView
 from hami_kube.patch import patch_metadata
-from hami_kube.resources import NODES, PODS, JsonObject, resource_version_of
+from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol.durations import format_go_duration
@@ -45,9 +48,10 @@ from hami_protocol.node.lock import (
     encode_node_lock,
     owner_to_check,
 )
-from hami_scheduler.cache.nodes import string_map
 
 __all__ = ["LockContendedError", "LockError", "NodeLocker"]
+
+log = structlog.get_logger("hami_scheduler")
 
 _ATTEMPTS: Final = 5
 _CONFLICT_BACKOFF: Final = BackoffPolicy(initial=0.1, factor=2.0, cap=1.6, jitter=0.5)
@@ -63,9 +67,7 @@ class LockContendedError(LockError):
 
 
 def _lock_value(node: Mapping[str, Any]) -> str | None:
-    meta = node.get("metadata")
-    annotations = string_map(meta.get("annotations") if isinstance(meta, Mapping) else None)
-    return annotations.get(NODE_LOCK)
+    return NodeView(node).annotations.get(NODE_LOCK)
 
 
 class NodeLocker:
@@ -115,6 +117,7 @@ class NodeLocker:
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + (self._retry_timeout_s if pod_group else 0.0)
         conflicts = 0
+        waited = False
         current = node
         while True:
             try:
@@ -138,6 +141,9 @@ class NodeLocker:
                     return action
                 if action is LockAction.CONTENDED:
                     if loop.time() < give_up_at:
+                        if not waited:
+                            waited = True
+                            log.info("node_lock_waiting", node=node_name, pod=f"{namespace}/{pod}")
                         current = None
                         await asyncio.sleep(_GROUP_RETRY_S)
                         continue
@@ -149,7 +155,7 @@ class NodeLocker:
                     NODES,
                     node_name,
                     annotations={NODE_LOCK: encode_node_lock(NodeLock(now, namespace, pod))},
-                    resource_version=resource_version_of(current) or None,
+                    resource_version=NodeView(current).resource_version or None,
                 )
                 return action
             except ConflictError as exc:
@@ -177,7 +183,7 @@ class NodeLocker:
                     NODES,
                     node_name,
                     annotations={NODE_LOCK: None},
-                    resource_version=resource_version_of(current) or None,
+                    resource_version=NodeView(current).resource_version or None,
                 )
                 return True
             except NotFoundError:

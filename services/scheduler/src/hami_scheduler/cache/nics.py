@@ -3,14 +3,14 @@
 
 :class:`NicCache` is owned by :class:`~hami_scheduler.cache.view.SchedulerCache`, which tells it
 when a node's NIC layout inputs change and when a pod's effective holding gains or loses a
-:class:`~hami_scheduler.cache.pods.NicSource`.  It keeps
+:class:`~hami_scheduler.cache.pods.PodNicAllocation`.  It keeps
 
 * ``usages``: node name → :class:`NicUsage`, for every node that has a NIC layout — an RDMA
   register annotation (a garbage one gives a layout without NICs, so GPU claims still work), GPUs
   whose register names their PCI placement, or pods holding NICs or claims there.  Nodes without
   any of these have no entry: they have no NICs and every GPU is a PCIe scope of its own, which
   is what :func:`~hami_scheduler.core.joint.decide.select_joint` assumes for a missing entry;
-* per node, per pod UID, the pod's :class:`NicSource` and the
+* per node, per pod UID, the pod's :class:`PodNicAllocation` and the
   :class:`~hami_scheduler.core.joint.nics.NicPodUsage` computed from it against the node's layout.
   What a pod holds depends on the layout (a VF's bus id names its NIC only through the register),
   so a changed layout recomputes every pod on that node, and a pod seen before its node is kept
@@ -31,7 +31,7 @@ from typing import Final
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.registry import DeviceInfo
 from hami_scheduler.cache.nodes import NodeFacts
-from hami_scheduler.cache.pods import NicSource
+from hami_scheduler.cache.pods import PodNicAllocation
 from hami_scheduler.core.joint.nics import (
     NicLayout,
     NicPodUsage,
@@ -66,16 +66,16 @@ def nic_layout_of(facts: NodeFacts, *, force: bool = False) -> NicLayout | None:
     return nic_layout(facts.name, facts.nics, gpus=gpu_places(devices))
 
 
-def nic_pod_usage_of(source: NicSource, layout: NicLayout) -> NicPodUsage:
-    """What ``source`` holds on ``layout``'s node.  The pod cache only keeps lists that decode;
+def nic_pod_usage_of(written: PodNicAllocation, layout: NicLayout) -> NicPodUsage:
+    """What ``written`` holds on ``layout``'s node.  The pod cache only keeps lists that decode;
     a value that still cannot be read (a bad quantity inside) holds nothing."""
     try:
         return nic_usage_from_annotations(
-            dict(source.annotations),
+            dict(written.annotations),
             layout=layout,
-            init_count=source.init_count,
-            init_finished=source.init_finished,
-            gpu_uuids=source.gpu_uuids,
+            init_count=written.init_count,
+            init_finished=written.init_finished,
+            gpu_uuids=written.gpu_uuids,
         )
     except (ProtocolError, ValueError, RecursionError):
         return NO_NIC_USAGE
@@ -83,7 +83,7 @@ def nic_pod_usage_of(source: NicSource, layout: NicLayout) -> NicPodUsage:
 
 @dataclass(slots=True)
 class _Held:
-    source: NicSource
+    written: PodNicAllocation
     usage: NicPodUsage
 
 
@@ -103,7 +103,7 @@ class NicCache:
         self._refresh(facts.name)
 
     def node_removed(self, name: str) -> None:
-        # Pods keep their sources: a returning node is rebuilt with them.
+        # Pods keep their written allocations: a returning node is rebuilt with them.
         self._facts.pop(name, None)
         self.usages.pop(name, None)
         self.gpu_claimed.discard(name)
@@ -124,27 +124,27 @@ class NicCache:
             self.gpu_claimed.discard(name)
             return
         for entry in held.values():
-            entry.usage = nic_pod_usage_of(entry.source, layout)
+            entry.usage = nic_pod_usage_of(entry.written, layout)
         self._set(name, build_nic_usage(layout, [entry.usage for entry in held.values()]))
 
     def _set(self, name: str, usage: NicUsage) -> None:
         self.usages[name] = usage
-        if usage.claims and usage.gpu_claims:
+        if usage.claims_gpus:
             self.gpu_claimed.add(name)
         else:
             self.gpu_claimed.discard(name)
 
     # -- pods --------------------------------------------------------------------------------
-    def hold(self, uid: str, node: str, source: NicSource) -> None:
-        """The pod now holds what ``source`` says on ``node``."""
+    def hold(self, uid: str, node: str, written: PodNicAllocation) -> None:
+        """The pod now holds what ``written`` says on ``node``."""
         held = self._held.setdefault(node, {})
         usage = self.usages.get(node)
         if usage is None:
-            held[uid] = _Held(source, NO_NIC_USAGE)
+            held[uid] = _Held(written, NO_NIC_USAGE)
             self._refresh(node)
             return
-        pod = nic_pod_usage_of(source, usage.layout)
-        held[uid] = _Held(source, pod)
+        pod = nic_pod_usage_of(written, usage.layout)
+        held[uid] = _Held(written, pod)
         if not pod.empty:
             self._set(node, apply_nic_usage(usage, (pod,)))
 
@@ -167,8 +167,8 @@ class NicCache:
         """A throw-away :class:`NicUsage` for a Node object given in a request, with the pods
         this cache knows on that node name; changes nothing."""
         held = self._held.get(facts.name, {})
-        others = [entry.source for uid, entry in held.items() if uid != exclude_uid]
+        others = [entry.written for uid, entry in held.items() if uid != exclude_uid]
         layout = nic_layout_of(facts, force=bool(others))
         if layout is None:
             return None
-        return build_nic_usage(layout, [nic_pod_usage_of(source, layout) for source in others])
+        return build_nic_usage(layout, [nic_pod_usage_of(written, layout) for written in others])

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_kube.objects import NodeView
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.pairscore import decode_pair_scores
@@ -27,7 +28,7 @@ from hami_protocol.request.quantity import parse_quantity
 from hami_protocol.topology.layout import RdmaNic, decode_rdma_register
 from hami_protocol.vendor.table import Vendor
 
-__all__ = ["NodeFacts", "VendorRegistration", "read_node", "slim_node", "string_map"]
+__all__ = ["NodeFacts", "VendorRegistration", "read_node", "slim_node"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +85,6 @@ class NodeFacts:
         return (tuple((r.word, r.raw) for r in self.registrations), self.rdma_raw)
 
 
-def string_map(value: object) -> dict[str, str]:
-    """A JSON object's string entries (annotations, labels); anything else is dropped."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _problem(key: str, exc: BaseException) -> str:
     reason = exc.reason if isinstance(exc, ProtocolError) else type(exc).__name__
     return f"node annotation {key} is invalid: {reason}"
@@ -120,11 +109,7 @@ def _decode_rdma(raw: str) -> tuple[tuple[RdmaNic, ...], str]:
         return (), _problem(keys.RDMA_REGISTER, exc)
 
 
-def _allocatable(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> frozenset[str]:
-    status = obj.get("status")
-    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
-    if not isinstance(allocatable, Mapping):
-        return frozenset()
+def _allocatable(allocatable: Mapping[str, Any], vendors: Sequence[Vendor]) -> frozenset[str]:
     found: set[str] = set()
     for vendor in vendors:
         raw = allocatable.get(vendor.count_resource)
@@ -142,9 +127,8 @@ def read_node(
     obj: Mapping[str, Any], vendors: Sequence[Vendor], previous: NodeFacts | None = None
 ) -> NodeFacts:
     """The :class:`NodeFacts` of a Node; decoding is skipped for values ``previous`` holds."""
-    meta = _metadata(obj)
-    name = meta.get("name")
-    annotations = string_map(meta.get("annotations"))
+    node = NodeView(obj)
+    annotations = node.annotations
     registrations: list[VendorRegistration] = []
     handshakes: dict[str, str | None] = {}
     for vendor in vendors:
@@ -174,15 +158,15 @@ def read_node(
     elif rdma_raw:
         nics, rdma_error = _decode_rdma(rdma_raw)
     return NodeFacts(
-        name=name if isinstance(name, str) else "",
-        labels=string_map(meta.get("labels")),
+        name=node.name,
+        labels=node.labels,
         registrations=tuple(registrations),
         cordon=parse_device_cordon(annotations.get(keys.DEVICE_CORDON)),
         pair_raw=pair_raw,
         pair_scores=pair_scores,
         pair_error=pair_error,
         handshakes=handshakes,
-        allocatable=_allocatable(obj, vendors),
+        allocatable=_allocatable(node.allocatable, vendors),
         rdma_raw=rdma_raw,
         nics=nics,
         rdma_error=rdma_error,
@@ -196,21 +180,20 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
     the device annotations and ``status.allocatable``.
     """
-    meta = _metadata(obj)
+    node = NodeView(obj)
     wanted = {keys.NVIDIA_SCORE, keys.DEVICE_CORDON, keys.RDMA_REGISTER}
     for vendor in vendors:
         wanted.update(k for k in (vendor.register_key, vendor.handshake_key) if k is not None)
-    annotations = string_map(meta.get("annotations"))
+    meta = node.meta
     slim_meta: dict[str, Any] = {
         k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta
     }
-    slim_meta["annotations"] = {k: v for k, v in annotations.items() if k in wanted}
-    status = obj.get("status")
-    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+    slim_meta["annotations"] = {k: v for k, v in node.annotations.items() if k in wanted}
+    allocatable = dict(node.allocatable)
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     obj.clear()
     obj["metadata"] = slim_meta
-    obj["status"] = {"allocatable": dict(allocatable)} if isinstance(allocatable, Mapping) else {}
+    obj["status"] = {"allocatable": allocatable} if allocatable else {}
     if kind is not None:
         obj["kind"] = kind
     if api_version is not None:

@@ -8,11 +8,11 @@ exited 0 only the app containers count (HAMi's rule).  Pods in phase ``Succeeded
 hold nothing.  A device list that cannot be decoded holds nothing and is reported in
 ``problems`` (the caller logs it once).
 
-:class:`NicSource` is what a pod's RDMA NICs and exclusive PCIe claims are computed from
+:class:`PodNicAllocation` is a pod's NIC allocation and exclusive PCIe claims as written on it
 (``hami.io/rdma-devices-allocated``, ``scheduling.koordinator.sh/device-allocated`` and
 ``…/device-allocate-hint``, plus the GPUs it holds): kept as written, because what they hold
 depends on the node's NIC layout, which may change or arrive after the pod
-(:mod:`hami_scheduler.cache.nics` computes it).  Only pods carrying one of those annotations
+(:mod:`hami_scheduler.cache.nics` resolves it).  Only pods carrying one of those annotations
 have one.
 
 :func:`allocation_key` names an allocation by its written values, so the cache can recognise
@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from hami_kube.objects import PodView
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.devices import (
@@ -43,24 +44,20 @@ from hami_protocol.pod.devices import (
 )
 from hami_protocol.topology.koordinator import decode_device_allocated
 from hami_protocol.vendor.table import Vendor
-from hami_scheduler.cache.nodes import string_map
 from hami_scheduler.core import pod_usage
 
 __all__ = [
     "NIC_ANNOTATIONS",
     "NIC_KEY_WORD",
-    "TERMINAL_PHASES",
     "AllocationKey",
     "Holding",
-    "NicSource",
     "PodFacts",
+    "PodNicAllocation",
     "allocation_key",
-    "nic_source",
+    "pod_nic_allocation",
     "read_pod",
     "slim_pod",
 ]
-
-TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 NIC_ANNOTATIONS: Final = (
     keys.RDMA_DEVICES_ALLOCATED,
@@ -77,8 +74,9 @@ list under :data:`NIC_KEY_WORD`); one flat tuple, as there is one per placed pod
 
 
 @dataclass(frozen=True, slots=True)
-class NicSource:
-    """What a pod's NIC usage and exclusive claims are computed from, as written on the pod."""
+class PodNicAllocation:
+    """A pod's NIC allocation and exclusive claims as written on it, before a node's NIC layout
+    resolves them into units, VFs and scopes."""
 
     annotations: tuple[tuple[str, str], ...]
     """The pod's :data:`NIC_ANNOTATIONS` that are present (and decode), in that order."""
@@ -93,20 +91,20 @@ class NicSource:
         return dict(self.annotations).get(keys.RDMA_DEVICES_ALLOCATED)
 
 
-def nic_source(
+def pod_nic_allocation(
     annotations: Mapping[str, str],
     *,
     init_count: int,
     init_finished: bool = False,
     gpu_uuids: Sequence[str] = (),
-) -> NicSource | None:
-    """The :class:`NicSource` of a pod with these annotations; ``None`` when it carries none of
-    :data:`NIC_ANNOTATIONS`."""
+) -> PodNicAllocation | None:
+    """The :class:`PodNicAllocation` of a pod with these annotations; ``None`` when it carries
+    none of :data:`NIC_ANNOTATIONS`."""
     present = tuple((k, annotations[k]) for k in NIC_ANNOTATIONS if k in annotations)
     if not present:
         return None
     intern = sys.intern
-    return NicSource(
+    return PodNicAllocation(
         annotations=present,
         init_count=init_count,
         init_finished=init_finished,
@@ -131,8 +129,8 @@ class Holding:
     usage: tuple[DeviceUsageSummary, ...]
     key: AllocationKey
     """:func:`allocation_key` of the written values (which it holds by reference)."""
-    nics: NicSource | None = None
-    """Where its NICs and exclusive claims come from; ``None``: it has neither."""
+    nics: PodNicAllocation | None = None
+    """Its NICs and exclusive claims as written; ``None``: it has neither."""
 
     def pod_devices(self) -> PodDevices:
         """The written GPU device lists, decoded (undecodable ones left out)."""
@@ -163,20 +161,19 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+def _init_terminations(pod: PodView) -> list[Mapping[str, Any]]:
+    """``state.terminated`` of each init container status (``{}`` while it has not ended)."""
+    statuses = pod.status.get("initContainerStatuses")
+    if not isinstance(statuses, list):
+        return []
+    return [_mapping(_mapping(_mapping(one).get("state")).get("terminated")) for one in statuses]
 
 
-def _init_finished(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    count = len(_list(spec.get("initContainers")))
-    statuses = _list(status.get("initContainerStatuses"))
-    if count == 0 or len(statuses) < count:
+def _init_finished(pod: PodView, count: int) -> bool:
+    terminations = _init_terminations(pod)
+    if count == 0 or len(terminations) < count:
         return False
-    for entry in statuses:
-        terminated = _mapping(_mapping(_mapping(entry).get("state")).get("terminated"))
-        if terminated.get("exitCode") != 0:
-            return False
-    return True
+    return all(terminated.get("exitCode") == 0 for terminated in terminations)
 
 
 def shared_usage(usage: Sequence[DeviceUsageSummary]) -> tuple[DeviceUsageSummary, ...]:
@@ -190,19 +187,14 @@ def shared_usage(usage: Sequence[DeviceUsageSummary]) -> tuple[DeviceUsageSummar
 
 def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     """What ``obj`` holds; never raises on bad input."""
-    meta = _mapping(obj.get("metadata"))
-    uid, namespace, name = (meta.get(k) for k in ("uid", "namespace", "name"))
-    facts_uid = uid if isinstance(uid, str) else ""
-    facts_ns = sys.intern(namespace) if isinstance(namespace, str) else ""
-    facts_name = name if isinstance(name, str) else ""
-    annotations = string_map(meta.get("annotations"))
+    pod = PodView(obj)
+    uid, namespace, name = pod.uid, sys.intern(pod.namespace), pod.name
+    annotations = pod.annotations
     node = annotations.get(keys.VGPU_NODE, "")
-    status = _mapping(obj.get("status"))
-    if status.get("phase") in TERMINAL_PHASES:
-        return PodFacts(facts_uid, facts_ns, facts_name, None, terminal=True)
+    if pod.terminal:
+        return PodFacts(uid, namespace, name, None, terminal=True)
     if not node:
-        return PodFacts(facts_uid, facts_ns, facts_name, None)
-    spec = _mapping(obj.get("spec"))
+        return PodFacts(uid, namespace, name, None)
     written: dict[str, str] = {}
     decoded: dict[str, PodSingleDevice] = {}
     problems: list[str] = []
@@ -217,27 +209,27 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
         except (ProtocolError, ValueError, RecursionError) as exc:
             problems.append(str(exc))
     devices = PodDevices.from_mapping(decoded)
-    init_count = len(_list(spec.get("initContainers")))
-    init_finished = _init_finished(spec, status)
+    init_count = len(pod.init_containers)
+    init_finished = _init_finished(pod, init_count)
     usage = pod_usage(devices, init_count=init_count, init_finished=init_finished)
-    nics = _nic_source(annotations, devices, init_count, init_finished, problems)
+    nics = _nic_allocation(annotations, devices, init_count, init_finished, problems)
     listed = None if nics is None else nics.rdma_list
     if listed is not None:
         written[NIC_KEY_WORD] = listed
     node = sys.intern(node)
-    holding = Holding(node, facts_ns, shared_usage(usage), allocation_key(node, written), nics)
-    return PodFacts(facts_uid, facts_ns, facts_name, holding, problems=tuple(problems))
+    holding = Holding(node, namespace, shared_usage(usage), allocation_key(node, written), nics)
+    return PodFacts(uid, namespace, name, holding, problems=tuple(problems))
 
 
-def _nic_source(
+def _nic_allocation(
     annotations: Mapping[str, str],
     devices: PodDevices,
     init_count: int,
     init_finished: bool,
     problems: list[str],
-) -> NicSource | None:
-    """The pod's :class:`NicSource`; a written list that does not decode is left out of it and
-    reported in ``problems`` (it then holds nothing, as a bad GPU list does)."""
+) -> PodNicAllocation | None:
+    """The pod's :class:`PodNicAllocation`; a written list that does not decode is left out of
+    it and reported in ``problems`` (it then holds nothing, as a bad GPU list does)."""
     if not any(key in annotations for key in NIC_ANNOTATIONS):
         return None
     kept = dict(annotations)
@@ -253,7 +245,9 @@ def _nic_source(
             problems.append(str(exc))
             del kept[key]
     uuids = [device.uuid for _, pod in devices.entries for ctr in pod for device in ctr]
-    return nic_source(kept, init_count=init_count, init_finished=init_finished, gpu_uuids=uuids)
+    return pod_nic_allocation(
+        kept, init_count=init_count, init_finished=init_finished, gpu_uuids=uuids
+    )
 
 
 _KEPT_META: Final = ("name", "namespace", "uid", "resourceVersion")
@@ -272,35 +266,32 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     containers (as empty entries, for their count), a terminal phase and the init containers'
     exit codes — ``spec`` and ``status`` are left out entirely when they hold none of these.
     """
-    meta = _mapping(obj.get("metadata"))
-    annotations = _mapping(meta.get("annotations"))
+    pod = PodView(obj)
+    meta, annotations = pod.meta, pod.annotations
     wanted = [keys.VGPU_NODE, *NIC_ANNOTATIONS]
     wanted += [v.devices_allocated_key for v in vendors if v.devices_allocated_key]
     slim_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if "namespace" in slim_meta:
         slim_meta["namespace"] = _interned(slim_meta["namespace"])
     # Keys from our constants (interned), not the decoded document's own copies.
-    kept = {k: annotations[k] for k in wanted if isinstance(annotations.get(k), str)}
+    kept = {k: annotations[k] for k in wanted if k in annotations}
     if keys.VGPU_NODE in kept:
         kept[keys.VGPU_NODE] = sys.intern(kept[keys.VGPU_NODE])
     if kept:
         slim_meta["annotations"] = kept
-    spec = _mapping(obj.get("spec"))
-    status = _mapping(obj.get("status"))
-    inits = _list(spec.get("initContainers"))
-    init_statuses = []
-    for entry in _list(status.get("initContainerStatuses")):
-        terminated = _mapping(_mapping(_mapping(entry).get("state")).get("terminated"))
-        state = {"terminated": {"exitCode": terminated.get("exitCode")}} if terminated else {}
-        init_statuses.append({"state": state})
-    phase = status.get("phase")
+    inits = len(pod.init_containers)
+    init_statuses = [
+        {"state": {"terminated": {"exitCode": terminated.get("exitCode")}} if terminated else {}}
+        for terminated in _init_terminations(pod)
+    ]
+    terminal, phase = pod.terminal, pod.phase
     obj.clear()
     obj["metadata"] = slim_meta
     if inits:
-        obj["spec"] = {"initContainers": [{} for _ in inits]}
+        obj["spec"] = {"initContainers": [{} for _ in range(inits)]}
     slim_status: dict[str, Any] = {}
-    if phase in TERMINAL_PHASES:
-        slim_status["phase"] = _interned(phase)
+    if terminal:
+        slim_status["phase"] = sys.intern(phase)
     if init_statuses:
         slim_status["initContainerStatuses"] = init_statuses
     if slim_status:

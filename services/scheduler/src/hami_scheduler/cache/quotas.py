@@ -14,10 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hami_kube.objects import ObjectView
 from hami_protocol.vendor.table import Vendor
 from hami_scheduler.core import QuotaLimits, limits_from_hard
 
-__all__ = ["QuotaCache", "QuotaObject"]
+__all__ = ["QuotaLimitCache", "QuotaObject"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +30,11 @@ class QuotaObject:
     limits: Mapping[str, QuotaLimits]
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+class QuotaLimitCache:
+    """ResourceQuota key → :class:`QuotaObject`, and namespace → vendor → merged limits.
 
-
-class QuotaCache:
-    """ResourceQuota key → :class:`QuotaObject`, and namespace → vendor → merged limits."""
+    Limits only: what a namespace uses is the pod cache's ledger (the webhook's own quota cache,
+    which also counts usage, is a different thing)."""
 
     def __init__(self, vendors: Sequence[Vendor]) -> None:
         self._vendors = tuple(vendors)
@@ -45,17 +45,19 @@ class QuotaCache:
         return len(self._objects)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
-        meta = _mapping(obj.get("metadata"))
-        namespace, name = meta.get("namespace"), meta.get("name")
-        if not isinstance(namespace, str) or not isinstance(name, str):
+        quota = ObjectView(obj)
+        namespace, name = quota.namespace, quota.name
+        if not namespace or not name:
             return
-        hard = _mapping(_mapping(obj.get("spec")).get("hard"))
+        hard = quota.spec.get("hard")
+        if not isinstance(hard, Mapping):
+            hard = {}
         limits = {}
         for vendor in self._vendors:
             found = limits_from_hard(hard, vendor)
             if found.limited:
                 limits[vendor.common_word] = found
-        key = f"{namespace}/{name}"
+        key = quota.key
         before = self._objects.get(key)
         if not limits:
             if before is not None:
@@ -66,12 +68,9 @@ class QuotaCache:
         self._merge(namespace)
 
     def remove(self, obj: Mapping[str, Any]) -> None:
-        meta = _mapping(obj.get("metadata"))
-        namespace, name = meta.get("namespace"), meta.get("name")
-        if self._objects.pop(f"{namespace}/{name}", None) is not None and isinstance(
-            namespace, str
-        ):
-            self._merge(namespace)
+        quota = ObjectView(obj)
+        if self._objects.pop(quota.key, None) is not None:
+            self._merge(quota.namespace)
 
     def _merge(self, namespace: str) -> None:
         merged: dict[str, QuotaLimits] = {}

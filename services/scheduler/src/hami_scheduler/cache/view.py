@@ -5,15 +5,19 @@
 * ``nodes``: node name → :class:`~hami_scheduler.core.NodeUsage` for every registered node with
   at least one usable vendor — the mapping :func:`~hami_scheduler.core.select_node` reads;
 * per node the :class:`~hami_scheduler.cache.nodes.NodeFacts` (registrations, cordon, pair
-  scores, handshakes) and which vendors are marked unavailable by the handshake rule;
+  scores, handshakes) and its :class:`~hami_scheduler.cache.health.NodeHealth` (which vendors
+  are marked unavailable by the handshake rule, which bad annotations were reported);
 * per pod UID what the pod holds (:class:`PodRecord`), applied to its node's usage and to the
   namespace's :class:`~hami_scheduler.core.QuotaLedger`;
 * the RDMA NICs and exclusive PCIe claims (:class:`~hami_scheduler.cache.nics.NicCache`):
   ``nics`` maps node name → :class:`~hami_scheduler.core.joint.nics.NicUsage`, the mapping
   :func:`~hami_scheduler.core.joint.decide.select_joint` reads; a pod's holding carries its NIC
-  part,
-  so assumptions, releases and deletions move it together with the GPU usage;
-* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaCache`).
+  part, so assumptions, releases and deletions move it together with the GPU usage;
+* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaLimitCache`).
+
+:attr:`SchedulerCache.fleet` is all of it as the selection rule reads it
+(:class:`~hami_scheduler.core.joint.route.Fleet`); :meth:`SchedulerCache.simulated` builds a
+throw-away one from Node objects given in a request, with the usage known for those names.
 
 Every event costs O(devices of the pod or node): a pod event shifts one node's usage, a node
 event rebuilds only that node (and only when its registration, cordon or pair scores changed).
@@ -35,21 +39,21 @@ The cache performs no I/O; callbacks report bad annotations and health changes t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from hami_kube.objects import NodeView, PodView
+from hami_kube.resources import JsonObject
 from hami_kube.timefmt import utc_now
-from hami_protocol import keys
-from hami_protocol.durations import format_go_duration
-from hami_protocol.node.handshake import check_handshake
 from hami_protocol.pod.devices import DeviceUsageSummary
 from hami_protocol.selectors import EVERYTHING, LabelSelector
 from hami_protocol.vendor.table import Vendor
+from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
 from hami_scheduler.cache.nics import NicCache
 from hami_scheduler.cache.nodes import NodeFacts, read_node
 from hami_scheduler.cache.pods import AllocationKey, Holding, read_pod
-from hami_scheduler.cache.quotas import QuotaCache
+from hami_scheduler.cache.quotas import QuotaLimitCache
 from hami_scheduler.core import (
     NodeUsage,
     QuotaLedger,
@@ -59,15 +63,32 @@ from hami_scheduler.core import (
     remove_usage,
 )
 from hami_scheduler.core.joint.nics import NicUsage
+from hami_scheduler.core.joint.route import Fleet
 
-__all__ = ["HandshakeWrite", "PodRecord", "SchedulerCache"]
+__all__ = ["HandshakeWrite", "PodRecord", "SchedulerCache", "Simulation"]
 
-BadAnnotation = Callable[[str, str, str, str], None]
-"""``(node, annotation key, problem, raw value)`` — called once per distinct bad value."""
-HealthChange = Callable[[str, str, bool], None]
-"""``(node, vendor word, healthy)`` — a vendor was marked unavailable or came back."""
 PodProblem = Callable[[str, str, str], None]
 """``(namespace/name, uid, problem)`` — a pod's device list could not be decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """Node objects from a request, read against the cache (:meth:`SchedulerCache.simulated`)."""
+
+    fleet: Fleet
+    objects: Mapping[str, JsonObject]
+    """Node name → the object as given, for the readable ones."""
+    failed: Mapping[str, str]
+    """Node name → why its object cannot be used (no name, a malformed register annotation)."""
+
+
+def _unreadable(facts: NodeFacts) -> str | None:
+    if not facts.name:
+        return "node object has no name"
+    for registration in facts.registrations:
+        if registration.error:
+            return registration.error
+    return None
 
 
 @dataclass(slots=True)
@@ -81,20 +102,6 @@ class PodRecord:
     released: frozenset[AllocationKey] = frozenset()
     effective: Holding | None = None
     problems: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class HandshakeWrite:
-    """A handshake annotation the leader should set to ``Requesting_<now>``."""
-
-    node: str
-    key: str
-    vendor: str
-
-
-@dataclass(slots=True)
-class _Reported:
-    values: dict[str, str] = field(default_factory=dict)
 
 
 class SchedulerCache:
@@ -112,23 +119,21 @@ class SchedulerCache:
         on_pod_problem: PodProblem | None = None,
     ) -> None:
         self.vendors = tuple(vendors)
-        self._vendor = {vendor.common_word: vendor for vendor in self.vendors}
         self._selector = selector
-        self._expiry = timedelta(seconds=handshake_timeout_s)
         self._now = now
-        self._on_bad_annotation = on_bad_annotation
-        self._on_health_change = on_health_change
         self._on_pod_problem = on_pod_problem
         self.nodes: dict[str, NodeUsage] = {}
         self.ledger = QuotaLedger()
-        self.quotas = QuotaCache(self.vendors)
+        self.quotas = QuotaLimitCache(self.vendors)
+        self._health = NodeHealth(
+            self.vendors,
+            handshake_timeout_s=handshake_timeout_s,
+            on_bad_annotation=on_bad_annotation,
+            on_health_change=on_health_change,
+        )
         self._facts: dict[str, NodeFacts] = {}
-        self._unhealthy: dict[str, frozenset[str]] = {}
-        self._advertised: dict[str, frozenset[str]] = {}
-        """Node → vendors whose count resource it has advertised as allocatable (> 0)."""
         self._node_pods: dict[str, dict[str, tuple[DeviceUsageSummary, ...]]] = {}
         self._pods: dict[str, PodRecord] = {}
-        self._reported: dict[str, _Reported] = {}
         self.nic = NicCache()
         self.troubled: set[str] = set()
         """Nodes with a malformed register annotation or a vendor marked unavailable: the
@@ -143,6 +148,11 @@ class SchedulerCache:
     def gpu_claimed(self) -> set[str]:
         """Nodes where a pod holds an exclusive PCIe claim on GPUs."""
         return self.nic.gpu_claimed
+
+    @property
+    def fleet(self) -> Fleet:
+        """The cached nodes, as the selection rule reads them (a view: it follows the cache)."""
+        return Fleet(self.nodes, self.nic.usages, self.nic.gpu_claimed, self._facts)
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -159,14 +169,13 @@ class SchedulerCache:
 
     def unavailable_count(self) -> int:
         """Node × vendor pairs marked unavailable by the handshake rule."""
-        return sum(len(marks) for marks in self._unhealthy.values())
+        return self._health.unavailable_count()
 
     # -- nodes -------------------------------------------------------------------------------
     def upsert_node(self, obj: Mapping[str, Any]) -> None:
         """A Node was added or changed."""
-        meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or not name:
+        name = NodeView(obj).name
+        if not name:
             return
         previous = self._facts.get(name)
         facts = read_node(obj, self.vendors, previous)
@@ -174,8 +183,8 @@ class SchedulerCache:
             self.remove_node_named(name)
             return
         self._facts[name] = facts
-        self._report(facts)
-        health_changed = self._judge(name, facts, self._now(), None)
+        self._health.report(facts)
+        health_changed = self._health.judge(facts, self._now())
         if previous is None or previous.layout_key != facts.layout_key or health_changed:
             self._rebuild(name)
         if previous is None or previous.nic_key != facts.nic_key:
@@ -183,27 +192,20 @@ class SchedulerCache:
         self._retrouble(name)
 
     def remove_node(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if isinstance(name, str):
-            self.remove_node_named(name)
+        self.remove_node_named(NodeView(obj).name)
 
     def remove_node_named(self, name: str) -> None:
         # Pods keep their holdings (their own events release them); a returning node is rebuilt
         # with them.
         self._facts.pop(name, None)
         self.nodes.pop(name, None)
-        self._unhealthy.pop(name, None)
-        self._advertised.pop(name, None)
-        self._reported.pop(name, None)
+        self._health.forget(name)
         self.troubled.discard(name)
         self.nic.node_removed(name)
 
     def _retrouble(self, name: str) -> None:
         facts = self._facts.get(name)
-        if facts is not None and (
-            name in self._unhealthy or facts.rdma_error or any(r.error for r in facts.registrations)
-        ):
+        if facts is not None and self._health.troubled(facts):
             self.troubled.add(name)
         else:
             self.troubled.discard(name)
@@ -212,69 +214,21 @@ class SchedulerCache:
         return self._facts.get(name)
 
     def unhealthy(self, name: str) -> frozenset[str]:
-        return self._unhealthy.get(name, frozenset())
+        return self._health.unhealthy(name)
 
     def node_problem(self, name: str, words: Iterable[str]) -> str | None:
         """Why a seen node cannot take a pod asking for vendors ``words``, beyond its devices:
         a malformed register annotation, or devices that stopped answering the handshake."""
         facts = self._facts.get(name)
-        if facts is None:
-            return None
-        wanted = set(words)
-        for registration in facts.registrations:
-            if registration.word not in wanted:
-                continue
-            if registration.error:
-                return registration.error
-            if registration.word in self._unhealthy.get(name, ()):
-                vendor = self._vendor[registration.word]
-                if self._withdrawn(name, facts, registration.word):
-                    return (
-                        f"{registration.word} devices unavailable: the node stopped advertising "
-                        f"{vendor.count_resource} (its device plugin is not registered)"
-                    )
-                return (
-                    f"{registration.word} devices unavailable: handshake {vendor.handshake_key} "
-                    f"not answered within {format_go_duration(self._expiry.total_seconds())}"
-                )
-        return None
-
-    def _withdrawn(self, name: str, facts: NodeFacts, word: str) -> bool:
-        """Whether the node advertised ``word``'s count resource before and no longer does."""
-        return word in self._advertised.get(name, ()) and word not in facts.allocatable
+        return None if facts is None else self._health.problem(facts, words)
 
     def nic_problem(self, name: str) -> str | None:
         """Why a seen node's NICs cannot be used: its RDMA register annotation is unreadable."""
         return self.nic.problem(name)
 
-    def _report(self, facts: NodeFacts) -> None:
-        reported = self._reported.setdefault(facts.name, _Reported())
-        problems = [(r.key, r.error, r.raw) for r in facts.registrations if r.error]
-        if facts.pair_error:
-            problems.append(("hami.io/node-nvidia-score", facts.pair_error, facts.pair_raw))
-        if facts.rdma_error:
-            problems.append((keys.RDMA_REGISTER, facts.rdma_error, facts.rdma_raw))
-        current = {key for key, _, _ in problems}
-        for key in [key for key in reported.values if key not in current]:
-            del reported.values[key]
-        for key, problem, raw in problems:
-            if reported.values.get(key) == raw:
-                continue
-            reported.values[key] = raw
-            if self._on_bad_annotation is not None:
-                self._on_bad_annotation(facts.name, key, problem, raw)
-
-    def _usable(self, name: str, facts: NodeFacts) -> dict[str, Sequence[Any]]:
-        marks = self._unhealthy.get(name, frozenset())
-        return {
-            r.word: r.devices
-            for r in facts.registrations
-            if not r.error and r.devices and r.word not in marks
-        }
-
     def _rebuild(self, name: str) -> None:
         facts = self._facts.get(name)
-        devices = self._usable(name, facts) if facts is not None else {}
+        devices = self._health.usable(facts) if facts is not None else {}
         if facts is None or not devices:
             self.nodes.pop(name, None)
             return
@@ -287,32 +241,36 @@ class SchedulerCache:
             usages=[summary for usage in held.values() for summary in usage],
         )
 
-    def simulated_node(self, obj: Mapping[str, Any], *, exclude_uid: str = "") -> NodeUsage | str:
-        """A throw-away :class:`NodeUsage` from a Node object given in a request (the
-        autoscaler's simulation path), with the usage this cache knows for that node name;
-        or why the node cannot be used.  Changes nothing."""
-        facts = read_node(obj, self.vendors)
-        if not facts.name:
-            return "node object has no name"
-        for registration in facts.registrations:
-            if registration.error:
-                return registration.error
-        devices = {r.word: r.devices for r in facts.registrations if r.devices}
-        if not devices:
-            return "node unregistered"
-        held = self._node_pods.get(facts.name, {})
-        return build_node_usage(
-            facts.name,
-            devices,
-            cordon=facts.cordon,
-            pair_scores=facts.pair_scores,
-            usages=[s for uid, usage in held.items() if uid != exclude_uid for s in usage],
-        )
-
-    def simulated_nics(self, obj: Mapping[str, Any], *, exclude_uid: str = "") -> NicUsage | None:
-        """:meth:`simulated_node`'s NIC counterpart (``None``: the node has no NIC layout)."""
-        facts = read_node(obj, self.vendors)
-        return self.nic.simulated(facts, exclude_uid=exclude_uid) if facts.name else None
+    def simulated(self, objs: Iterable[JsonObject], *, exclude_uid: str = "") -> Simulation:
+        """The nodes of Node objects given in a request (the autoscaler's simulation path), with
+        the usage this cache knows for those names, leaving out pod ``exclude_uid``.  Changes
+        nothing."""
+        gpus: dict[str, NodeUsage] = {}
+        nics: dict[str, NicUsage] = {}
+        objects: dict[str, JsonObject] = {}
+        failed: dict[str, str] = {}
+        for obj in objs:
+            facts = read_node(obj, self.vendors)
+            problem = _unreadable(facts)
+            if problem is not None:
+                failed[facts.name] = problem
+                continue
+            objects[facts.name] = obj
+            devices = {r.word: r.devices for r in facts.registrations if r.devices}
+            if devices:
+                held = self._node_pods.get(facts.name, {})
+                gpus[facts.name] = build_node_usage(
+                    facts.name,
+                    devices,
+                    cordon=facts.cordon,
+                    pair_scores=facts.pair_scores,
+                    usages=[s for uid, usage in held.items() if uid != exclude_uid for s in usage],
+                )
+            usage = self.nic.simulated(facts, exclude_uid=exclude_uid)
+            if usage is not None:
+                nics[facts.name] = usage
+        claimed = {name for name, usage in nics.items() if usage.claims_gpus}
+        return Simulation(Fleet(gpus, nics, claimed, objects), objects, failed)
 
     # -- handshakes ----------------------------------------------------------------------------
     def check_handshakes(self, names: Iterable[str], now: datetime) -> list[HandshakeWrite]:
@@ -321,7 +279,7 @@ class SchedulerCache:
         writes: list[HandshakeWrite] = []
         for name in names:
             facts = self._facts.get(name)
-            if facts is not None and self._judge(name, facts, now, writes):
+            if facts is not None and self._health.judge(facts, now, writes):
                 self._rebuild(name)
                 self._retrouble(name)
         return writes
@@ -335,50 +293,6 @@ class SchedulerCache:
 
     def node_names(self) -> list[str]:
         return list(self._facts)
-
-    def _judge(
-        self, name: str, facts: NodeFacts, now: datetime, writes: list[HandshakeWrite] | None
-    ) -> bool:
-        before = self._unhealthy.get(name, frozenset())
-        marks = set(before)
-        advertised = self._advertised.get(name, frozenset())
-        if not facts.allocatable <= advertised:
-            self._advertised[name] = advertised | facts.allocatable
-        for registration in facts.registrations:
-            vendor = self._vendor[registration.word]
-            key = vendor.handshake_key
-            if key is None or registration.error or not registration.devices:
-                marks.discard(registration.word)
-                continue
-            if self._withdrawn(name, facts, registration.word):
-                # The kubelet stopped advertising the devices it used to: their plugin is gone,
-                # and the kubelet would refuse the pod.  Unavailable now, not a handshake
-                # timeout later (HAMi's NVIDIA rule), until the count comes back.
-                marks.add(registration.word)
-                continue
-            verdict = check_handshake(
-                facts.handshakes.get(registration.word),
-                now=now,
-                expiry=self._expiry,
-                has_allocatable=registration.word in facts.allocatable,
-            )
-            if verdict.healthy:
-                marks.discard(registration.word)
-            else:
-                marks.add(registration.word)
-            if verdict.needs_update and writes is not None:
-                writes.append(HandshakeWrite(name, key, registration.word))
-        after = frozenset(marks)
-        if after == before:
-            return False
-        if after:
-            self._unhealthy[name] = after
-        else:
-            self._unhealthy.pop(name, None)
-        if self._on_health_change is not None:
-            for word in sorted(after ^ before):
-                self._on_health_change(name, word, word in before)
-        return True
 
     # -- pods --------------------------------------------------------------------------------
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
@@ -403,10 +317,7 @@ class SchedulerCache:
 
     def remove_pod(self, obj: Mapping[str, Any]) -> None:
         """A Pod was deleted: whatever it held is released."""
-        meta = obj.get("metadata")
-        uid = meta.get("uid") if isinstance(meta, Mapping) else None
-        if isinstance(uid, str):
-            self.drop_pod(uid)
+        self.drop_pod(PodView(obj).uid)
 
     def drop_pod(self, uid: str) -> None:
         record = self._pods.pop(uid, None)

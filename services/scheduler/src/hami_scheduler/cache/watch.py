@@ -73,3 +73,7 @@ class CacheWatcher(ReflectorGroup):
             name="scheduler-resourcequotas",
         )
         super().__init__(self.nodes, self.pods, self.quotas)
+
+    def ready(self) -> bool:
+        """``/readyz``: every watch has completed its first list."""
+        return self.synced

@@ -37,6 +37,7 @@ definite verdict always equals ``decide_node(...).fits``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,7 +45,7 @@ from hami_protocol.request.containers import PERCENTAGE_UNSET
 from hami_scheduler.core.fit import MAX_CORES, clamped_cores
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import VendorQuota
-from hami_scheduler.core.usage import NodeUsage, OpenRow
+from hami_scheduler.core.usage import DeviceUsage, NodeUsage, OpenRow
 
 __all__ = ["QuickPlan", "QuickStep", "QuotaBound", "quick_plan", "quick_verdict"]
 
@@ -217,14 +218,13 @@ def quick_verdict(node: NodeUsage, plan: QuickPlan) -> bool | None:
     return True if certain else None
 
 
-def _count(rows: tuple[OpenRow, ...], step: QuickStep) -> int:
-    """Rows passing every per-device check, counted up to ``step.sure``."""
+def _passing(rows: tuple[OpenRow, ...], step: QuickStep) -> Iterator[DeviceUsage]:
+    """The devices of ``rows`` passing every per-device check, in row order."""
     memreq, percentage, cores, mutex = step.memreq, step.percentage, step.cores, step.mutex
     selectors, by_type, by_uuid = step.selectors, step.by_type, step.by_uuid
-    passing, enough = 0, step.sure
     for free_mem, free_cores, totalmem, totalcore, usedcores, used, dev in rows:
         if free_mem < memreq:
-            break  # rows are sorted by free memory: no later row has enough
+            return  # rows are sorted by free memory: no later row has enough
         if (
             free_cores < cores
             or (mutex and used)
@@ -235,6 +235,13 @@ def _count(rows: tuple[OpenRow, ...], step: QuickStep) -> int:
             or (by_uuid and not selectors.uuid_ok(dev.uuid))
         ):
             continue
+        yield dev
+
+
+def _count(rows: tuple[OpenRow, ...], step: QuickStep) -> int:
+    """Rows passing every per-device check, counted up to ``step.sure``."""
+    passing, enough = 0, step.sure
+    for _ in _passing(rows, step):
         passing += 1
         if passing >= enough:
             break
@@ -243,23 +250,9 @@ def _count(rows: tuple[OpenRow, ...], step: QuickStep) -> int:
 
 def _most_per_numa(rows: tuple[OpenRow, ...], step: QuickStep) -> int:
     """The most passing rows on any one NUMA node, counted up to ``step.sure``."""
-    memreq, percentage, cores, mutex = step.memreq, step.percentage, step.cores, step.mutex
-    selectors, by_type, by_uuid = step.selectors, step.by_type, step.by_uuid
     per_numa: dict[int, int] = {}
     most, enough = 0, step.sure
-    for free_mem, free_cores, totalmem, totalcore, usedcores, used, dev in rows:
-        if free_mem < memreq:
-            break
-        if (
-            free_cores < cores
-            or (mutex and used)
-            or (percentage != PERCENTAGE_UNSET and free_mem < totalmem * percentage // 100)
-            or (cores == MAX_CORES and totalcore == MAX_CORES and used)
-            or (cores == 0 and totalcore and usedcores == totalcore)
-            or (by_type and not selectors.type_ok(dev.type, dev.mode))
-            or (by_uuid and not selectors.uuid_ok(dev.uuid))
-        ):
-            continue
+    for dev in _passing(rows, step):
         count = per_numa[dev.numa] = per_numa.get(dev.numa, 0) + 1
         if count > most:
             most = count

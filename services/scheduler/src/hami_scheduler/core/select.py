@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Generic, TypeVar
 
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.decide import NodeDecision, decide_node
@@ -143,13 +144,17 @@ class FailureReasons(Mapping[str, str]):
         return result
 
 
+D = TypeVar("D")
+
+
 @dataclass(frozen=True, slots=True)
-class Selection:
-    """The outcome of one filter."""
+class Selection(Generic[D]):
+    """The outcome of choosing a node among candidates (HAMi's ``D`` is a
+    :class:`~hami_scheduler.core.decide.NodeDecision`, the joint one's a ``JointDecision``)."""
 
     node: str | None
     """The chosen node; ``None`` when no candidate fits."""
-    decision: NodeDecision | None
+    decision: D | None
     """The chosen node's devices and score."""
     fitting: Mapping[str, float] = field(default_factory=dict)
     """Every candidate the pod fits → its node score (for a prioritize-style answer)."""
@@ -163,7 +168,7 @@ def select_node(
     *,
     candidates: Iterable[str] | None = None,
     memo: SelectMemo | None = None,
-) -> Selection:
+) -> Selection[NodeDecision]:
     """Pick the node for ``plan`` among ``candidates`` (default: every node in ``nodes``).
 
     Candidates missing from ``nodes`` are refused as ``"node unregistered"``.

@@ -10,12 +10,11 @@ joint GPU + NIC decision.
   ``hami.io/vgpu-node``) has its own earlier ``device-allocated`` on it: that names no VFs for
   the new decision;
 * :func:`joint_record` turns a :class:`~hami_scheduler.core.joint.decide.JointDecision` into one
-patch:
-  HAMi's GPU annotations (:func:`~hami_scheduler.selection.plan.decision_record`) plus
+  patch: HAMi's GPU annotations (:func:`~hami_scheduler.selection.plan.decision_record`) plus
   ``hami.io/rdma-devices-to-allocate`` / ``-allocated`` and
   ``scheduling.koordinator.sh/device-allocated``, and the holding the cache assumes — its NIC
-  part is the :class:`~hami_scheduler.cache.pods.NicSource` the pod will carry once patched, so
-  the watch event confirming it changes nothing.
+  part is the :class:`~hami_scheduler.cache.pods.PodNicAllocation` the pod will carry once
+  patched, so the watch event confirming it changes nothing.
 
 Every error is a :class:`~hami_protocol.errors.ProtocolError` naming the annotation or resource.
 """
@@ -24,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hami_kube.objects import PodView
 from hami_protocol import keys
 from hami_protocol.request.containers import PodDeviceRequests
 from hami_protocol.vendor.table import Vendor
-from hami_scheduler.cache.pods import nic_source
+from hami_scheduler.cache.pods import pod_nic_allocation
 from hami_scheduler.core import NodeUsage, PodPlan
 from hami_scheduler.core.joint.decide import JointDecision, pod_gpu_uuids
 from hami_scheduler.core.joint.hints import (
@@ -38,7 +38,7 @@ from hami_scheduler.core.joint.hints import (
 )
 from hami_scheduler.core.joint.nics import NicLayout
 from hami_scheduler.core.joint.wire import joint_annotations
-from hami_scheduler.selection.plan import DecisionRecord, PodIdentity, decision_record
+from hami_scheduler.selection.plan import DecisionRecord, decision_record
 
 __all__ = ["joint_record", "joint_request", "managed", "wants_rdma"]
 
@@ -54,7 +54,7 @@ def managed(requests: PodDeviceRequests, koord: KoordRequests) -> bool:
     return requests.has_requests or wants_rdma(koord)
 
 
-def joint_request(pod: PodIdentity, plan: PodPlan, koord: KoordRequests) -> JointRequest:
+def joint_request(pod: PodView, plan: PodPlan, koord: KoordRequests) -> JointRequest:
     """The pod's :class:`JointRequest` (see the module doc); raises ``ProtocolError``."""
     notes = pod.annotations
     if (
@@ -71,7 +71,7 @@ def joint_record(
     plan: PodPlan,
     request: JointRequest,
     *,
-    pod: PodIdentity,
+    pod: PodView,
     node: NodeUsage,
     layout: NicLayout,
     vendors: Sequence[Vendor],
@@ -79,7 +79,7 @@ def joint_record(
 ) -> DecisionRecord:
     """The patch and the assumed holding for a fitting joint decision on ``node``."""
     extra = joint_annotations(decision, node=node, layout=layout, plan=plan, request=request)
-    source = nic_source(
+    source = pod_nic_allocation(
         {**pod.annotations, **extra},
         init_count=plan.requests.init_count,
         gpu_uuids=pod_gpu_uuids(decision.devices),

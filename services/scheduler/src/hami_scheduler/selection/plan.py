@@ -1,7 +1,6 @@
 """From a pod in a request to a :class:`~hami_scheduler.core.PodPlan`, and from a decision to
 the annotations that record it.
 
-* :func:`identify` reads the pod's identity and annotations (tolerating any JSON shape);
 * :class:`Planner` parses the pod's device requests and policy annotations — NVIDIA's selectors
   and every other requested vendor's own ``use/nouse`` keys — with the scheduler's default
   policies, and attaches the namespace quota of each requested vendor that has one;
@@ -17,19 +16,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from hami_kube.objects import PodView
 from hami_protocol import keys
 from hami_protocol.pod.devices import encode_pod_devices
 from hami_protocol.pod.policy import GpuPolicy, NodePolicy, SelectorKeys, parse_pod_policy
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests
 from hami_protocol.vendor.table import NVIDIA, Vendor
-from hami_scheduler.cache.nodes import string_map
 from hami_scheduler.cache.pods import (
     NIC_KEY_WORD,
     Holding,
-    NicSource,
+    PodNicAllocation,
     allocation_key,
     shared_usage,
 )
@@ -42,40 +41,10 @@ from hami_scheduler.core import (
     pod_plan,
 )
 
-__all__ = ["DecisionRecord", "Planner", "PodIdentity", "decision_record", "identify"]
+__all__ = ["DecisionRecord", "Planner", "decision_record"]
 
 QuotaLookup = Callable[[str, str], VendorQuota | None]
 """``(namespace, vendor word) -> quota view`` (``None``: unlimited)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodIdentity:
-    """Who the pod in a request is, and the annotations its policies come from."""
-
-    uid: str = ""
-    namespace: str = ""
-    name: str = ""
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def display(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def identify(pod: Mapping[str, Any]) -> PodIdentity:
-    meta = pod.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-
-    def text(key: str) -> str:
-        value = meta.get(key)
-        return value if isinstance(value, str) else ""
-
-    return PodIdentity(
-        uid=text("uid"),
-        namespace=text("namespace"),
-        name=text("name"),
-        annotations=string_map(meta.get("annotations")),
-    )
 
 
 def _selector_keys(vendor: Vendor) -> SelectorKeys:
@@ -101,7 +70,7 @@ class Planner:
 
     def plan(
         self,
-        pod: PodIdentity,
+        pod: PodView,
         requests: PodDeviceRequests,
         *,
         quota: QuotaLookup | None = None,
@@ -145,7 +114,7 @@ def decision_record(
     vendors: Sequence[Vendor],
     now_unix: int,
     extra_annotations: Mapping[str, str] | None = None,
-    nics: NicSource | None = None,
+    nics: PodNicAllocation | None = None,
 ) -> DecisionRecord:
     """``extra_annotations`` (a joint decision's RDMA and Koordinator annotations) are written
     in the same patch; ``nics`` is the NIC part the cache assumes with the GPUs."""

@@ -30,7 +30,7 @@ is HAMi's fit on the unclaimed GPUs).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Final
 
@@ -44,13 +44,13 @@ from hami_scheduler.core.joint.hints import NO_JOINT, JointRequest
 from hami_scheduler.core.joint.nicfit import NicPlanner, PodNics, nic_planner
 from hami_scheduler.core.joint.nics import Claim, NicUsage, build_nic_usage, nic_layout
 from hami_scheduler.core.plan import PodPlan
+from hami_scheduler.core.select import Selection
 from hami_scheduler.core.usage import NodeLayout, NodeUsage
 
 __all__ = [
     "JOINT_RULES_VIOLATION",
     "TOPOLOGY_SCOPED_GPUS",
     "JointDecision",
-    "JointSelection",
     "decide_joint",
     "pod_gpu_uuids",
     "select_joint",
@@ -324,16 +324,6 @@ def _search(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class JointSelection:
-    """The outcome of :func:`select_joint`: as :class:`~hami_scheduler.core.select.Selection`."""
-
-    node: str | None
-    decision: JointDecision | None
-    fitting: Mapping[str, float] = field(default_factory=dict)
-    failed: Mapping[str, str] = field(default_factory=dict)
-
-
 def select_joint(
     plan: PodPlan,
     request: JointRequest,
@@ -341,7 +331,7 @@ def select_joint(
     nics: Mapping[str, NicUsage],
     *,
     candidates: Iterable[str] | None = None,
-) -> JointSelection:
+) -> Selection[JointDecision]:
     """Decide every candidate in full and pick one by the node policy (ties: earlier candidate).
 
     A node without a :class:`NicUsage` has no NICs.  Every candidate pays a full
@@ -365,7 +355,7 @@ def select_joint(
         else:
             failed[name] = decision.reason
     if not fitting:
-        return JointSelection(None, None, fitting, failed)
+        return Selection(None, None, fitting, failed)
     pick = min if plan.node_policy == "spread" else max
     chosen = pick(fitting.items(), key=itemgetter(1))[0]
-    return JointSelection(chosen, decisions[chosen], fitting, failed)
+    return Selection(chosen, decisions[chosen], fitting, failed)

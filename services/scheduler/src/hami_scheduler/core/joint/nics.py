@@ -226,6 +226,11 @@ class NicUsage:
         return any(self.holders[p] for p in self.layout.scope_members.get(scope, ()))
 
     @property
+    def claims_gpus(self) -> bool:
+        """Whether some pod holds an exclusive (PCIeLevel) claim on GPUs of this node."""
+        return any(kind == DEVICE_TYPE_GPU for kind, _ in self.claims)
+
+    @property
     def gpu_claims(self) -> frozenset[str]:
         """Scopes claimed exclusively for GPUs."""
         return frozenset(scope for kind, scope in self.claims if kind == DEVICE_TYPE_GPU)
