@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
-from hami_runtime.sites import metrics_app, parse_bind, serving_sites, start_site
+from hami_runtime.sites import metrics_app, parse_bind, site, start_site
 
 
 @pytest.mark.parametrize(
@@ -55,30 +55,59 @@ async def test_metrics_site_serves_registry_and_readiness() -> None:
         await runner.cleanup()
 
 
-async def test_serving_sites_drain_stops_the_app_first_then_the_background() -> None:
-    async def hello(_: web.Request) -> web.Response:
-        return web.Response(text="hi")
+async def test_a_site_lets_a_request_in_flight_finish_then_stops() -> None:
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        entered.set()
+        await release.wait()
+        return web.Response(text="done")
 
     app = web.Application()
-    app.router.add_get("/", hello)
-    metrics = metrics_app(CollectorRegistry(), ready=lambda: True)
-    background = asyncio.create_task(asyncio.Event().wait(), name="loop")
-    async with (
-        serving_sites(
-            app, "127.0.0.1:0", ssl_context=None, metrics=metrics, metrics_bind="127.0.0.1:0"
-        ) as sites,
-        aiohttp.ClientSession() as http,
-    ):
-        async with http.get(f"http://127.0.0.1:{sites.port}/") as response:
-            assert await response.text() == "hi"
-        await sites.drain([background])
-        with pytest.raises(aiohttp.ClientConnectionError):
-            await http.get(f"http://127.0.0.1:{sites.port}/")
-        # Probes and metrics stay up until the block ends.
-        async with http.get(f"http://127.0.0.1:{sites.metrics_port}/healthz") as response:
-            assert response.status == 200
-        await asyncio.sleep(0)
-        assert background.cancelled()
+    app.router.add_get("/", slow)
     async with aiohttp.ClientSession() as http:
+        serving = site(app, "127.0.0.1:0", drain_s=5.0)
+        port = await serving.__aenter__()
+        request = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/"))
+        await entered.wait()
+        leaving = asyncio.create_task(serving.__aexit__(None, None, None))
+        await asyncio.sleep(0)
+        release.set()
+        response = await request
+        assert await response.text() == "done"
+        await leaving
         with pytest.raises(aiohttp.ClientConnectionError):
-            await http.get(f"http://127.0.0.1:{sites.metrics_port}/healthz")
+            await http.get(f"http://127.0.0.1:{port}/")
+
+
+async def test_a_request_that_never_finishes_is_cut_off_after_the_drain() -> None:
+    entered = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def hang(_: web.Request) -> web.Response:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_get("/", hang)
+    async with aiohttp.ClientSession() as http:
+        serving = site(app, "127.0.0.1:0", drain_s=0.2)
+        port = await serving.__aenter__()
+        request = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/"))
+        # An idle keep-alive connection beside it must not hold the site either.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await entered.wait()
+        started = asyncio.get_running_loop().time()
+        await serving.__aexit__(None, None, None)
+        assert asyncio.get_running_loop().time() - started < 2.0
+        assert cancelled.is_set()
+        with pytest.raises(aiohttp.ClientError):
+            await request
+        writer.close()
+        await writer.wait_closed()
+        del reader

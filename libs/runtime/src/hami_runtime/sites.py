@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 
 import prometheus_client
 from aiohttp import web
@@ -79,45 +77,29 @@ async def start_site(
     return runner, bound
 
 
-@dataclass(slots=True)
-class ServingSites:
-    """A service's two HTTP sites as :func:`serving_sites` started them."""
-
-    port: int
-    metrics_port: int
-    _runner: web.AppRunner | None
-
-    async def drain(self, background: Sequence[asyncio.Task[None]] = ()) -> None:
-        """Stop accepting and let in-flight requests finish, then cancel ``background``.
-
-        In that order, so no request is cut off by the loops it depends on ending first.
-        Metrics and probes stay up until the block ends.
-        """
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-        for task in background:
-            task.cancel()
-
-
 @contextlib.asynccontextmanager
-async def serving_sites(
+async def site(
     app: web.Application,
     bind: str,
     *,
-    ssl_context: ssl.SSLContext | None,
-    metrics: web.Application,
-    metrics_bind: str,
-) -> AsyncIterator[ServingSites]:
-    """Serve ``metrics`` on ``metrics_bind`` and ``app`` on ``bind`` for the block; both are
-    stopped on the way out (``app`` first) whatever ends it."""
-    metrics_runner, metrics_port = await start_site(metrics, metrics_bind)
+    drain_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[int]:
+    """Serve ``app`` on ``bind`` for the block; yields the bound port (``:0`` picks one).
+
+    Leaving stops accepting, closes idle keep-alive connections, lets the requests in flight
+    finish for at most ``drain_s`` and then cancels them, waiting ``drain_s`` more at most: a
+    client that holds a connection or never finishes its request cannot hold the service, and
+    no handler outlives the lifecycle step (aiohttp's own wait is a fixed 5 s).
+    """
+    runner, port = await start_site(app, bind, ssl_context=ssl_context)
     try:
-        runner, port = await start_site(app, bind, ssl_context=ssl_context)
-        sites = ServingSites(port=port, metrics_port=metrics_port, _runner=runner)
-        try:
-            yield sites
-        finally:
-            await sites.drain()
+        yield port
     finally:
-        await metrics_runner.cleanup()
+        for running in runner.sites:
+            await running.stop()
+        server = runner.server
+        if server is not None:
+            server.pre_shutdown()
+            await server.shutdown(drain_s)
+        await runner.cleanup()

@@ -77,7 +77,7 @@ from hami_kube.rest import KubeClient, open_client
 from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
-from hami_runtime.sites import metrics_app, start_site
+from hami_runtime.sites import metrics_app, site
 
 __all__ = ["COMPONENT", "EVENT_COMPONENT", "RunningPlugin", "make_backend", "run", "serving"]
 
@@ -320,11 +320,15 @@ async def run(
         node_loops.spawn("node-register", registrar.run())
         node_loops.spawn("node-watch", registrar.node_reflector().run())
 
-        metrics_runner, metrics_port = await start_site(
-            metrics_app(metrics.registry, ready=lambda: _ready(server, link, rdma)),
-            settings.metrics_bind_address,
+        metrics_port = await life.enter(
+            "metrics-site",
+            site(
+                metrics_app(metrics.registry, ready=lambda: _ready(server, link, rdma)),
+                settings.metrics_bind_address,
+                drain_s=CLOSE_S / 2,
+            ),
+            within=CLOSE_S,
         )
-        life.on_exit("metrics-site", metrics_runner.cleanup, within=CLOSE_S)
         running = RunningPlugin(
             settings=settings,
             metrics_port=metrics_port,

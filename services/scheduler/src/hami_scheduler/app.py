@@ -35,13 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
-from aiohttp import web
 
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
@@ -50,7 +48,7 @@ from hami_protocol.selectors import parse_selector_string
 from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
-from hami_runtime.sites import metrics_app, start_site
+from hami_runtime.sites import metrics_app, site
 from hami_runtime.tls import ReloadingServerTLS
 from hami_scheduler.bind import BindService
 from hami_scheduler.cache.view import SchedulerCache
@@ -214,33 +212,6 @@ def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
     )
 
 
-@contextlib.asynccontextmanager
-async def _site(
-    app: web.Application,
-    bind: str,
-    *,
-    drain_s: float,
-    ssl_context: ssl.SSLContext | None = None,
-) -> AsyncIterator[int]:
-    """Serve ``app`` for the block; the bound port.
-
-    Leaving stops accepting, closes idle keep-alive connections, lets the requests in flight
-    finish for at most ``drain_s`` and then cancels them (waiting ``drain_s`` more at most), so
-    no handler outlives the step: the runner's own wait is longer than a step's share.
-    """
-    runner, port = await start_site(app, bind, ssl_context=ssl_context)
-    try:
-        yield port
-    finally:
-        for site in runner.sites:
-            await site.stop()
-        server = runner.server
-        if server is not None:
-            server.pre_shutdown()
-            await server.shutdown(drain_s)
-        await runner.cleanup()
-
-
 async def _lead(leadership: Leadership, *, release_s: float) -> None:
     """Run ``leadership`` until cancelled.  On cancellation a campaigning leader releases its
     Lease, for at most ``release_s``: then it is cancelled again, so that the release, stuck on
@@ -337,7 +308,7 @@ async def run(
         state = ExtenderState(filters=filters, binder=binder, metrics=metrics, ready=watcher.ready)
         metrics_port = await life.enter(
             "metrics-site",
-            _site(
+            site(
                 metrics_app(metrics.registry, ready=watcher.ready),
                 settings.metrics_bind_address,
                 drain_s=_DRAIN * bound("metrics-site"),
@@ -346,7 +317,7 @@ async def run(
         )
         port = await life.enter(
             "extender-site",
-            _site(
+            site(
                 build_app(state, max_body_bytes=settings.max_body_bytes),
                 settings.http_bind,
                 drain_s=_DRAIN * bound("extender-site"),

@@ -34,7 +34,7 @@ from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.serving import server_tls
 from hami_runtime.signals import install_stop_signals
-from hami_runtime.sites import metrics_app, serving_sites
+from hami_runtime.sites import metrics_app, site
 from hami_runtime.tls import ReloadingServerTLS
 from hami_webhook.http import WebhookState, build_app
 from hami_webhook.metrics import WebhookMetrics
@@ -113,16 +113,27 @@ async def run(
             quota=watcher.cache if watcher else None,
             ready=ready,
         )
-        sites = await life.enter(
-            "sites",
-            serving_sites(
+        # In-flight reviews get half the grace at most: the watches and the client still need
+        # the rest to close.
+        drain_s = min(settings.shutdown_timeout_s, settings.shutdown_grace_s / 2) / 2
+        metrics_port = await life.enter(
+            "metrics-site",
+            site(
+                metrics_app(metrics.registry, ready=ready),
+                settings.metrics_bind_address,
+                drain_s=drain_s,
+            ),
+            within=2 * drain_s,
+        )
+        port = await life.enter(
+            "webhook-site",
+            site(
                 build_app(state, max_body_bytes=settings.max_body_bytes),
                 settings.http_bind,
+                drain_s=drain_s,
                 ssl_context=tls.context if tls else None,
-                metrics=metrics_app(metrics.registry, ready=ready),
-                metrics_bind=settings.metrics_bind_address,
             ),
-            within=min(settings.shutdown_timeout_s, settings.shutdown_grace_s / 2),
+            within=2 * drain_s,
         )
         loops = await life.tasks("loops")
         if tls is not None:
@@ -130,9 +141,9 @@ async def run(
         log.info(
             "webhook_started",
             bind=settings.http_bind,
-            port=sites.port,
+            port=port,
             tls=tls is not None,
-            metrics_port=sites.metrics_port,
+            metrics_port=metrics_port,
             quota=watcher is not None,
             scheduler_name=settings.rules.scheduler_name,
             vendors=[vendor.common_word for vendor in settings.rules.vendors],
@@ -140,8 +151,8 @@ async def run(
         if on_started is not None:
             on_started(
                 RunningWebhook(
-                    webhook_port=sites.port,
-                    metrics_port=sites.metrics_port,
+                    webhook_port=port,
+                    metrics_port=metrics_port,
                     tls=tls,
                     quota=watcher.cache if watcher else None,
                     watcher=watcher,
