@@ -114,7 +114,7 @@ async def test_a_task_swallowing_its_cancellation_is_named_and_does_not_hang_shu
         started = time.monotonic()
         async with Lifecycle("svc", grace_s=0.3) as life:
             loops = await life.tasks("loops")
-            loops.spawn("node-register", _stubborn(1, ended))
+            loops.spawn("node-register", _stubborn(2, ended))
             await asyncio.sleep(0)
         assert time.monotonic() - started < 2.0
     assert life.timed_out == ["loops"]
@@ -130,6 +130,18 @@ async def test_a_task_swallowing_its_cancellation_is_named_and_does_not_hang_shu
     for task in loops.tasks:
         task.cancel()
     await ended.wait()
+
+
+async def test_a_task_spending_its_first_cancel_on_clean_up_is_cancelled_again() -> None:
+    ended = asyncio.Event()
+    started = time.monotonic()
+    async with Lifecycle("svc", grace_s=5.0) as life:
+        loops = await life.tasks("leadership", within=1.0)
+        loops.spawn("lease", _stubborn(1, ended))
+        await asyncio.sleep(0)
+    assert ended.is_set()
+    assert life.timed_out == []
+    assert time.monotonic() - started < 1.5
 
 
 async def test_a_failing_task_stops_the_service_and_its_error_comes_out() -> None:

@@ -108,7 +108,9 @@ async def stop_tasks(
 ) -> list[asyncio.Task[Any]]:
     """Cancel ``tasks`` and wait at most ``within`` seconds for them to end.
 
-    Returns the tasks still running, after logging them by name: a task that swallows its
+    A task still running then is cancelled once more (a task may spend its first cancellation
+    on clean-up, such as releasing a Lease, that now has to stop too) and given a moment.
+    Returns the tasks still running after that, logging them by name: a task that swallows its
     cancellation (Python 3.11's ``asyncio.wait_for`` can) is named instead of hanging the caller.
     """
     pending = [task for task in tasks if not task.done()]
@@ -116,7 +118,13 @@ async def stop_tasks(
         task.cancel()
     if not pending:
         return []
-    _, still = await asyncio.wait(pending, timeout=max(within, 0.0))
+    within = max(within, 0.0)
+    second = min(_ABANDON_S, within / 4)
+    _, still = await asyncio.wait(pending, timeout=within - second)
+    if still:
+        for task in still:
+            task.cancel()
+        _, still = await asyncio.wait(still, timeout=second)
     if still:
         _log.warning(
             "tasks_still_running",

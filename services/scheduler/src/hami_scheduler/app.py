@@ -84,9 +84,6 @@ _DRAIN: Final = 0.5
 """The part of a site's share its requests in flight may take to finish (the rest: to end once
 cancelled)."""
 
-_RELEASE: Final = 0.7
-"""The part of the leadership step's share a leader may spend releasing its Lease."""
-
 _EMBEDDED_SLACK_S: Final = 2.0
 """Beyond the grace period, before an embedded scheduler that has not stopped is reported."""
 
@@ -212,22 +209,6 @@ def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
     )
 
 
-async def _lead(leadership: Leadership, *, release_s: float) -> None:
-    """Run ``leadership`` until cancelled.  On cancellation a campaigning leader releases its
-    Lease, for at most ``release_s``: then it is cancelled again, so that the release, stuck on
-    an API server that does not answer, cannot outlive the leadership step."""
-    running = asyncio.get_running_loop().create_task(leadership.run(), name="scheduler-lease")
-    try:
-        await asyncio.shield(running)
-    finally:
-        if not running.done():
-            running.cancel()
-            _, pending = await asyncio.wait({running}, timeout=release_s)
-            if pending:
-                running.cancel()
-                await asyncio.wait({running}, timeout=release_s)
-
-
 async def _after_sync(watcher: CacheWatcher, handshakes: HandshakeLoop, *, freeze_gc: bool) -> None:
     await watcher.wait_synced()
     cache = watcher.cache
@@ -300,7 +281,9 @@ async def run(
             _RoleChange(metrics=metrics, labeller=labeller, handshake_due=handshake_due),
         )
         leading = await life.tasks("leadership", within=bound("leadership"))
-        leading.spawn("leadership", _lead(leadership, release_s=_RELEASE * bound("leadership")))
+        # On its first cancel a campaigning leader releases its Lease; the step's bound cuts
+        # that short (a second cancel) when the API server does not answer.
+        leading.spawn("leadership", leadership.run())
 
         filters, binder = _deciders(
             client, settings, watcher=watcher, events=events, metrics=metrics, leadership=leadership
