@@ -1,9 +1,24 @@
-"""Suite-wide test settings."""
+"""Suite-wide test settings: the hypothesis profiles.
+
+``default`` is the everyday profile of ``make test``: few examples, so the property tests stay a
+small share of the run.  ``ci`` is the thorough one CI selects (``HYPOTHESIS_PROFILE=ci``, see
+``.ci/run``): many more examples, and a failure prints the blob that reproduces it.  Neither has
+a wall-clock deadline: on shared 2-core machines a deadline makes property tests flaky, not
+stricter.
+"""
+
+import os
 
 from hypothesis import HealthCheck, settings
 
-# Shared 2-core machines: wall-clock deadlines would make property tests flaky, not stricter.
 settings.register_profile(
-    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=200
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=50
 )
-settings.load_profile("default")
+settings.register_profile(
+    "ci",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    max_examples=400,
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

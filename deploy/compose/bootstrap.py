@@ -19,14 +19,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
+from hami_kubesim.stack.objects import WEBHOOK_SERVICE as WEBHOOK_SERVICE_KEY
+from hami_kubesim.stack.objects import mutating_webhook_configuration
 
-WEBHOOK_NAMESPACE = "hami-system"
-WEBHOOK_SERVICE = "hami-webhook"
+WEBHOOK_NAMESPACE, WEBHOOK_SERVICE = WEBHOOK_SERVICE_KEY
 WEBHOOK_HOSTS = (
     "webhook",
     WEBHOOK_SERVICE,
@@ -36,48 +36,6 @@ WEBHOOK_HOSTS = (
     "127.0.0.1",
 )
 SCHEDULER_HOSTS = ("scheduler", "hami-scheduler", "localhost", "127.0.0.1")
-IGNORE_LABEL = "hami.io/webhook"
-
-
-def webhook_configuration(ca_bundle: str) -> dict[str, Any]:
-    """The chart's MutatingWebhookConfiguration (default values), pointed at compose's Service."""
-    ignore = {"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": WEBHOOK_SERVICE, "labels": {"app.kubernetes.io/name": "hami"}},
-        "webhooks": [
-            {
-                "name": "vgpu.hami.io",
-                "admissionReviewVersions": ["v1", "v1beta1"],
-                "sideEffects": "None",
-                "failurePolicy": "Ignore",
-                "reinvocationPolicy": "Never",
-                "timeoutSeconds": 10,
-                "matchPolicy": "Equivalent",
-                "clientConfig": {
-                    "service": {
-                        "name": WEBHOOK_SERVICE,
-                        "namespace": WEBHOOK_NAMESPACE,
-                        "path": "/webhook",
-                        "port": 443,
-                    },
-                    "caBundle": ca_bundle,
-                },
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": {"matchExpressions": [dict(ignore)]},
-                "objectSelector": {"matchExpressions": [dict(ignore)]},
-            }
-        ],
-    }
 
 
 def _chown_tree(root: Path, owner: int | None) -> None:
@@ -94,7 +52,8 @@ def bootstrap(out: Path, *, owner: int | None) -> None:
         ca = generate_ca("hami-compose-ca")
         ca.issue(WEBHOOK_HOSTS, common_name="hami-webhook").write(out / "webhook")
         ca.issue(SCHEDULER_HOSTS, common_name="hami-scheduler").write(out / "scheduler")
-    document = webhook_configuration(ca_bundle_b64(ca_file.read_bytes()))
+    # The chart's MutatingWebhookConfiguration (default values), as the stack creates it.
+    document = mutating_webhook_configuration(ca_bundle=ca_bundle_b64(ca_file.read_bytes()))
     (out / "webhook-configuration.yaml").write_text(
         yaml.safe_dump(document, sort_keys=False), encoding="utf-8"
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.objects import WEBHOOK_CONFIGURATION_NAME, gpu_pod
 from hami_kubesim.stack.settle import settled
@@ -45,7 +45,7 @@ async def test_failure_policy_decides_what_happens_while_the_webhook_is_down(
     await system.webhook.stop()
     try:
         await _set_failure_policy(system, "Fail")
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(StatusError) as refused:
             await system.create(gpu_pod("closed", namespace=namespace, memory_mib=1000))
         assert 'failed calling webhook "vgpu.hami.io"' in refused.value.message
         assert system.api.try_get("pods", "closed", namespace=namespace) is None
@@ -81,7 +81,7 @@ async def test_quota_is_enforced_at_admission_and_at_filter(
     assert outcome(state, found) is Outcome.RUNNING
 
     # Over the quota on its own: the webhook refuses it.
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(StatusError) as refused:
         await system.create(gpu_pod("greedy", namespace=namespace, memory_mib=5000))
     assert refused.value.code == 403
     assert "exceeding resource quota" in refused.value.message

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hami_kube.objects import ObjectView
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.objects import gpu_pod
 from hami_kubesim.stack.settle import settled
@@ -21,7 +22,6 @@ from hami_kubesim.stack.state import (
     allocated_devices,
     allocation_record,
     failed_scheduling,
-    meta,
     outcome,
     record_containers,
     record_envs,
@@ -75,7 +75,7 @@ async def test_pods_run_with_what_the_scheduler_allocated(system: System) -> Non
 
     slice_1 = _pod(state, "slice-1")
     assert slice_1["spec"]["schedulerName"] == "hami-scheduler"  # set by the webhook
-    annotations = meta(slice_1)["annotations"]
+    annotations = ObjectView(slice_1).annotations
     assert annotations[keys.BIND_PHASE] == "success"
     assert annotations[keys.VGPU_NODE] == slice_1["spec"]["nodeName"] == "e2e-node-a"
     devices = allocated_devices(slice_1)
@@ -107,7 +107,7 @@ async def test_pods_run_with_what_the_scheduler_allocated(system: System) -> Non
     assert _env(multi_pod, "cuda-1")["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
 
     # No node lock is left once the device plugin answered.
-    assert not any(keys.NODE_LOCK in (meta(n).get("annotations") or {}) for n in state.nodes)
+    assert not any(keys.NODE_LOCK in ObjectView(n).annotations for n in state.nodes)
     assert check_all(state) == ()
     await system.clear_pods(NS)
 

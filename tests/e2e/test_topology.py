@@ -21,13 +21,13 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from hami_kube.objects import ObjectView
 from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.spec import REPO_ROOT, FakeGpu, GpuNode, SchedulerOptions, SystemSpec
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
     allocation_record,
-    meta,
     outcome,
     record_containers,
     record_envs,
@@ -109,7 +109,7 @@ def _nics_registered(state: ClusterState) -> bool:
         return False
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     return (
-        keys.RDMA_REGISTER in (meta(node).get("annotations") or {})
+        keys.RDMA_REGISTER in ObjectView(node).annotations
         and str(allocatable.get(RDMA, "0")) == "400"
     )
 
@@ -172,7 +172,7 @@ async def test_four_gpus_and_rdma_get_the_nics_of_their_switches(topology: Syste
     }
     state = await _run(topology, _pod("joint", {"nvidia.com/gpu": "4", RDMA: "1"}, annotations))
     pod = _stored(state, "joint")
-    notes = meta(pod)["annotations"]
+    notes = ObjectView(pod).annotations
     assert pod["spec"]["nodeName"] == NODE
     assert notes[keys.BIND_PHASE] == "success"
 
@@ -208,7 +208,7 @@ async def test_four_gpus_and_rdma_get_the_nics_of_their_switches(topology: Syste
     # A pod asking for a whole NIC and no GPU: the first NIC with 100 free units.
     state = await _run(topology, _pod("whole-nic", {RDMA: "100"}, {}))
     whole = _stored(state, "whole-nic")
-    whole_notes = meta(whole)["annotations"]
+    whole_notes = ObjectView(whole).annotations
     assert whole_notes[keys.BIND_PHASE] == "success"
     [[entry]] = decode_pod_devices_canonical(whole_notes[keys.RDMA_DEVICES_ALLOCATED])
     pf = bus_id_from_list_device_id(entry.uuid)
@@ -226,7 +226,7 @@ async def test_four_gpus_and_rdma_get_the_nics_of_their_switches(topology: Syste
     # No node lock is left behind.
     node = state.node(NODE)
     assert node is not None
-    assert keys.NODE_LOCK not in (meta(node).get("annotations") or {})
+    assert keys.NODE_LOCK not in ObjectView(node).annotations
     await topology.clear_pods(NS)
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from hami_kube import errors
 from hami_kube.backoff import BackoffPolicy
+from hami_kube.objects import ObjectView
 from hami_kube.patch import metadata_patch, patch_metadata, update_with_retry, with_retries
-from hami_kube.resources import NODES, PODS, resource_version_of
+from hami_kube.resources import NODES, PODS
 from hami_kube.rest import KubeClient
 from hami_kubesim.testing import RunningApiServer
 
@@ -44,7 +45,7 @@ async def test_patch_annotations_and_labels(kube: KubeClient) -> None:
 
 async def test_resource_version_precondition(kube: KubeClient) -> None:
     created = await kube.create(NODES, node("n1"))
-    version = resource_version_of(created)
+    version = ObjectView(created).resource_version
     locked = await patch_metadata(
         kube, NODES, "n1", annotations={"lock": "me"}, resource_version=version
     )
@@ -81,7 +82,7 @@ async def test_concurrent_read_modify_write_loses_no_update(kube: KubeClient) ->
 async def test_mutation_returning_none_writes_nothing(kube: KubeClient) -> None:
     created = await kube.create(NODES, node("n1"))
     result = await update_with_retry(kube, NODES, "n1", lambda obj: None)
-    assert resource_version_of(result) == resource_version_of(created)
+    assert ObjectView(result).resource_version == ObjectView(created).resource_version
 
 
 async def test_conflicts_beyond_the_bound_propagate(

@@ -1,4 +1,9 @@
-"""The reflector against the emulated API server, including a seeded fault schedule."""
+"""The reflector against the emulated API server, including a seeded fault schedule.
+
+Every test runs on virtual time (``@pytest.mark.looptime``): the back-off pauses after injected
+errors, the watch timeouts and the random pauses between operations take no real time, and they
+happen in the order of their deadlines, so a seed gives the same interleaving on any machine.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import pytest
 
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.config import KubeSettings
+from hami_kube.objects import ObjectView, object_key
 from hami_kube.reflector import (
     EventHandlers,
     Reflector,
@@ -19,12 +25,14 @@ from hami_kube.reflector import (
     ReflectorGroup,
     upserting,
 )
-from hami_kube.resources import NODES, PODS, JsonObject, object_key, resource_version_of
+from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient, open_client
 from hami_kube.store import index_by_node_name
 from hami_kubesim.testing import RunningApiServer, running_apiserver
 
 from .helpers import eventually, node, pod
+
+pytestmark = pytest.mark.looptime
 
 FAST = ReflectorConfig(watch_timeout_s=1, backoff=BackoffPolicy(initial=0.005, factor=2.0, cap=0.1))
 
@@ -49,7 +57,7 @@ class Mirror:
         self.calls.append(("update", key))
         if self.objects.get(key) != old:
             self.violations.append(f"update of unknown or stale {key}")
-        if resource_version_of(old) == resource_version_of(new):
+        if ObjectView(old).resource_version == ObjectView(new).resource_version:
             self.violations.append(f"update without a change {key}")
         self.objects[key] = new
 

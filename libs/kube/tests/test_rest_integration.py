@@ -78,6 +78,7 @@ async def test_binding_subresource(kube: KubeClient) -> None:
         await kube.post_subresource(PODS, "a", "binding", binding, namespace="default")
 
 
+@pytest.mark.looptime  # the server ends the watch after 1 s of virtual time
 async def test_watch_streams_changes_then_ends_on_timeout(kube: KubeClient) -> None:
     listing = await kube.list(PODS)
     await kube.create(PODS, pod("a"))

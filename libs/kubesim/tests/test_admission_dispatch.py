@@ -22,7 +22,7 @@ from hami_kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, POD
 from hami_kube.rest import KubeClient, open_client
 from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.certs import ServerCertificate, ca_bundle_b64, generate_ca
-from hami_kubesim.testing import running_apiserver
+from hami_kubesim.testing import eventually, running_apiserver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,7 +102,10 @@ class Cluster:
             },
         )
         wanted = {hook["name"] for hook in hooks}
-        await until(lambda: wanted <= {h.name for h in self.dispatcher.webhooks})
+        await eventually(
+            lambda: wanted <= {h.name for h in self.dispatcher.webhooks},
+            what=f"the dispatcher sees {sorted(wanted)}",
+        )
 
     async def create_pod(
         self, name: str, namespace: str = "default", labels: dict[str, str] | None = None
@@ -114,14 +117,6 @@ class Cluster:
             "spec": {"containers": [{"name": "main", "image": "busybox"}]},
         }
         return await self.api.create(PODS, body, namespace=namespace)
-
-
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached before the deadline")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -358,8 +353,10 @@ async def test_untrusted_certificate_fails_closed(cluster: Cluster, tls: Any) ->
     assert server.received == []
 
 
+@pytest.mark.looptime  # the 1 s timeout expires on virtual time
 async def test_slow_webhook_times_out(cluster: Cluster, tls: Any) -> None:
     cert, _ = tls
+    loop = asyncio.get_running_loop()
     release = asyncio.Event()
 
     async def slow(_request: dict[str, Any]) -> dict[str, Any]:
@@ -368,8 +365,10 @@ async def test_slow_webhook_times_out(cluster: Cluster, tls: Any) -> None:
 
     async with serve(WebhookServer(slow), cert) as url:
         await cluster.add_webhooks("slow", hook("slow.hami.io", url, cert.ca_pem, timeoutSeconds=1))
+        started = loop.time()
         with pytest.raises(ApiError) as info:
             await cluster.create_pod("p10")
+        assert loop.time() - started == pytest.approx(1.0, abs=0.1)
         release.set()
     assert info.value.status == 500
     assert "context deadline exceeded" in info.value.message
@@ -470,7 +469,7 @@ async def test_dispatcher_follows_configuration_deletes(cluster: Cluster, tls: A
     async with serve(server, cert) as url:
         await cluster.add_webhooks("temp", hook("temp.hami.io", url, cert.ca_pem))
         await cluster.api.delete(MUTATING_WEBHOOK_CONFIGURATIONS, "temp")
-        await until(lambda: not cluster.dispatcher.webhooks)
+        await eventually(lambda: not cluster.dispatcher.webhooks, what="no webhooks left")
         pod = await cluster.create_pod("after-delete")
     assert server.received == []
     assert not pod["metadata"].get("annotations")

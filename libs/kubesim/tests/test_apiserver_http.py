@@ -17,12 +17,6 @@ from hami_kubesim.testing import RunningApiServer, running_apiserver
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[RunningApiServer]:
-    async with running_apiserver() as running:
-        yield running
-
-
-@pytest.fixture
 async def core(sim: RunningApiServer) -> client.CoreV1Api:
     return client.CoreV1Api(sim.api_client())
 

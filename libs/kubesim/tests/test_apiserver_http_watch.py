@@ -14,11 +14,8 @@ from kubernetes_asyncio import client, watch
 
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 
-
-@pytest.fixture
-async def sim() -> AsyncIterator[RunningApiServer]:
-    async with running_apiserver(bookmark_interval=0.2) as running:
-        yield running
+# Virtual time: the 1 s watch timeouts and 0.2 s bookmarks take no real time.
+pytestmark = [pytest.mark.kubesim(bookmark_interval=0.2), pytest.mark.looptime]
 
 
 @pytest.fixture

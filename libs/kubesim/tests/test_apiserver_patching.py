@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.objects.patching import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -99,7 +99,7 @@ def test_strategic_conditions_by_type() -> None:
 
 
 def test_strategic_missing_merge_key_is_bad_request() -> None:
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(StatusError) as info:
         strategic_merge_patch("Pod", POD, {"spec": {"containers": [{"image": "x"}]}})
     assert info.value.code == 400
 
@@ -115,7 +115,7 @@ def test_strategic_missing_merge_key_is_bad_request() -> None:
     ],
 )
 def test_json_patch_errors(ops: Any, code: int) -> None:
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(StatusError) as info:
         apply_patch("Pod", POD, JSON_PATCH, ops)
     assert info.value.code == code
 
@@ -139,7 +139,7 @@ def test_json_patch_applies_in_order() -> None:
 
 def test_media_type_and_unknown_type() -> None:
     assert media_type("application/merge-patch+json; charset=utf-8") == MERGE_PATCH
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(StatusError) as info:
         apply_patch("Pod", POD, "text/plain", {})
     assert info.value.code == 415
     assert apply_patch("Pod", POD, STRATEGIC_PATCH, {}) == POD
@@ -185,7 +185,7 @@ def test_strategic_equals_merge_without_list_keys(
 def error_code(call: Callable[[], object]) -> int | None:
     try:
         call()
-    except ApiError as err:
+    except StatusError as err:
         return err.code
     return None
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.apiserver.errors import ApiError, BadRequestError
+from hami_kubesim.apiserver.errors import BadRequestError, StatusError
 from hami_kubesim.apiserver.selectors import (
     field_value,
     label_selector_from_query,
@@ -116,7 +116,7 @@ def error_code(call: Callable[[], object]) -> int | None:
     """The API error code ``call`` raises, or ``None``; any other exception escapes."""
     try:
         call()
-    except ApiError as err:
+    except StatusError as err:
         return err.code
     return None
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.apiserver.selectors import parse_field_selector
 from hami_kubesim.apiserver.store import BOOTSTRAP_NAMESPACES, Store
 from hami_kubesim.objects.resources import (
@@ -31,8 +31,8 @@ def store() -> Store:
     return Store(seed=1)
 
 
-def error_of(call: Any) -> ApiError:
-    with pytest.raises(ApiError) as info:
+def error_of(call: Any) -> StatusError:
+    with pytest.raises(StatusError) as info:
         call()
     return info.value
 

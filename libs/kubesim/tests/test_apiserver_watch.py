@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.apiserver.selectors import FieldSelector
-from hami_kubesim.apiserver.server import ApiServer, LocalWatch, WatchEvent
+from hami_kubesim.apiserver.server import ApiServer, LocalWatch, LocalWatchEvent
 from hami_kubesim.apiserver.store import Store
 from hami_kubesim.apiserver.watch import Watcher
 from hami_kubesim.objects.patching import MERGE_PATCH as MERGE
@@ -26,15 +26,15 @@ def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"metadata": meta, "spec": {"containers": [{"name": "c", "image": "i"}]}}
 
 
-async def take(stream: LocalWatch, count: int) -> list[WatchEvent]:
-    out: list[WatchEvent] = []
+async def take(stream: LocalWatch, count: int) -> list[LocalWatchEvent]:
+    out: list[LocalWatchEvent] = []
     async with asyncio.timeout(5):
         while len(out) < count:
             out.append(await anext(stream))
     return out
 
 
-def summary(events: list[WatchEvent]) -> list[tuple[str, str]]:
+def summary(events: list[LocalWatchEvent]) -> list[tuple[str, str]]:
     return [
         (e.type, e.object.get("metadata", {}).get("name", e.object.get("reason", "")))
         for e in events
@@ -143,8 +143,8 @@ async def test_too_large_resource_version() -> None:
 async def test_slow_watcher_is_expired_not_buffered() -> None:
     server = ApiServer(watch_queue_limit=3)
     stream = server.watch("configmaps", resource_version=str(server.resource_version))
+    assert server.stats()["watchers"]["configmaps"] == 1  # registered when opened
     pending = asyncio.ensure_future(anext(stream))
-    await asyncio.sleep(0)  # the watch is registered once the generator starts
     for i in range(5):
         await server.create("configmaps", {"metadata": {"name": f"c{i}", "namespace": "default"}})
     async with asyncio.timeout(5):
@@ -163,7 +163,6 @@ async def test_drop_watches(mode: str) -> None:
     server = ApiServer()
     stream = server.watch("nodes", resource_version=str(server.resource_version))
     pending = asyncio.ensure_future(anext(stream, None))
-    await asyncio.sleep(0)
     assert server.drop_watches("nodes", mode=mode) == 1
     async with asyncio.timeout(5):
         event = await pending
@@ -216,7 +215,7 @@ def test_watch_replay_reconstructs_state_and_versions_only_grow(
                 entry = store.patch(
                     CONFIG_MAPS, "default", name, MERGE, {"metadata": {"finalizers": None}}
                 )
-        except ApiError:
+        except StatusError:
             assert store.rv == before
             continue
         assert store.rv in (before, before + 1)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_kube.objects import PodView
 from hami_kubesim.kubelet.devices import (
     ContainerDemand,
     DeviceAllocationError,
@@ -85,7 +86,7 @@ def test_container_demands_order_kinds_and_filtering() -> None:
             ],
         }
     }
-    demands = container_demands(pod, lambda name: name == "nvidia.com/gpu")
+    demands = container_demands(PodView(pod), lambda name: name == "nvidia.com/gpu")
     assert demands == (
         ContainerDemand("init", "init", (("nvidia.com/gpu", 1),)),
         ContainerDemand("side", "sidecar", (("nvidia.com/gpu", 2),)),
@@ -99,7 +100,7 @@ def test_container_demands_order_kinds_and_filtering() -> None:
 def test_container_demands_rejects_bad_counts(value: object) -> None:
     pod = {"spec": {"containers": [_container("c", limits={"nvidia.com/gpu": value})]}}
     with pytest.raises(DeviceAllocationError, match=r"invalid quantity"):
-        container_demands(pod, lambda _: True)
+        container_demands(PodView(pod), lambda _: True)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +108,7 @@ def test_container_demands_rejects_bad_counts(value: object) -> None:
 )
 def test_container_demands_read_counts_as_quantities(value: object, count: int) -> None:
     pod = {"spec": {"containers": [_container("c", limits={"nvidia.com/gpu": value})]}}
-    assert container_demands(pod, lambda _: True) == (
+    assert container_demands(PodView(pod), lambda _: True) == (
         ContainerDemand("c", "app", (("nvidia.com/gpu", count),)),
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from hami_kube.objects import PodView
 from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager
@@ -158,23 +159,32 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             self._server = None
 
     async def watch_kubelet(self) -> None:
-        """Serve again and re-register once the kubelet deleted this plugin's socket (restart).
+        """Serve again and re-register each time the kubelet deletes this plugin's socket
+        (a restart) until cancelled.
 
-        Real plugins watch the directory with inotify; polling is enough here.
+        Real plugins watch the directory with inotify; polling with ``eventually`` is enough
+        here.
         """
         own = self.plugin_dir / self.endpoint
         while True:
-            await asyncio.sleep(0.02)
-            if own.exists():
-                continue
+            await eventually(
+                lambda: not own.exists(), within=WATCH_S, what="the kubelet removes our socket"
+            )
             await self.stop()
             await self.serve()
-            while True:  # kubelet.sock may not be back yet
-                try:
-                    await self.register()
-                    break
-                except grpc.aio.AioRpcError:
-                    await asyncio.sleep(0.02)
+            # kubelet.sock may not be back yet
+            await eventually(self._registered, within=10, what="registration with the kubelet")
+
+    async def _registered(self) -> bool:
+        try:
+            await self.register()
+        except grpc.aio.AioRpcError:
+            return False
+        return True
+
+
+WATCH_S = 3600.0
+"""How long the fake plugin's watcher waits for a kubelet restart (it is cancelled sooner)."""
 
 
 @pytest.fixture
@@ -265,7 +275,7 @@ async def test_admit_allocates_per_container_with_init_reuse(plugin_dir: Path) -
         await eventually(lambda: manager.resources()[RESOURCE].allocatable == 6)
 
         pod = _pod("u1", [("main", 3), ("plain", 0)], init=[("init", 2)])
-        allocation = await manager.admit(pod)
+        allocation = await manager.admit(PodView(pod))
 
         # init: nothing reusable -> GetPreferredAllocation over all six, size 2.
         # main: the init container's two devices are reused and one more is asked for.
@@ -283,12 +293,12 @@ async def test_admit_allocates_per_container_with_init_reuse(plugin_dir: Path) -
         assert manager.in_use(RESOURCE) == {"g3", "g4", "g5"}
 
         # A second pod gets only free devices; the first pod's release frees them.
-        other = await manager.admit(_pod("u2", [("c", 3)]))
+        other = await manager.admit(PodView(_pod("u2", [("c", 3)])))
         other_main = other.container("c")
         assert other_main is not None
         assert set(other_main.resources[0].device_ids) == {"g0", "g1", "g2"}
         with pytest.raises(AdmissionError, match="Requested: 1, Available: 0"):
-            await manager.admit(_pod("u3", [("c", 1)]))
+            await manager.admit(PodView(_pod("u3", [("c", 1)])))
         assert manager.release("u1")
         assert manager.in_use(RESOURCE) == {"g0", "g1", "g2"}
         await plugin.stop()
@@ -304,7 +314,7 @@ async def test_admit_without_preference_and_errors(plugin_dir: Path) -> None:
         await eventually(lambda: manager.resources().get(RESOURCE) is not None)
         await eventually(lambda: manager.resources()[RESOURCE].capacity == 3)
 
-        allocation = await manager.admit(_pod("u1", [("c", 2)]))
+        allocation = await manager.admit(PodView(_pod("u1", [("c", 2)])))
         assert plugin.preferred_calls == []
         assert plugin.allocate_calls == [[["a", "b"]]]
         await manager.pre_start(allocation)
@@ -313,7 +323,7 @@ async def test_admit_without_preference_and_errors(plugin_dir: Path) -> None:
 
         plugin.allocate_error = "device number not matched"
         with pytest.raises(AdmissionError) as caught:
-            await manager.admit(_pod("u2", [("c", 1)]))
+            await manager.admit(PodView(_pod("u2", [("c", 1)])))
         assert str(caught.value) == "rpc error: code = Unknown desc = device number not matched"
         assert manager.in_use(RESOURCE) == frozenset()
         await plugin.stop()

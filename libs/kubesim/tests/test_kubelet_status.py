@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hami_kube.objects import PodView
 from hami_kubesim.kubelet.devices import ResourceDevices
 from hami_kubesim.kubelet.status import (
     ContainerAllocation,
@@ -45,18 +46,20 @@ def test_admission_failure_message() -> None:
     )
 
 
-def _pod(**spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-        "spec": spec,
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "t0"},
-                {"type": "example.com/gate", "status": "True"},
-            ],
-        },
-    }
+def _pod(**spec: Any) -> PodView:
+    return PodView(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": spec,
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": "t0"},
+                    {"type": "example.com/gate", "status": "True"},
+                ],
+            },
+        }
+    )
 
 
 def test_running_status_shape() -> None:

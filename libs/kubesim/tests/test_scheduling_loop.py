@@ -1,4 +1,8 @@
-"""The scheduling loop end to end: the emulated API server, the loop and a real HTTP extender."""
+"""The scheduling loop end to end: the emulated API server, the loop and a real HTTP extender.
+
+Every test runs on virtual time (``@pytest.mark.looptime``): the loop keeps kube-scheduler's
+default pod backoff (1 s doubling to 10 s), and retries after a failure still take no real time.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +22,9 @@ from hami_kube.rest import KubeClient, open_client
 from hami_kubesim.certs import generate_ca
 from hami_kubesim.scheduler.config import parse_scheduler_config
 from hami_kubesim.scheduler.loop import SchedulingLoop
-from hami_kubesim.testing import running_apiserver
+from hami_kubesim.testing import RunningApiServer, eventually
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.looptime]
 
 GPU = "nvidia.com/gpu"
 
@@ -188,13 +192,16 @@ class Cluster:
         node = obj["spec"].get("nodeName")
         return str(node) if node else None
 
-    async def wait_bound(self, pod: str, within: float = 10.0) -> str:
-        deadline = asyncio.get_running_loop().time() + within
-        while (node := await self.node_of(pod)) is None:
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"pod {pod} was not bound in time")
-            await asyncio.sleep(0.02)
-        return node
+    async def wait_bound(self, pod: str, within: float = 30.0) -> str:
+        found: list[str] = []
+
+        async def bound() -> bool:
+            node = await self.node_of(pod)
+            found.extend([node] if node else [])
+            return node is not None
+
+        await eventually(bound, within=within, what=f"pod {pod} bound")
+        return found[-1]
 
     async def events(self, pod: str, reason: str) -> list[dict[str, Any]]:
         items = (await self.api.list(EVENTS, namespace="default"))["items"]
@@ -202,33 +209,29 @@ class Cluster:
             e for e in items if e["involvedObject"]["name"] == pod and e.get("reason") == reason
         ]
 
-    async def wait_event(self, pod: str, reason: str, within: float = 10.0) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + within
-        while not (found := await self.events(pod, reason)):
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"no {reason} event for {pod}")
-            await asyncio.sleep(0.02)
+    async def wait_event(self, pod: str, reason: str, within: float = 30.0) -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+
+        async def recorded() -> bool:
+            found[:] = await self.events(pod, reason)
+            return bool(found)
+
+        await eventually(recorded, within=within, what=f"a {reason} event for {pod}")
         return found[-1]
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
-    async with running_apiserver() as sim, open_client(KubeSettings(kube_url=sim.url)) as api:
-        yield Cluster(api=api, url=sim.url)
+def cluster(sim: RunningApiServer, kube: KubeClient) -> Cluster:
+    return Cluster(api=kube, url=sim.url)
 
 
 def scheduling_loop(cluster: Cluster, yaml_text: str, **kw: Any) -> SchedulingLoop:
-    kw.setdefault("initial_backoff", 0.05)
-    kw.setdefault("max_backoff", 0.2)
+    """The loop with the configuration's pod backoff: kube-scheduler's 1 s to 10 s."""
     return SchedulingLoop(parse_scheduler_config(yaml_text), api_url=cluster.url, **kw)
 
 
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached before the deadline")
-        await asyncio.sleep(0.01)
+async def until(condition: Callable[[], bool], within: float = 30.0) -> None:
+    await eventually(condition, within=within)
 
 
 # -- extender protocol ----------------------------------------------------------------------
@@ -280,7 +283,7 @@ async def test_full_nodes_filter_and_default_binding(cluster: Cluster) -> None:
     yaml_text = config_yaml("http://placeholder", node_cache_capable=False, bind=False)
     async with serve_extender(extender) as url:
         config = parse_scheduler_config(yaml_text).with_extender_url(url)
-        async with SchedulingLoop(config, api_url=cluster.url, initial_backoff=0.05) as loop:
+        async with SchedulingLoop(config, api_url=cluster.url) as loop:
             await cluster.add_pod("gpu-pod", gpus=1)
             node = await cluster.wait_bound("gpu-pod")
             await until(lambda: loop.stats.scheduled == 1)
@@ -529,11 +532,11 @@ async def test_repeated_failures_bump_one_event(cluster: Cluster) -> None:
             events = await cluster.events("gpu-pod", "FailedScheduling")
             return sum(e.get("count", 1) for e in events) if len(events) == 1 else -1
 
-        deadline = asyncio.get_running_loop().time() + 10
-        while (count := await counted()) < 3:
-            assert asyncio.get_running_loop().time() < deadline, count
-            await asyncio.sleep(0.02)
-    assert count >= 3
+        async def bumped_three_times() -> bool:
+            return await counted() >= 3
+
+        await eventually(bumped_three_times, within=60, what="one event counted three times")
+    assert await counted() >= 3
 
 
 async def test_loop_stops_cleanly_and_restarts(cluster: Cluster) -> None:
@@ -550,3 +553,38 @@ async def test_loop_stops_cleanly_and_restarts(cluster: Cluster) -> None:
             task = group.create_task(loop.run(), name="test-scheduler")
             await cluster.wait_bound("second")
             task.cancel()
+
+
+async def test_will_retry_tells_parked_pods_from_pods_it_will_try_again(
+    cluster: Cluster, sim: RunningApiServer
+) -> None:
+    # What "settled" needs: a pod whose condition says Unschedulable may still be on its way.
+    extender = Extender(cluster.url)
+    await cluster.add_node("small", cpu="1")
+
+    def retrying(loop: SchedulingLoop) -> frozenset[str]:
+        return loop.will_retry(sim.server.list("nodes"), sim.server.list("pods"))
+
+    async with serve_extender(extender) as url, scheduling_loop(cluster, config_yaml(url)) as loop:
+        await cluster.add_pod("waiting", cpu="2")
+        await until(lambda: loop.queue.state_of("default/waiting") == "unschedulable")
+        await eventually(lambda: retrying(loop) == frozenset(), what="parked, caches current")
+
+        # A node change the loop's watch has not delivered yet may wake the pod: in flight.
+        await sim.server.patch(
+            "nodes",
+            "small",
+            {"status": {"allocatable": {"cpu": "4"}}},
+            patch_type="merge",
+            subresource="status",
+        )
+        assert retrying(loop) == {"default/waiting"}
+        # Once delivered, the queue holds it in backoff, its condition still Unschedulable.
+        await until(lambda: loop.queue.state_of("default/waiting") == "backoff")
+        pod = sim.server.get("pods", "waiting", namespace="default")
+        (scheduled,) = (c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert scheduled["reason"] == "Unschedulable"
+        assert retrying(loop) == {"default/waiting"}
+        assert await cluster.wait_bound("waiting") == "small"
+        await until(lambda: loop.stats.scheduled == 1)
+        assert retrying(loop) == frozenset()

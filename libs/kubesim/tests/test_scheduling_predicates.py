@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_kube.objects import NodeView, PodView
 from hami_kubesim.scheduler.predicates import (
-    NodeUsage,
+    RequestedOnNode,
     ResourceParseError,
     check_node,
     fit_error_message,
@@ -63,9 +64,10 @@ def pod(
 
 
 def reasons(
-    p: dict[str, Any], n: dict[str, Any], usage: NodeUsage | None = None, **kw: Any
+    p: dict[str, Any], n: dict[str, Any], usage: RequestedOnNode | None = None, **kw: Any
 ) -> tuple[str, ...]:
-    return check_node(p, pod_requests(p), n, usage or NodeUsage(), **kw)
+    view = PodView(p)
+    return check_node(view, pod_requests(view), NodeView(n), usage or RequestedOnNode(), **kw)
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -80,7 +82,7 @@ def test_pod_requests_sum_containers_and_limit_fallback() -> None:
             ]
         }
     }
-    assert pod_requests(p) == {"cpu": 1100, "memory": 2**30, "nvidia.com/gpu": 2}
+    assert pod_requests(PodView(p)) == {"cpu": 1100, "memory": 2**30, "nvidia.com/gpu": 2}
 
 
 def test_pod_requests_init_containers_take_the_max_and_sidecars_add() -> None:
@@ -100,12 +102,12 @@ def test_pod_requests_init_containers_take_the_max_and_sidecars_add() -> None:
         }
     }
     # containers 1 + sidecar 0.5 = 1.5; init peak max(2, 0.5, 0.5 + 1) = 2 -> 2 + overhead 0.1
-    assert pod_requests(p) == {"cpu": 2100}
+    assert pod_requests(PodView(p)) == {"cpu": 2100}
 
 
 def test_pod_requests_rejects_bad_quantity() -> None:
     with pytest.raises(ResourceParseError) as info:
-        pod_requests(pod({"cpu": "lots"}))
+        pod_requests(PodView(pod({"cpu": "lots"})))
     assert info.value.value == "lots"
     assert "cpu" in info.value.where
 
@@ -116,17 +118,21 @@ def test_pod_requests_rejects_bad_quantity() -> None:
 @pytest.mark.parametrize(
     ("requests", "usage", "expected"),
     [
-        ({"cpu": "1"}, NodeUsage(), ()),
-        ({"cpu": "5"}, NodeUsage(), ("Insufficient cpu",)),
-        ({"cpu": "1", "memory": "9Gi"}, NodeUsage(), ("Insufficient memory",)),
-        ({"cpu": "2"}, NodeUsage({"cpu": 3000}, 1), ("Insufficient cpu",)),
-        ({"cpu": "5", "memory": "9Gi"}, NodeUsage(), ("Insufficient cpu", "Insufficient memory")),
-        ({"example.com/foo": "1"}, NodeUsage(), ("Insufficient example.com/foo",)),
-        ({}, NodeUsage({}, 110), ("Too many pods",)),
+        ({"cpu": "1"}, RequestedOnNode(), ()),
+        ({"cpu": "5"}, RequestedOnNode(), ("Insufficient cpu",)),
+        ({"cpu": "1", "memory": "9Gi"}, RequestedOnNode(), ("Insufficient memory",)),
+        ({"cpu": "2"}, RequestedOnNode({"cpu": 3000}, 1), ("Insufficient cpu",)),
+        (
+            {"cpu": "5", "memory": "9Gi"},
+            RequestedOnNode(),
+            ("Insufficient cpu", "Insufficient memory"),
+        ),
+        ({"example.com/foo": "1"}, RequestedOnNode(), ("Insufficient example.com/foo",)),
+        ({}, RequestedOnNode({}, 110), ("Too many pods",)),
     ],
 )
 def test_resources_fit(
-    requests: dict[str, str], usage: NodeUsage, expected: tuple[str, ...]
+    requests: dict[str, str], usage: RequestedOnNode, expected: tuple[str, ...]
 ) -> None:
     assert reasons(pod(requests), node(), usage) == expected
 
@@ -149,7 +155,7 @@ def test_native_resources_cannot_be_ignored() -> None:
 
 def test_node_without_pods_allocatable_has_no_pod_limit() -> None:
     n = node(allocatable={"cpu": "1"})
-    assert reasons(pod({"cpu": "1"}), n, NodeUsage({}, 500)) == ()
+    assert reasons(pod({"cpu": "1"}), n, RequestedOnNode({}, 500)) == ()
 
 
 # -- unschedulable, taints, affinity ---------------------------------------------------------
@@ -272,7 +278,7 @@ def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
 def test_node_affinity(spec: dict[str, Any], expected: bool) -> None:
     n = node(labels={"gpu": "on", "zone": "a", "cards": "4"})
     p = pod(**spec)
-    assert matches_node_affinity(p, n) is expected
+    assert matches_node_affinity(PodView(p), NodeView(n)) is expected
     assert (reasons(p, n) == ()) is expected
     if not expected:
         assert reasons(p, n) == ("node(s) didn't match Pod's node affinity/selector",)

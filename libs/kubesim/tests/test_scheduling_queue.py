@@ -139,10 +139,71 @@ async def test_pop_sleeps_until_backoff_expires_with_real_time() -> None:
         assert await queue.pop() == "ns/p"
 
 
+# -- the waits themselves, on virtual time (kube-scheduler's 1 s to 10 s backoff) -------------
+
+
+@pytest.mark.looptime
+async def test_pop_waits_out_each_doubling_backoff() -> None:
+    loop = asyncio.get_running_loop()
+    queue = SchedulingQueue(initial_backoff=1.0, max_backoff=10.0)
+    queue.add("ns/p")
+    assert await queue.pop() == "ns/p"
+    waited = []
+    for _ in range(6):
+        queue.failed("ns/p", unschedulable=False)
+        failed_at = loop.time()
+        assert await queue.pop() == "ns/p"
+        waited.append(round(loop.time() - failed_at, 6))
+    assert waited == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+@pytest.mark.looptime
+async def test_a_parked_pod_woken_early_still_waits_for_its_backoff() -> None:
+    loop = asyncio.get_running_loop()
+    queue = SchedulingQueue(initial_backoff=1.0, max_backoff=10.0)
+    queue.add("ns/p")
+    await queue.pop()
+    queue.failed("ns/p", unschedulable=False)
+    await queue.pop()
+    queue.failed("ns/p", unschedulable=True)  # second attempt: 2 s backoff, parked
+    failed_at = loop.time()
+    loop.call_later(0.5, queue.move_all_unschedulable)  # a node changed half a second later
+    assert await queue.pop() == "ns/p"
+    assert loop.time() - failed_at == pytest.approx(2.0)
+
+
+@pytest.mark.looptime
+async def test_the_unschedulable_timeout_wakes_a_parked_pod_on_time() -> None:
+    loop = asyncio.get_running_loop()
+    queue = SchedulingQueue(initial_backoff=1.0, max_backoff=10.0, unschedulable_timeout=300.0)
+    queue.add("ns/p")
+    await queue.pop()
+    queue.failed("ns/p", unschedulable=True)
+    parked_at = loop.time()
+    assert queue.state_of("ns/p") == "unschedulable"
+    assert await queue.pop() == "ns/p"
+    assert loop.time() - parked_at == pytest.approx(300.0)
+
+
+@pytest.mark.looptime
+async def test_retrying_lists_every_pod_but_the_parked_ones() -> None:
+    queue = SchedulingQueue(initial_backoff=1.0, max_backoff=10.0)
+    for key in ("ns/parked", "ns/backoff", "ns/flight", "ns/active"):
+        queue.add(key)
+    popped = [await queue.pop() for _ in range(3)]
+    assert popped == ["ns/parked", "ns/backoff", "ns/flight"]
+    queue.failed("ns/parked", unschedulable=True)
+    queue.failed("ns/backoff", unschedulable=False)
+    assert queue.retrying() == {"ns/backoff", "ns/flight", "ns/active"}
+    queue.move_all_unschedulable()
+    assert queue.retrying() == {"ns/parked", "ns/backoff", "ns/flight", "ns/active"}
+
+
+@pytest.mark.looptime
 async def test_pop_wakes_on_add() -> None:
     queue = SchedulingQueue(initial_backoff=1, max_backoff=10)
     waiter = asyncio.create_task(queue.pop())
-    await asyncio.sleep(0)
+    await asyncio.sleep(3600)  # an empty queue: pop sleeps without polling, however long
     assert not waiter.done()
     queue.add("ns/new")
     async with asyncio.timeout(5):

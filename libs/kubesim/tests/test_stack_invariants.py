@@ -3,6 +3,7 @@ then."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -209,20 +210,21 @@ def _scheduled(status: str, reason: str) -> list[dict[str, Any]]:
     return [{"type": "PodScheduled", "status": status, "reason": reason}]
 
 
-def test_every_pod_must_end_somewhere() -> None:
-    pending = pod("pending", [[(GPU_A, 1, 1)]], phase="Pending")
-    waiting = pod(
-        "waiting",
-        [[(GPU_A, 1, 1)]],
-        phase="Pending",
-        conditions=_scheduled("False", "Unschedulable"),
-    )
+def _not_scheduled(name: str, reason: str, message: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An unassigned pod whose PodScheduled condition says ``reason``, and its event."""
+    waiting = pod(name, [[(GPU_A, 1, 1)]], phase="Pending", conditions=_scheduled("False", reason))
     waiting["spec"].pop("nodeName")
     event = {
         "reason": "FailedScheduling",
-        "message": "0/1 nodes are available",
-        "involvedObject": {"kind": "Pod", "uid": "uid-waiting"},
+        "message": message,
+        "involvedObject": {"kind": "Pod", "uid": f"uid-{name}"},
     }
+    return waiting, event
+
+
+def test_every_pod_must_end_somewhere() -> None:
+    pending = pod("pending", [[(GPU_A, 1, 1)]], phase="Pending")
+    waiting, event = _not_scheduled("waiting", "Unschedulable", "0/1 nodes are available")
     failed_silently = pod("failed", [[(GPU_A, 1, 1)]], phase="Failed")
     failed_loudly = pod(
         "failed-ok", [[(GPU_A, 1, 1)]], phase="Failed", status_reason="UnexpectedAdmissionError"
@@ -235,18 +237,20 @@ def test_every_pod_must_end_somewhere() -> None:
 
 
 def test_a_scheduler_error_is_still_in_flight() -> None:
-    retried = pod(
-        "retried",
-        [[(GPU_A, 1, 1)]],
-        phase="Pending",
-        conditions=_scheduled("False", "SchedulerError"),
-    )
-    retried["spec"].pop("nodeName")
-    event = {
-        "reason": "FailedScheduling",
-        "message": "binding rejected",
-        "involvedObject": {"kind": "Pod", "uid": "uid-retried"},
-    }
+    retried, event = _not_scheduled("retried", "SchedulerError", "binding rejected")
     snapshot = state([retried], events=[event])
     assert outcome(snapshot, retried) is Outcome.IN_FLIGHT
     assert stage(snapshot, retried) == "binding"
+
+
+def test_an_unschedulable_pod_the_scheduler_retries_is_still_in_flight() -> None:
+    # Its condition still says Unschedulable (the scheduler rewrites it only at the next
+    # attempt), but a node change has moved it back to the scheduling queue: not settled.
+    waiting, event = _not_scheduled("waiting", "Unschedulable", "0/1 nodes are available")
+    waiting["metadata"]["annotations"].pop("hami.io/vgpu-node", None)
+    parked = state([waiting], events=[event])
+    assert outcome(parked, waiting) is Outcome.UNSCHEDULABLE
+    retried = dataclasses.replace(parked, retrying=frozenset({"default/waiting"}))
+    assert outcome(retried, waiting) is Outcome.IN_FLIGHT
+    assert stage(retried, waiting) == "retrying"
+    assert [v.subject for v in check_outcomes(retried)] == ["default/waiting"]

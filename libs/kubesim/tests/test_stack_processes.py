@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +22,7 @@ from hami_kubesim.stack.processes import (
     stop_all,
 )
 from hami_kubesim.stack.router import LeaderRouter
+from hami_kubesim.testing import eventually
 
 
 def _http_server(tmp_path: Path, name: str = "web") -> ServiceProcess:
@@ -110,7 +109,7 @@ async def test_a_process_that_exits_while_starting_is_reported(tmp_path: Path) -
         await never.stop()
 
 
-def test_children_die_with_their_parent(tmp_path: Path) -> None:
+async def test_children_die_with_their_parent(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import asyncio, sys
@@ -132,18 +131,18 @@ def test_children_die_with_their_parent(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE
+    )
     try:
         assert parent.stdout is not None
-        child = int(parent.stdout.readline())
+        async with asyncio.timeout(30):
+            child = int(await parent.stdout.readline())
         assert _alive(child)
     finally:
         parent.kill()
-        parent.wait()
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
+        await parent.wait()
+    await eventually(lambda: not _alive(child), what=f"child {child} dies with its parent")
 
 
 @asynccontextmanager
@@ -194,4 +193,5 @@ async def test_the_router_follows_the_leader() -> None:
             assert router.refused == 1
         finally:
             follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
             await router.stop()

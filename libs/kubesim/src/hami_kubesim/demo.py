@@ -32,7 +32,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kube.objects import PodView
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.expectations import ExpectationResult, evaluate, expectation_of
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.report import render_report
@@ -104,7 +105,7 @@ async def _submit(
         progress.show(f"{label}: submitting", tick=True)
         try:
             await system.create(pod)
-        except ApiError as error:
+        except StatusError as error:
             rejections[key] = error.message
             progress.done(f"{label}: refused at admission")
             continue
@@ -119,7 +120,7 @@ async def _submit(
         )
         found = state.pod(*key.split("/", 1))
         result = "?" if found is None else outcome(state, found).value
-        node = "" if found is None else (found.get("spec") or {}).get("nodeName") or ""
+        node = "" if found is None else PodView(found).node_name
         progress.done(f"{label}: {result}{' on ' + node if node else ''}")
     return rejections
 
@@ -172,7 +173,12 @@ async def _run(
     print(f"submitting {len(pods)} example pods from {examples}", file=out)
     progress = _Progress(out)
     rejections = await _submit(system, pods, progress)
-    state = system.state()
+    # Pods placed later may have woken an unschedulable one (a bind's node lock changes the
+    # node): report once every pod has settled again, as kube-scheduler left them.
+    keys = [pod_key(pod) for pod in pods if pod_key(pod) not in rejections]
+    state = await system.wait_for(
+        settled(keys), within=_POD_TIMEOUT, what="every example pod settles"
+    )
     results = _evaluate(state, pods, rejections)
     out.write(render_report(state, results=results, rejections=rejections))
     violations = check_all(state)

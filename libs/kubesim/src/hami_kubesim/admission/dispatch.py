@@ -33,6 +33,7 @@ import aiohttp
 import structlog
 
 from hami_kube.errors import KubeError
+from hami_kube.objects import ObjectView
 from hami_kube.reflector import EventHandlers, Reflector
 from hami_kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, JsonObject
 from hami_kube.rest import KubeClient
@@ -53,7 +54,7 @@ from hami_kubesim.admission.review import (
     verify_response,
 )
 from hami_kubesim.apiserver.hooks import AdmissionDenied
-from hami_kubesim.background_tasks import start, stop
+from hami_kubesim.background_tasks import BackgroundRunner
 from hami_kubesim.certs import client_ssl_context
 
 __all__ = ["AdmissionDispatcher"]
@@ -96,7 +97,7 @@ class AdmissionDispatcher:
         self.webhooks: list[MutatingWebhook] = []
         self.calls = 0
         self._sync_timeout = sync_timeout
-        self._ready = asyncio.Event()
+        self._runner = BackgroundRunner(_COMPONENT, what="admission caches")
         self._client: KubeClient | None = None
         self._namespaces: Reflector | None = None
         self._configurations: Reflector | None = None
@@ -114,17 +115,12 @@ class AdmissionDispatcher:
         The block starts once the caches are synced; ``TimeoutError`` if that takes longer than
         ``ready_timeout`` seconds.
         """
-        task = await start(
-            self.run(api_url),
-            self._ready,
-            name="kubesim-admission",
-            limit=ready_timeout,
-            what="admission caches",
-        )
+        self._runner.ready_within = ready_timeout
+        await self._runner.start(self.run(api_url))
         try:
             yield self
         finally:
-            await stop(task)
+            await self._runner.stop()
 
     async def run(self, api_url: str) -> None:
         """Keep the caches current until cancelled."""
@@ -154,9 +150,9 @@ class AdmissionDispatcher:
                     group.create_task(namespaces.run(), name=f"{_COMPONENT}-namespaces")
                     await configurations.wait_synced()
                     await namespaces.wait_synced()
-                    self._ready.set()
+                    self._runner.ready.set()
             finally:
-                self._ready.clear()
+                self._runner.ready.clear()
                 self._client = self._http = None
                 self._namespaces = self._configurations = None
 
@@ -241,7 +237,7 @@ class AdmissionDispatcher:
     async def _wait_ready(self) -> None:
         try:
             async with asyncio.timeout(self._sync_timeout):
-                await self._ready.wait()
+                await self._runner.ready.wait()
         except TimeoutError:
             log.error("admission called before its caches synced")
             raise AdmissionDenied(403, "not yet ready to handle request", "Forbidden") from None
@@ -272,9 +268,9 @@ class AdmissionDispatcher:
         if cached is None and self._client is not None:
             with contextlib.suppress(KubeError):
                 cached = await self._client.get(NAMESPACES, namespace)
-        labels = dict(((cached or {}).get("metadata") or {}).get("labels") or {})
+        labels = dict(ObjectView(cached or {}).labels)
         labels.setdefault(_NAMESPACE_NAME_LABEL, namespace)
-        return {str(k): str(v) for k, v in labels.items()}
+        return labels
 
     async def _call(
         self, hook: MutatingWebhook, request: _Request, obj: dict[str, Any]

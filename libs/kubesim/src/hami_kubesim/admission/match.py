@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hami_kube.objects import ObjectView
 from hami_protocol.errors import ConfigError, ProtocolError
 from hami_protocol.selectors import EVERYTHING, LabelSelector, parse_label_selector
 
@@ -136,7 +137,7 @@ class MutatingWebhook:
     def matches_object(self, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> bool:
         """``objectSelector`` matches if either the new or the old object matches."""
         return any(
-            self.object_selector.matches(_labels_of(candidate))
+            self.object_selector.matches(ObjectView(candidate).labels)
             for candidate in (obj, old)
             if candidate is not None
         )
@@ -152,7 +153,7 @@ def webhooks_in_order(
     """
     webhooks: list[MutatingWebhook] = []
     errors: list[ConfigError] = []
-    for configuration in sorted(configurations, key=_configuration_name):
+    for configuration in sorted(configurations, key=lambda c: ObjectView(c).name):
         parsed, bad = parse_configuration(configuration)
         webhooks.extend(parsed)
         errors.extend(bad)
@@ -163,7 +164,7 @@ def parse_configuration(
     configuration: Mapping[str, Any],
 ) -> tuple[list[MutatingWebhook], list[ConfigError]]:
     """Parse one MutatingWebhookConfiguration object; return its good webhooks and the errors."""
-    name = _configuration_name(configuration)
+    name = ObjectView(configuration).name
     raw_webhooks = configuration.get("webhooks") or []
     if not isinstance(raw_webhooks, list):
         return [], [ConfigError(f"{name}.webhooks", raw_webhooks, "must be a list")]
@@ -340,17 +341,3 @@ def _string_list(raw: object, field: str) -> list[str]:
 
 def _wild_in(value: str, allowed: frozenset[str] | Sequence[str]) -> bool:
     return "*" in allowed or value in allowed
-
-
-def _configuration_name(configuration: Mapping[str, Any]) -> str:
-    metadata = configuration.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    return name if isinstance(name, str) else ""
-
-
-def _labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    metadata = obj.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    if not isinstance(labels, Mapping):
-        return {}
-    return {str(k): str(v) for k, v in labels.items()}

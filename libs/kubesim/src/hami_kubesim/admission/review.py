@@ -18,6 +18,7 @@ from typing import Any
 
 import jsonpatch
 
+from hami_kube.objects import ObjectView
 from hami_kubesim.admission.match import RequestAttributes
 
 __all__ = [
@@ -145,7 +146,7 @@ def build_review(
     if attrs.subresource:
         request["subResource"] = attrs.subresource
         request["requestSubResource"] = attrs.subresource
-    name = _name_of(obj) or _name_of(old_obj)
+    name = ObjectView(obj or {}).name or ObjectView(old_obj or {}).name
     if name:
         request["name"] = name
     if namespace:
@@ -300,14 +301,6 @@ def _options_for(operation: str, dry_run: bool) -> dict[str, Any] | None:
     if dry_run:
         options["dryRun"] = ["All"]
     return options
-
-
-def _name_of(obj: Mapping[str, Any] | None) -> str:
-    if obj is None:
-        return ""
-    metadata = obj.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    return name if isinstance(name, str) else ""
 
 
 def _short(value: object, limit: int = 200) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from hami_kubesim.apiserver.errors import ApiError, BadRequestError
+from hami_kubesim.apiserver.errors import BadRequestError, StatusError
 
 if TYPE_CHECKING:
     from hami_kubesim.apiserver.server import ApiServer
@@ -18,7 +18,7 @@ def _ok(body: Any) -> web.Response:
     return web.json_response(body)
 
 
-def _fail(err: ApiError) -> web.Response:
+def _fail(err: StatusError) -> web.Response:
     return web.json_response(err.status(), status=err.code)
 
 
@@ -55,7 +55,7 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
     async def set_faults(request: web.Request) -> web.Response:
         try:
             server.faults.configure(await _json(request))
-        except ApiError as err:
+        except StatusError as err:
             return _fail(err)
         except (TypeError, ValueError) as exc:
             return _fail(BadRequestError(f"invalid fault plan: {exc}"))
@@ -70,7 +70,7 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
             body = await _json(request)
             rv = body.get("resourceVersion")
             target = server.compact(int(rv) if rv not in (None, "") else None)
-        except ApiError as err:
+        except StatusError as err:
             return _fail(err)
         except (TypeError, ValueError) as exc:
             return _fail(BadRequestError(f"invalid resourceVersion: {exc}"))
@@ -79,7 +79,7 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
     async def history(request: web.Request) -> web.Response:
         try:
             size = int((await _json(request)).get("size", 0))
-        except ApiError as err:
+        except StatusError as err:
             return _fail(err)
         except (TypeError, ValueError) as exc:
             return _fail(BadRequestError(f"invalid size: {exc}"))
@@ -92,7 +92,7 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
         try:
             body = await _json(request)
             dropped = server.drop_watches(body.get("resource"), mode=body.get("mode", "close"))
-        except ApiError as err:
+        except StatusError as err:
             return _fail(err)
         return _ok({"dropped": dropped})
 

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from hami_kubesim.apiserver import discovery, openapi
 from hami_kubesim.apiserver.admin import add_admin_routes
-from hami_kubesim.apiserver.errors import ApiError, BadRequestError, MethodNotAllowedError
+from hami_kubesim.apiserver.errors import BadRequestError, MethodNotAllowedError, StatusError
 from hami_kubesim.apiserver.history import Entry, encode
 from hami_kubesim.apiserver.http_watch import serve_watch
 from hami_kubesim.apiserver.listing import ListPage
@@ -40,7 +40,7 @@ def json_response(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type=JSON)
 
 
-def error_response(err: ApiError) -> web.Response:
+def error_response(err: StatusError) -> web.Response:
     resp = json_response(encode(err.status()), err.code)
     if err.retry_after:
         resp.headers["Retry-After"] = str(err.retry_after)
@@ -58,7 +58,7 @@ async def _body(request: web.Request) -> Any:
     ctype = media_type(request.headers.get("Content-Type"))
     if request.method != "PATCH" and ctype not in _JSON_TYPES and not ctype.endswith("+json"):
         # Protobuf/CBOR senders (kubectl's typed clients) fall back to JSON on a 415.
-        raise ApiError(
+        raise StatusError(
             415,
             f"the body of the request was in an unknown format - accepted media types include: "
             f"application/json, application/yaml; got {ctype}",
@@ -155,13 +155,13 @@ class Handlers:
             if injected is not None:
                 return error_response(injected)
             return await self._resource(request, target, verb)
-        except ApiError as err:
+        except StatusError as err:
             return error_response(err)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception as exc:
             log.exception("internal error serving %s %s", request.method, request.path)
-            return error_response(ApiError(500, f"Internal error occurred: {exc}"))
+            return error_response(StatusError(500, f"Internal error occurred: {exc}"))
 
     def _discovery(self, request: web.Request, target: Discovery) -> web.Response:
         registry = self.server.registry
@@ -176,7 +176,7 @@ class Handlers:
             doc = discovery.resource_list(registry, target.group, target.version)
         if doc is None:
             return error_response(
-                ApiError(404, "the server could not find the requested resource", details={})
+                StatusError(404, "the server could not find the requested resource", details={})
             )
         return json_response(encode(doc))
 
@@ -213,7 +213,7 @@ class Handlers:
         if verb == "patch" and name:
             ctype = media_type(request.headers.get("Content-Type"))
             if ctype == APPLY_PATCH or ctype not in PATCH_TYPES:
-                raise ApiError(
+                raise StatusError(
                     415,
                     "the body of the request was in an unknown format - accepted media types "
                     f"include: {', '.join(PATCH_TYPES)}",
@@ -283,7 +283,7 @@ def _openapi_handler(server: ApiServer) -> Any:
             doc = openapi.group_version(server.registry, tail[3:])
         if doc is None:
             return error_response(
-                ApiError(404, "the server could not find the requested resource", details={})
+                StatusError(404, "the server could not find the requested resource", details={})
             )
         return json_response(encode(doc))
 

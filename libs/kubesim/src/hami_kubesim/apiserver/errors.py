@@ -28,7 +28,7 @@ def reason_for(code: int) -> str:
     return _REASONS.get(code, "Unknown" if code < 500 else "InternalError")
 
 
-class ApiError(Exception):
+class StatusError(Exception):
     """A failed request: ``code`` is the HTTP status, :meth:`status` the body."""
 
     def __init__(
@@ -81,7 +81,7 @@ def precondition_failed(what: str, wanted: object, actual: object) -> str:
     return f"Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"
 
 
-class NotFoundError(ApiError):
+class NotFoundError(StatusError):
     def __init__(self, resource: str, group: str, name: str) -> None:
         super().__init__(
             404,
@@ -90,7 +90,7 @@ class NotFoundError(ApiError):
         )
 
 
-class AlreadyExistsError(ApiError):
+class AlreadyExistsError(StatusError):
     def __init__(self, resource: str, group: str, name: str) -> None:
         super().__init__(
             409,
@@ -100,7 +100,7 @@ class AlreadyExistsError(ApiError):
         )
 
 
-class ConflictError(ApiError):
+class ConflictError(StatusError):
     STALE = (
         "the object has been modified; please apply your changes to the latest version "
         "and try again"
@@ -114,7 +114,7 @@ class ConflictError(ApiError):
         )
 
 
-class InvalidError(ApiError):
+class InvalidError(StatusError):
     """422 with field causes; ``kind`` is the object kind (``Pod``), as the API server reports."""
 
     def __init__(
@@ -133,24 +133,24 @@ class InvalidError(ApiError):
         super().__init__(422, f'{qualified_kind} "{name}" is invalid: {summary}', details=details)
 
 
-class BadRequestError(ApiError):
+class BadRequestError(StatusError):
     def __init__(self, message: str) -> None:
         super().__init__(400, message)
 
 
-class MethodNotAllowedError(ApiError):
+class MethodNotAllowedError(StatusError):
     def __init__(
         self, message: str = "the server does not allow this method on the requested resource"
     ) -> None:
         super().__init__(405, message, details={})
 
 
-class ExpiredError(ApiError):
+class ExpiredError(StatusError):
     def __init__(self, message: str) -> None:
         super().__init__(410, message)
 
 
-class UnsupportedMediaTypeError(ApiError):
+class UnsupportedMediaTypeError(StatusError):
     def __init__(self, content_type: str) -> None:
         super().__init__(
             415,

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from hami_kubesim.apiserver.errors import ApiError, reason_for
+from hami_kubesim.apiserver.errors import StatusError, reason_for
 
 _MESSAGES = {
     429: "Too many requests, please try again later.",
@@ -80,7 +80,7 @@ class Faults:
             fnmatchcase(r, pattern_res) for r in resources
         )
 
-    def error_for(self, verb: str, resources: tuple[str, ...]) -> ApiError | None:
+    def error_for(self, verb: str, resources: tuple[str, ...]) -> StatusError | None:
         """The injected error for this request, if a rule fires.  ``resources`` names the
         target in every accepted spelling, e.g. ``("leases", "leases.coordination.k8s.io")``."""
         for armed in self._errors:
@@ -95,7 +95,7 @@ class Faults:
             message = rule.message or _MESSAGES.get(rule.code, "injected fault")
             retry = rule.retry_after if rule.code in (429, 503) else None
             details: dict[str, Any] | None = {"retryAfterSeconds": retry} if retry else None
-            return ApiError(
+            return StatusError(
                 rule.code, message, reason=reason_for(rule.code), details=details, retry_after=retry
             )
         return None

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -92,7 +92,8 @@ async def serve_watch(
     render = event_line
     if "as=Table" in request.headers.get("Accept", ""):
         render = _TableEvents(rt, query.get("includeObject", "Metadata")).line
-    start = time.monotonic()
+    clock = asyncio.get_running_loop()  # the loop's time: what its waits below are measured in
+    start = clock.time()
     deadline = start + timeout if timeout is not None else None
     interval = server.bookmark_interval
     next_bookmark = start + interval if bookmarks else None
@@ -113,7 +114,7 @@ async def serve_watch(
                 if watcher.error is not None:
                     await resp.write(_TYPES["ERROR"] + encode(watcher.error.status()) + b"}\n")
                 break
-            now = time.monotonic()
+            now = clock.time()
             if deadline is not None and now >= deadline:
                 break
             if batch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.objects.resources import PODS, Registry, ResourceType
 
 
@@ -37,12 +37,12 @@ class Discovery:
     version: str = ""
 
 
-def not_found() -> ApiError:
-    return ApiError(404, "the server could not find the requested resource", details={})
+def not_found() -> StatusError:
+    return StatusError(404, "the server could not find the requested resource", details={})
 
 
 def parse(registry: Registry, path: str) -> Target | Discovery:
-    """Raise a 404 ``ApiError`` for paths that name nothing we serve."""
+    """Raise a 404 ``StatusError`` for paths that name nothing we serve."""
     segs = [s for s in path.split("/") if s]
     if not segs:
         raise not_found()

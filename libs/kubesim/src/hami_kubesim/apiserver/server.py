@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from hami_kubesim.apiserver.errors import ApiError, BadRequestError, reason_for
+from hami_kubesim.apiserver.errors import BadRequestError, StatusError, reason_for
 from hami_kubesim.apiserver.faults import ErrorRule, Faults, LatencyRule
 from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Entry, clone
 from hami_kubesim.apiserver.hooks import AdmissionDenied, MutatingAdmission
@@ -31,7 +31,7 @@ PATCH_TYPES = {"merge": MERGE_PATCH, "strategic": STRATEGIC_PATCH, "json": JSON_
 
 
 @dataclass(frozen=True, slots=True)
-class WatchEvent:
+class LocalWatchEvent:
     """One event of an in-process watch; ``object`` carries ``kind`` and ``apiVersion``."""
 
     type: str
@@ -51,7 +51,7 @@ class LocalWatch:
     def __aiter__(self) -> LocalWatch:
         return self
 
-    async def __anext__(self) -> WatchEvent:
+    async def __anext__(self) -> LocalWatchEvent:
         watcher = self._watcher
         while not self._buffer:
             if self._done:
@@ -63,11 +63,11 @@ class LocalWatch:
                 self._done = True
                 await self.aclose()
                 if watcher.error is not None:
-                    return WatchEvent("ERROR", watcher.error.status())
+                    return LocalWatchEvent("ERROR", watcher.error.status())
                 raise StopAsyncIteration
             await watcher.wait(None)
         kind, entry = self._buffer.pop(0)
-        return WatchEvent(kind, json.loads(entry.wire_json(watcher.rt.wire_prefix)))
+        return LocalWatchEvent(kind, json.loads(entry.wire_json(watcher.rt.wire_prefix)))
 
     async def aclose(self) -> None:
         self._server.close_watch(self._watcher)
@@ -136,7 +136,7 @@ class ApiServer:
                     namespace,
                 )
             except AdmissionDenied as denied:
-                raise ApiError(
+                raise StatusError(
                     denied.code, denied.message, reason=denied.reason or reason_for(denied.code)
                 ) from denied
         with self.store.dry_run(dry_run):
@@ -187,7 +187,7 @@ class ApiServer:
             start = int(rv_text)
             if start > self.store.rv:
                 watcher.close(
-                    ApiError(
+                    StatusError(
                         504,
                         f"Too large resource version: {start}, current: {self.store.rv}",
                         reason="Timeout",
@@ -207,7 +207,7 @@ class ApiServer:
             changes = history.since(start)
             if changes is None:
                 watcher.close(
-                    ApiError(
+                    StatusError(
                         410,
                         f"too old resource version: {start} ({history.floor})",
                         reason="Expired",
@@ -370,7 +370,7 @@ class ApiServer:
             if rt is not None and watcher.rt is not rt:
                 continue
             error = (
-                ApiError(410, "too old resource version: watch dropped", reason="Expired")
+                StatusError(410, "too old resource version: watch dropped", reason="Expired")
                 if mode == "expire"
                 else None
             )
@@ -401,4 +401,4 @@ class ApiServer:
             self.close_watch(watcher)
 
 
-__all__ = ["ApiServer", "LocalWatch", "WatchEvent"]
+__all__ = ["ApiServer", "LocalWatch", "LocalWatchEvent"]

@@ -14,11 +14,11 @@ from typing import Any
 
 from hami_kubesim.apiserver.errors import (
     AlreadyExistsError,
-    ApiError,
     BadRequestError,
     ConflictError,
     InvalidError,
     NotFoundError,
+    StatusError,
     precondition_failed,
 )
 from hami_kubesim.apiserver.history import ADDED, DELETED, MODIFIED, Change, Entry, History
@@ -110,7 +110,7 @@ class Store:
         if rt.namespaced:
             self.check_namespace(namespace or "")
         if meta.get("resourceVersion"):
-            raise ApiError(500, "resourceVersion should not be set on objects to be created")
+            raise StatusError(500, "resourceVersion should not be set on objects to be created")
         bucket = self._objects[rt.key].get(namespace or "", {})
         name = meta.get("name")
         if not name:
@@ -295,7 +295,7 @@ class Store:
         if ns is None:
             raise NotFoundError("namespaces", "", namespace)
         if ns.obj["metadata"].get("deletionTimestamp"):
-            raise ApiError(
+            raise StatusError(
                 403,
                 f"unable to create new content in namespace {namespace} because it is being "
                 "terminated",

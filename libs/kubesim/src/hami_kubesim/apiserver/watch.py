@@ -13,7 +13,7 @@ import contextlib
 from collections import deque
 from typing import Any
 
-from hami_kubesim.apiserver.errors import ApiError, ExpiredError
+from hami_kubesim.apiserver.errors import ExpiredError, StatusError
 from hami_kubesim.apiserver.history import ADDED, DELETED, MODIFIED, Change, Entry
 from hami_kubesim.apiserver.selectors import FieldSelector, field_value
 from hami_kubesim.objects.resources import ResourceType
@@ -44,7 +44,7 @@ class Watcher:
         self._queue: deque[Event] = deque()
         self._wake = asyncio.Event()
         self.closed = False
-        self.error: ApiError | None = None
+        self.error: StatusError | None = None
         self.abort = False
 
     def matches(self, obj: dict[str, Any]) -> bool:
@@ -103,7 +103,7 @@ class Watcher:
         self._queue.append((kind, entry))
         self._wake.set()
 
-    def close(self, error: ApiError | None = None, *, abort: bool = False) -> None:
+    def close(self, error: StatusError | None = None, *, abort: bool = False) -> None:
         """End the watch: cleanly, with an ERROR event (``error``), or by cutting the stream."""
         if self.closed:
             return

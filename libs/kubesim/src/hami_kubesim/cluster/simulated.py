@@ -2,10 +2,11 @@
 
 ``async with running_cluster(config) as cluster:`` serves the API server, creates the configured
 namespaces and nodes, connects the admission dispatcher (webhook calls on pod CREATE), creates the
-initial objects, then runs the scheduling loop and one kubelet stand-in per node under one
-``asyncio.TaskGroup``. It returns once everything has synced; a stand-in that crashes cancels
-the block with its error. Leaving the block stops everything and removes any temporary plugin
-directory it created.
+initial objects, then starts the scheduling loop and one kubelet stand-in per node, together.  It
+returns once everything has synced; a stand-in that crashes cancels the block, which then raises
+the stand-in's error.  Leaving the block stops everything — each stand-in within its bound
+(:mod:`hami_kubesim.background_tasks`), a stuck one named in the log and left behind — and
+removes any temporary plugin directory it created.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from typing import Any
 
 import structlog
 
+from hami_kube.objects import ObjectView
 from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.apiserver.server import ApiServer
+from hami_kubesim.background_tasks import RunsInBackground, crash_cancels_the_block
 from hami_kubesim.cluster.config import (
     ClusterConfig,
     ClusterConfigError,
@@ -149,22 +152,15 @@ async def running_cluster(
             admission=admission,
             scheduler=scheduler,
         )
-        async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(k.run(), name=f"kubelet-{name}") for name, k in kubelets.items()
-            ]
-            if scheduler is not None:
-                tasks.append(group.create_task(scheduler.run(), name="kubesim-scheduler"))
-            try:
-                for kubelet in kubelets.values():
-                    await kubelet.wait_ready()
-                if scheduler is not None:
-                    await scheduler.wait_ready()
-                log.info("cluster ready", url=sim.url, nodes=sorted(plugin_dirs))
-                yield cluster
-            finally:
-                for task in tasks:
-                    task.cancel()
+        stand_ins: list[RunsInBackground] = [*kubelets.values()]
+        if scheduler is not None:
+            stand_ins.append(scheduler)
+        async with asyncio.TaskGroup() as starting:  # a failed start cancels the others
+            for stand_in in stand_ins:
+                starting.create_task(stack.enter_async_context(stand_in))
+        log.info("cluster ready", url=sim.url, nodes=sorted(plugin_dirs))
+        async with crash_cancels_the_block(stand_ins):
+            yield cluster
 
 
 def _plugin_dirs(config: ClusterConfig, stack: contextlib.AsyncExitStack) -> dict[str, Path]:
@@ -213,7 +209,7 @@ async def _create_objects(server: ApiServer, config: ClusterConfig) -> None:
                 f"{obj['apiVersion']} {obj['kind']}",
                 "kind not served by the emulator",
             )
-        namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        namespace = ObjectView(obj).namespace or "default"
         await server.create(rt, dict(obj), namespace=namespace if rt.namespaced else None)
 
 

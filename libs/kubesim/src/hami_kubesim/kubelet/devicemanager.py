@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import structlog
 
+from hami_kube.objects import PodView
 from hami_kubesim.kubelet.devices import (
     ContainerDemand,
     DeviceAllocationError,
@@ -168,14 +168,13 @@ class DeviceManager:
     def holds(self, pod_uid: str) -> bool:
         return pod_uid in self._ledger.pod_uids()
 
-    async def admit(self, pod: Mapping[str, Any]) -> PodAllocation:
+    async def admit(self, pod: PodView) -> PodAllocation:
         """Allocate devices to every container of ``pod``; :class:`AdmissionError` on refusal.
 
         On refusal the devices given to earlier containers are freed (the rejected pod is no
         longer active, so the kubelet frees them at its next garbage collection).
         """
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
+        uid = pod.uid
         try:
             demands = container_demands(pod, self.is_device_resource)
             containers: list[ContainerAllocation] = []
@@ -186,8 +185,8 @@ class DeviceManager:
             self._ledger.release(uid)
             raise AdmissionError(str(error)) from error
         return PodAllocation(
-            namespace=str(meta.get("namespace", "default")),
-            name=str(meta.get("name", "")),
+            namespace=pod.namespace or "default",
+            name=pod.name,
             uid=uid,
             node=self._node,
             containers=tuple(containers),

@@ -10,10 +10,11 @@ available ones, then any available ones) — the order of ``devicesToAllocate`` 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from hami_kube.objects import ContainerView, PodView
 from hami_kubelet_api.constants import HEALTHY, SUPPORTED_VERSIONS
 from hami_kubesim.objects.quantities import read_quantity
 from hami_protocol.errors import RequestError
@@ -116,13 +117,12 @@ def _device_count(resource: str, container: str, value: object) -> int:
 
 
 def _container_resources(
-    container: Mapping[str, Any], is_device_resource: Callable[[str], bool]
+    container: ContainerView, is_device_resource: Callable[[str], bool]
 ) -> tuple[tuple[str, int], ...]:
-    resources = container.get("resources") or {}
     # Extended resources are read from limits; requests may stand in when limits are absent
     # because the API server defaults one from the other for extended resources.
-    asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-    name = str(container.get("name", ""))
+    asked = {**container.requests, **container.limits}
+    name = container.name
     out = [
         (resource, _device_count(resource, name, value))
         for resource, value in sorted(asked.items())
@@ -132,7 +132,7 @@ def _container_resources(
 
 
 def container_demands(
-    pod: Mapping[str, Any], is_device_resource: Callable[[str], bool]
+    pod: PodView, is_device_resource: Callable[[str], bool]
 ) -> tuple[ContainerDemand, ...]:
     """Every container of ``pod`` with its device-plugin requests: init containers first.
 
@@ -140,24 +140,18 @@ def container_demands(
     caller sees the whole admission order. Raises :class:`DeviceAllocationError` for a count
     that is not a non-negative integer.
     """
-    spec = pod.get("spec") or {}
     demands: list[ContainerDemand] = []
-    for container in spec.get("initContainers") or []:
-        kind: ContainerKind = "sidecar" if container.get("restartPolicy") == "Always" else "init"
+    for container in pod.init_containers:
+        sidecar = container.raw.get("restartPolicy") == "Always"
+        kind: ContainerKind = "sidecar" if sidecar else "init"
         demands.append(
             ContainerDemand(
-                str(container.get("name", "")),
-                kind,
-                _container_resources(container, is_device_resource),
+                container.name, kind, _container_resources(container, is_device_resource)
             )
         )
     demands.extend(
-        ContainerDemand(
-            str(container.get("name", "")),
-            "app",
-            _container_resources(container, is_device_resource),
-        )
-        for container in spec.get("containers") or []
+        ContainerDemand(container.name, "app", _container_resources(container, is_device_resource))
+        for container in pod.containers
     )
     return tuple(demands)
 

@@ -45,14 +45,14 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import structlog
 
 from hami_kube.backoff import Backoff
 from hami_kube.errors import KubeError, NotFoundError
 from hami_kube.events import EventRecorder, EventType
+from hami_kube.objects import NodeView, PodView
 from hami_kube.patch import patch_metadata, with_retries
 from hami_kube.reflector import EventHandlers, Reflector
 from hami_kube.resources import NODES, PODS, JsonObject
@@ -63,7 +63,7 @@ from hami_kubelet_api.constants import (
     KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS,
 )
 from hami_kubesim.access import RECONNECT_BACKOFF, connect, reflector_config
-from hami_kubesim.background_tasks import start, stop
+from hami_kubesim.background_tasks import BackgroundRunner, RunsInBackground
 from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager, PreStartError
 from hami_kubesim.kubelet.devices import ResourceDevices
 from hami_kubesim.kubelet.registration import RegistrationServer
@@ -81,7 +81,6 @@ from hami_kubesim.kubelet.status import (
 
 log = structlog.get_logger(__name__)
 
-_TERMINAL = frozenset({"Succeeded", "Failed"})
 _WRITE_ATTEMPTS = 10
 _COMPONENT = "kubelet"
 
@@ -106,7 +105,7 @@ class KubeletSettings:
     grace_period: float = float(ENDPOINT_STOP_GRACE_PERIOD_SECONDS)
 
 
-class KubeletStandIn:
+class KubeletStandIn(RunsInBackground):
     """Run with ``async with KubeletStandIn(settings) as kubelet:`` or ``await run()``."""
 
     def __init__(self, settings: KubeletSettings) -> None:
@@ -123,14 +122,16 @@ class KubeletStandIn:
             dial_timeout=settings.dial_timeout,
             call_timeout=settings.call_timeout,
         )
-        self._pods: dict[str, dict[str, Any]] = {}
+        self._pods: dict[str, PodView] = {}
         self._handled: set[str] = set()
         self._finalizing: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._allocations: dict[tuple[str, str], PodAllocation] = {}
         self._pod_ips: dict[str, str] = {}
-        self._ready = asyncio.Event()
-        self._runner: asyncio.Task[None] | None = None
+        runner = BackgroundRunner(
+            f"kubelet-{settings.node_name}", what=f"kubelet {settings.node_name}"
+        )
+        super().__init__(runner)
         self._client: KubeClient | None = None
         self.restarts = 0
 
@@ -171,29 +172,6 @@ class KubeletStandIn:
 
     # ----- lifecycle ---------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        self._runner = await start(
-            self.run(),
-            self._ready,
-            name=f"kubelet-{self.node_name}",
-            limit=None,
-            what=f"kubelet {self.node_name}",
-        )
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        runner, self._runner = self._runner, None
-        await stop(runner)
-
-    async def wait_ready(self) -> None:
-        """Until kubelet.sock is served and the first pod list has been read."""
-        await self._ready.wait()
-
     async def run(self) -> None:
         """Serve until cancelled."""
         self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
@@ -203,7 +181,7 @@ class KubeletStandIn:
                 self._client = client
                 await self._serve(client)
         finally:
-            self._ready.clear()
+            self.runner.ready.clear()
             self._client = None
             await self._registration.stop()
             await self._devices.aclose()
@@ -216,7 +194,7 @@ class KubeletStandIn:
             PODS,
             config=reflector_config(field_selector=f"spec.nodeName={name}"),
             handlers=[
-                EventHandlers(on_add=self._observe, on_update=self._replaced, on_delete=self._gone)
+                EventHandlers(on_add=self._added, on_update=self._replaced, on_delete=self._gone)
             ],
             name=f"kubelet-{name}-pods",
         )
@@ -227,7 +205,7 @@ class KubeletStandIn:
             group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
             group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
             await pods.wait_synced()
-            self._ready.set()
+            self.runner.ready.set()
 
     async def restart(self) -> None:
         """Simulate a kubelet restart as the plugins see it.
@@ -268,31 +246,34 @@ class KubeletStandIn:
 
     # ----- pods --------------------------------------------------------------------------
 
+    async def _added(self, raw: JsonObject) -> None:
+        await self._observe(PodView(raw))
+
     async def _replaced(self, old: JsonObject, new: JsonObject) -> None:
-        if _uid(old) != _uid(new):  # deleted and created again under the same name
-            self._forget(_uid(old))
-        await self._observe(new)
+        old_uid = PodView(old).uid
+        pod = PodView(new)
+        if old_uid != pod.uid:  # deleted and created again under the same name
+            self._forget(old_uid)
+        await self._observe(pod)
 
-    def _gone(self, pod: JsonObject) -> None:
-        self._forget(_uid(pod))
+    def _gone(self, raw: JsonObject) -> None:
+        self._forget(PodView(raw).uid)
 
-    async def _observe(self, pod: JsonObject) -> None:
-        meta = pod.get("metadata") or {}
-        uid = _uid(pod)
-        if (pod.get("spec") or {}).get("nodeName") != self.node_name:
+    async def _observe(self, pod: PodView) -> None:
+        uid = pod.uid
+        if pod.node_name != self.node_name:
             self._forget(uid)
             return
         self._pods[uid] = pod
-        phase = (pod.get("status") or {}).get("phase")
-        if meta.get("deletionTimestamp"):
+        if pod.deleting:
             self._free(uid)
             await self._finalize(pod)
-        elif phase in _TERMINAL:
+        elif pod.terminal:
             self._free(uid)
             self._handled.add(uid)
         elif uid not in self._handled:
             self._handled.add(uid)
-            if phase == "Running":
+            if pod.phase == "Running":
                 return  # started before this stand-in knew it; nothing to admit
             self._queue.put_nowait(uid)
 
@@ -307,29 +288,26 @@ class KubeletStandIn:
         self._handled.discard(uid)
         self._finalizing.discard(uid)
         if pod is not None:
-            meta = pod.get("metadata") or {}
-            key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
-            found = self._allocations.get(key)
+            found = self._allocations.get((pod.namespace, pod.name))
             if found is not None and found.uid == uid:
-                del self._allocations[key]
+                del self._allocations[(pod.namespace, pod.name)]
 
-    async def _finalize(self, pod: Mapping[str, Any]) -> None:
+    async def _finalize(self, pod: PodView) -> None:
         """Confirm a graceful deletion: the containers are 'stopped', delete with grace 0."""
-        uid = _uid(pod)
+        uid = pod.uid
         if uid in self._finalizing or self._client is None:
             return
         self._finalizing.add(uid)
-        namespace, name = _namespaced_name(pod)
         with contextlib.suppress(KubeError):
             await self._client.delete(
-                PODS, name, namespace=namespace, uid=uid, grace_period_seconds=0
+                PODS, pod.name, namespace=pod.namespace, uid=uid, grace_period_seconds=0
             )
 
     async def _admit_loop(self, client: KubeClient, events: EventRecorder) -> None:
         while True:
             uid = await self._queue.get()
             pod = self._pods.get(uid)
-            if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            if pod is None or pod.deleting:
                 continue
             try:
                 await self._admit(client, events, pod)
@@ -339,9 +317,8 @@ class KubeletStandIn:
                 # One bad pod must not stop the node's pod worker.
                 log.exception("pod admission crashed", node=self.node_name)
 
-    async def _admit(self, client: KubeClient, events: EventRecorder, pod: dict[str, Any]) -> None:
-        uid = _uid(pod)
-        namespace, name = _namespaced_name(pod)
+    async def _admit(self, client: KubeClient, events: EventRecorder, pod: PodView) -> None:
+        uid, namespace, name = pod.uid, pod.namespace, pod.name
         try:
             allocation = await self._devices.admit(pod)
         except AdmissionError as error:
@@ -368,8 +345,7 @@ class KubeletStandIn:
             await _patch_status(client, pod, status)
             return
         host_ip = await self._host_ip(client)
-        spec = pod.get("spec") or {}
-        pod_ip = host_ip if spec.get("hostNetwork") else self._pod_ip(uid)
+        pod_ip = host_ip if pod.spec.get("hostNetwork") else self._pod_ip(uid)
         status = running_status(pod, host_ip=host_ip, pod_ip=pod_ip, now=format_time(utc_now()))
         if await _patch_status(client, pod, status) is not None:
             log.info("pod running", node=self.node_name, pod=f"{namespace}/{name}")
@@ -377,19 +353,18 @@ class KubeletStandIn:
             self._forget(uid)
 
     async def _reject(
-        self, client: KubeClient, events: EventRecorder, pod: Mapping[str, Any], message: str
+        self, client: KubeClient, events: EventRecorder, pod: PodView, message: str
     ) -> None:
-        namespace, name = _namespaced_name(pod)
-        log.info("pod rejected", node=self.node_name, pod=f"{namespace}/{name}", message=message)
+        log.info("pod rejected", node=self.node_name, pod=pod.key, message=message)
         await _patch_status(client, pod, rejected_status(pod, message))
-        await events.record(pod, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
+        await events.record(pod.raw, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
 
     async def _host_ip(self, client: KubeClient) -> str:
         try:
             node = await client.get(NODES, self.node_name)
         except KubeError:
             return self.settings.host_ip
-        for address in (node.get("status") or {}).get("addresses") or []:
+        for address in NodeView(node).status.get("addresses") or ():
             if address.get("type") == "InternalIP" and address.get("address"):
                 return str(address["address"])
         return self.settings.host_ip
@@ -411,19 +386,9 @@ async def _write(operation: Callable[[], Awaitable[JsonObject]]) -> JsonObject |
 
 
 async def _patch_status(
-    client: KubeClient, pod: Mapping[str, Any], status: Mapping[str, Any]
+    client: KubeClient, pod: PodView, status: Mapping[str, Any]
 ) -> JsonObject | None:
-    namespace, name = _namespaced_name(pod)
     body = {"status": status}
     return await _write(
-        lambda: client.patch(PODS, name, body, namespace=namespace, subresource="status")
+        lambda: client.patch(PODS, pod.name, body, namespace=pod.namespace, subresource="status")
     )
-
-
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid", ""))
-
-
-def _namespaced_name(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("namespace", "default")), str(meta.get("name", ""))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_kube.objects import ContainerView, PodView
 from hami_kubesim.kubelet.devices import ContainerKind, ResourceDevices
 
 ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
@@ -146,14 +147,11 @@ def _condition(kind: str, now: str) -> dict[str, Any]:
     return {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
 
 
-def _qos_class(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+def _qos_class(pod: PodView) -> str:
     guaranteed, any_set = True, False
-    for container in containers:
-        resources = container.get("resources") or {}
-        limits = resources.get("limits") or {}
-        requests = {**limits, **(resources.get("requests") or {})}
+    for container in pod.all_containers():
+        limits = container.limits
+        requests = {**limits, **container.requests}
         for name in ("cpu", "memory"):
             any_set = any_set or name in requests or name in limits
             if name not in limits or requests.get(name) != limits.get(name):
@@ -167,27 +165,23 @@ def _container_id(pod_uid: str, name: str) -> str:
     return f"kubesim://{pod_uid}/{name}"
 
 
-def running_status(
-    pod: Mapping[str, Any], *, host_ip: str, pod_ip: str, now: str
-) -> dict[str, Any]:
+def running_status(pod: PodView, *, host_ip: str, pod_ip: str, now: str) -> dict[str, Any]:
     """The status a kubelet reports once every container of ``pod`` is started and ready.
 
     Init containers are shown as completed, sidecars (restartable init containers) and app
     containers as running. Conditions the kubelet does not own (e.g. custom readiness gates) are
     kept; ``PodScheduled`` keeps its transition time.
     """
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    status = pod.status
+    uid = pod.uid
     ours = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
     kept = [c for c in status.get("conditions") or [] if c.get("type") not in ours]
     if not any(c.get("type") == "PodScheduled" for c in kept):
         kept.append(_condition("PodScheduled", now))
     init_statuses = []
-    for container in spec.get("initContainers") or []:
-        name = str(container.get("name", ""))
-        cid = _container_id(uid, name)
-        sidecar = container.get("restartPolicy") == "Always"
+    for container in pod.init_containers:
+        cid = _container_id(uid, container.name)
+        sidecar = container.raw.get("restartPolicy") == "Always"
         state: dict[str, Any] = (
             {"running": {"startedAt": now}}
             if sidecar
@@ -205,11 +199,11 @@ def running_status(
     app_statuses = [
         _container_status(
             c,
-            _container_id(uid, str(c.get("name", ""))),
+            _container_id(uid, c.name),
             {"running": {"startedAt": now}},
             started=True,
         )
-        for c in spec.get("containers") or []
+        for c in pod.containers
     ]
     out: dict[str, Any] = {
         "phase": "Running",
@@ -228,11 +222,11 @@ def running_status(
 
 
 def _container_status(
-    container: Mapping[str, Any], cid: str, state: dict[str, Any], *, started: bool
+    container: ContainerView, cid: str, state: dict[str, Any], *, started: bool
 ) -> dict[str, Any]:
     return {
-        "name": str(container.get("name", "")),
-        "image": str(container.get("image", "")),
+        "name": container.name,
+        "image": str(container.raw.get("image", "")),
         "imageID": "",
         "containerID": cid,
         "ready": True,
@@ -243,9 +237,9 @@ def _container_status(
     }
 
 
-def rejected_status(pod: Mapping[str, Any], message: str) -> dict[str, Any]:
+def rejected_status(pod: PodView, message: str) -> dict[str, Any]:
     """Kubelet ``rejectPod``: phase Failed with the admission reason and message."""
-    status = pod.get("status") or {}
+    status = pod.status
     return {
         "phase": "Failed",
         "reason": REASON_UNEXPECTED_ADMISSION,
@@ -254,21 +248,21 @@ def rejected_status(pod: Mapping[str, Any], message: str) -> dict[str, Any]:
     }
 
 
-def start_failed_status(pod: Mapping[str, Any], container: str, message: str) -> dict[str, Any]:
+def start_failed_status(pod: PodView, container: str, message: str) -> dict[str, Any]:
     """A container that could not be started (``PreStartContainer`` failed): pod stays Pending."""
     statuses = [
         {
-            "name": str(c.get("name", "")),
-            "image": str(c.get("image", "")),
+            "name": c.name,
+            "image": str(c.raw.get("image", "")),
             "imageID": "",
             "ready": False,
             "started": False,
             "restartCount": 0,
             "state": {"waiting": {"reason": REASON_CREATE_CONFIG, "message": message}}
-            if c.get("name") == container
+            if c.name == container
             else {"waiting": {"reason": "PodInitializing"}},
         }
-        for c in (pod.get("spec") or {}).get("containers") or []
+        for c in pod.containers
     ]
     return {"phase": "Pending", "containerStatuses": statuses}
 

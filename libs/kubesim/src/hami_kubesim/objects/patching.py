@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonpatch
 
-from hami_kubesim.apiserver.errors import ApiError, BadRequestError, UnsupportedMediaTypeError
+from hami_kubesim.apiserver.errors import BadRequestError, StatusError, UnsupportedMediaTypeError
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -107,7 +107,7 @@ def json_patch(original: dict[str, Any], ops: Any) -> dict[str, Any]:
     if not isinstance(ops, list):
         raise BadRequestError("json patch must be an array of operations")
     if len(ops) > MAX_JSON_PATCH_OPS:
-        raise ApiError(
+        raise StatusError(
             413,
             f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPS}, "
             f"got {len(ops)}",
@@ -118,11 +118,11 @@ def json_patch(original: dict[str, Any], ops: Any) -> dict[str, Any]:
     except jsonpatch.InvalidJsonPatch as exc:
         raise BadRequestError(f"invalid json patch: {exc}") from exc
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
-        raise ApiError(
+        raise StatusError(
             422, f"the server rejected our request due to an error in our request: {exc}"
         ) from exc
     if not isinstance(result, dict):
-        raise ApiError(422, "json patch must leave an object at the root")
+        raise StatusError(422, "json patch must leave an object at the root")
     return result
 
 

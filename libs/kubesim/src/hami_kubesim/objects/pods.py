@@ -7,9 +7,9 @@ from fractions import Fraction
 from typing import Any
 
 from hami_kubesim.apiserver.errors import (
-    ApiError,
     BadRequestError,
     ConflictError,
+    StatusError,
     precondition_failed,
 )
 from hami_kubesim.objects.quantities import read_quantity
@@ -242,14 +242,14 @@ def bind_pod(pod: dict[str, Any], binding: dict[str, Any], name: str, now: str) 
         raise BadRequestError("name in URL does not match name in Binding object")
     target = binding.get("target") or {}
     if target.get("kind") not in (None, "", "Node"):
-        raise ApiError(
+        raise StatusError(
             422,
             f'Binding.meta.k8s.io "{name}" is invalid: target.kind: Invalid value: '
             f"\"{target.get('kind')}\": must be empty or 'Node'",
         )
     node = target.get("name")
     if not node:
-        raise ApiError(422, f'Binding "{name}" is invalid: target.name: Required value')
+        raise StatusError(422, f'Binding "{name}" is invalid: target.name: Required value')
     pod_meta = pod["metadata"]
     uid = meta.get("uid")
     if uid and uid != pod_meta.get("uid"):

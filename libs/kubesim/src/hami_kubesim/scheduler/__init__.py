@@ -1,2 +1,3 @@
-"""The kube-scheduler stand-in: its configuration, queue, in-tree predicates, HTTP extenders
-and the loop that schedules pending pods."""
+"""The kube-scheduler stand-in: its configuration, queue, in-tree predicates, HTTP extenders,
+the queue pump (:mod:`.loop`: watches feed the queue, one pod at a time is popped) and the
+scheduling and binding cycle of one pod (:mod:`.cycle`)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from hami_kube.objects import PodView
 from hami_protocol.durations import parse_go_duration
 from hami_protocol.errors import ConfigError
 
@@ -134,13 +135,10 @@ class ExtenderConfig:
         if not self.managed_resources:
             return True
         managed = {resource.name for resource in self.managed_resources}
-        spec = pod.get("spec") or {}
-        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-            resources = (container or {}).get("resources") or {}
-            for section in ("requests", "limits"):
-                if managed.intersection((resources.get(section) or {}).keys()):
-                    return True
-        return False
+        return any(
+            managed.intersection(c.requests) or managed.intersection(c.limits)
+            for c in PodView(pod).all_containers()
+        )
 
 
 @dataclass(frozen=True, slots=True)

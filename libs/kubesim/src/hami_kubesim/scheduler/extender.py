@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from hami_kube.objects import NodeView
 from hami_kubesim.certs import load_cert_chain_pem
 from hami_kubesim.scheduler.config import ExtenderConfig, ExtenderTLS
 from hami_kubesim.scheduler.extender_wire import (
@@ -56,7 +57,7 @@ class HttpExtender:
         body = await self._send(self.config.filter_verb, args)
         return parse_filter_result(
             body,
-            sent=[str((n.get("metadata") or {}).get("name") or "") for n in nodes],
+            sent=[NodeView(n).name for n in nodes],
             node_cache_capable=self.config.node_cache_capable,
             url=self.url,
         )

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_kube.objects import NodeView, PodView
+
 __all__ = [
     "ExtenderError",
     "FilterOutcome",
@@ -45,19 +47,14 @@ def extender_args(
 ) -> dict[str, Any]:
     """``ExtenderArgs`` for the filter and prioritize verbs."""
     if node_cache_capable:
-        return {"Pod": pod, "Nodes": None, "NodeNames": [_name(node) for node in nodes]}
+        return {"Pod": pod, "Nodes": None, "NodeNames": [NodeView(node).name for node in nodes]}
     return {"Pod": pod, "Nodes": {"metadata": {}, "items": list(nodes)}, "NodeNames": None}
 
 
 def binding_args(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
     """``ExtenderBindingArgs``."""
-    metadata = pod.get("metadata") or {}
-    return {
-        "PodName": metadata.get("name", ""),
-        "PodNamespace": metadata.get("namespace", ""),
-        "PodUID": metadata.get("uid", ""),
-        "Node": node,
-    }
+    view = PodView(pod)
+    return {"PodName": view.name, "PodNamespace": view.namespace, "PodUID": view.uid, "Node": node}
 
 
 def parse_filter_result(
@@ -154,7 +151,3 @@ def _string_list(raw: object, key: str, url: str) -> list[str]:
 
 def _lower_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {str(key).lower(): value for key, value in raw.items()}
-
-
-def _name(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("name") or "")

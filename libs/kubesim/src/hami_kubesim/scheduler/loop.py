@@ -1,86 +1,60 @@
-"""The kube-scheduler stand-in: schedules pending pods and calls HTTP extenders.
+"""The kube-scheduler stand-in's queue pump: follow the cluster, feed the queue, pop pods.
 
-``SchedulingLoop`` follows nodes and pods through the API server (``hami_kube`` reflectors), queues
-pending pods whose ``spec.schedulerName`` is one of its profiles, and for each, one at a time:
+``SchedulingLoop`` follows nodes and pods through the API server (``hami_kube`` reflectors) and
+keeps :class:`~hami_kubesim.scheduler.queue.SchedulingQueue` current from their events, as
+kube-scheduler's event handlers do:
 
-1. runs the in-tree filters (:mod:`hami_kubesim.scheduler.predicates`) over every node;
-2. calls each interested extender's filter verb in order on the survivors (``NodeNames`` when
-   ``nodeCacheCapable``, else the full ``Nodes``), recording ``FailedNodes`` reasons;
-3. with more than one feasible node, calls the prioritize verbs in parallel and adds
-   ``Score * weight * 10``; picks the highest total (ties: see ``select_host``);
-4. assumes the pod on that node (its requests count there at once) and binds it in the
-   background, through the extender's bind verb when one is configured and interested, else by
-   POSTing the Binding subresource.
+- a pending pod whose ``spec.schedulerName`` is one of its profiles is added (again when its
+  metadata or spec change; status-only updates do not requeue it);
+- a pod bound to a node counts there (:meth:`SchedulingCycle.pod_bound`); one that ends or is
+  deleted frees what it requested, and every pod parked as unschedulable is moved back (it may
+  fit now);
+- a node added, or changed in its labels, annotations, spec or allocatable, moves every parked
+  pod back too.
 
-A failure records a ``FailedScheduling`` Warning Event (``0/3 nodes are available: ...``; repeats
-bump its count, see ``hami_kube.events.EventRecorder``), sets the pod's ``PodScheduled=False``
-condition and puts the pod back into the queue with exponential backoff; pods no node fits wait
-for a node or pod change (see :mod:`scheduling_queue`).
+The pump pops one key at a time and hands it to :class:`~.cycle.SchedulingCycle` (filters,
+extenders, assume, then the binding cycle in the background).  Binds and condition writes run as
+named tasks of one :class:`hami_runtime.lifecycle.TaskSet`, stopped within a bound when the loop
+stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Coroutine, Iterable, Mapping
+from typing import Any, Final
 
 import aiohttp
 import structlog
 
-from hami_kube.errors import KubeError
-from hami_kube.events import EventRecorder, EventType
+from hami_kube.events import EventRecorder
+from hami_kube.objects import NodeView, ObjectView, PodView
 from hami_kube.reflector import EventHandlers, Reflector
-from hami_kube.resources import NODES, PODS, JsonObject, object_key
-from hami_kube.rest import KubeClient, PatchType
+from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.store import Store
-from hami_kube.timefmt import format_time, utc_now
 from hami_kubesim.access import connect, reflector_config
-from hami_kubesim.background_tasks import start, stop
-from hami_kubesim.scheduler.config import DEFAULT_SCHEDULER_NAME, Profile, SchedulerConfig
-from hami_kubesim.scheduler.extender import HttpExtender
-from hami_kubesim.scheduler.extender_wire import ExtenderError
-from hami_kubesim.scheduler.predicates import (
-    NO_NODES_AVAILABLE,
-    NodeUsage,
-    ResourceParseError,
-    check_node,
-    fit_error_message,
-    pod_requests,
-    select_host,
+from hami_kubesim.background_tasks import STOP_WITHIN_S, BackgroundRunner, RunsInBackground
+from hami_kubesim.scheduler.config import DEFAULT_SCHEDULER_NAME, SchedulerConfig
+from hami_kubesim.scheduler.cycle import (
+    SchedulingCycle,
+    SchedulingStats,
+    is_responsible,
+    queue_position,
 )
+from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.queue import SchedulingQueue
+from hami_runtime.lifecycle import TaskSet
 
 __all__ = ["SchedulingLoop", "SchedulingStats"]
 
 log = structlog.get_logger(__name__)
 
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_MAX_EXTENDER_PRIORITY = 10
-_MAX_NODE_SCORE = 100
+_COMPONENT: Final = "kubesim-scheduler"
+_IGNORED_POD_METADATA: Final = frozenset({"resourceVersion", "managedFields", "generation"})
 
 
-@dataclass(slots=True)
-class SchedulingStats:
-    """Counters for tests and logs (not Prometheus metrics)."""
-
-    attempts: int = 0
-    scheduled: int = 0
-    failed: int = 0
-    extender_errors: int = 0
-    bind_failures: int = 0
-
-
-class _Failure(Exception):  # noqa: N818 - internal control flow, not an API error
-    def __init__(self, message: str, *, unschedulable: bool) -> None:
-        super().__init__(message)
-        self.message = message
-        self.unschedulable = unschedulable
-
-
-class SchedulingLoop:
+class SchedulingLoop(RunsInBackground):
     """Schedules the pods of ``config``'s profiles against the API server at ``api_url``.
 
     Run it with ``async with SchedulingLoop(...) as loop:`` (returns once its caches are synced)
@@ -113,42 +87,13 @@ class SchedulingLoop:
         self._assume_timeout = assume_timeout
         self._rng = rng
         self._instance = instance
-        self._ready_timeout = ready_timeout
-        self._ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._group: asyncio.TaskGroup | None = None
-        self._client: KubeClient | None = None
-        self._events: EventRecorder | None = None
-        self._extenders: list[HttpExtender] = []
-        self._nodes = Store()
-        self._pods = Store()
-        self._bound: dict[str, tuple[str, dict[str, int]]] = {}
-        self._assumed: dict[str, tuple[str, dict[str, int]]] = {}
-        self._assume_timers: dict[str, asyncio.TimerHandle] = {}
+        runner = BackgroundRunner(_COMPONENT, what="scheduling loop", ready_within=ready_timeout)
+        super().__init__(runner)
+        self._cycle: SchedulingCycle | None = None
+        self._background: TaskSet | None = None
+        self._caches: tuple[Store, Store] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        self._task = await start(
-            self.run(),
-            self._ready,
-            name="kubesim-scheduler",
-            limit=self._ready_timeout,
-            what="scheduling loop",
-        )
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        task, self._task = self._task, None
-        await stop(task)
-
-    async def wait_ready(self) -> None:
-        await self._ready.wait()
 
     async def run(self) -> None:
         """Follow the cluster and schedule until cancelled."""
@@ -157,10 +102,6 @@ class SchedulingLoop:
             aiohttp.ClientSession() as http,
         ):
             events = EventRecorder(client, component=self._component_name(), host=self._instance)
-            self._client, self._events = client, events
-            self._extenders = [
-                HttpExtender(c, session=http) for c in self.config.ordered_extenders()
-            ]
             nodes = Reflector(
                 client,
                 NODES,
@@ -168,7 +109,7 @@ class SchedulingLoop:
                 handlers=[
                     EventHandlers(on_add=self._on_node_added, on_update=self._on_node_updated)
                 ],
-                name="kubesim-scheduler-nodes",
+                name=f"{_COMPONENT}-nodes",
             )
             pods = Reflector(
                 client,
@@ -181,31 +122,68 @@ class SchedulingLoop:
                         on_delete=self._on_pod_deleted,
                     )
                 ],
-                name="kubesim-scheduler-pods",
+                name=f"{_COMPONENT}-pods",
             )
-            self._nodes, self._pods = nodes.store, pods.store
-            self._bound.clear()
-            self._assumed.clear()
+            background = TaskSet(_COMPONENT)
+            self._background = background
+            self._caches = (nodes.store, pods.store)
+            cycle = self._cycle = SchedulingCycle(
+                self.config,
+                queue=self.queue,
+                stats=self.stats,
+                client=client,
+                events=events,
+                extenders=[HttpExtender(c, session=http) for c in self.config.ordered_extenders()],
+                nodes=nodes.store,
+                pods=pods.store,
+                spawn=self._spawn,
+                rng=self._rng,
+                assume_timeout=self._assume_timeout,
+            )
             try:
                 async with asyncio.TaskGroup() as group:
-                    self._group = group
-                    group.create_task(nodes.run(), name="kubesim-scheduler-nodes")
-                    group.create_task(pods.run(), name="kubesim-scheduler-pods")
-                    group.create_task(events.run(), name="kubesim-scheduler-events")
+                    group.create_task(nodes.run(), name=f"{_COMPONENT}-nodes")
+                    group.create_task(pods.run(), name=f"{_COMPONENT}-pods")
+                    group.create_task(events.run(), name=f"{_COMPONENT}-events")
                     await nodes.wait_synced()
                     await pods.wait_synced()
-                    self._ready.set()
+                    self.runner.ready.set()
                     log.info("scheduling loop ready", profiles=sorted(self.config.scheduler_names))
-                    while True:
-                        key = await self.queue.pop()
-                        await self._schedule_one(key)
+                    await self._pump(cycle)
             finally:
-                self._ready.clear()
-                self._group = None
-                self._client = self._events = None
-                for timer in self._assume_timers.values():
-                    timer.cancel()
-                self._assume_timers.clear()
+                self.runner.ready.clear()
+                cycle.close()
+                self._cycle = self._background = None
+                self._caches = None
+                await background.stop(within=STOP_WITHIN_S)
+
+    def will_retry(
+        self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    ) -> frozenset[str]:
+        """Keys of the pods it will try again without a new cluster event.
+
+        ``nodes`` and ``pods`` are the API server's objects now.  The queue's active, backing
+        off and in-flight pods are retried; so is every unbound pod while the loop's caches have
+        not yet caught up with those objects, as the events on their way may wake a parked pod
+        (a node whose device plugin came back, a pod that freed resources).
+        """
+        pods = list(pods)
+        caches = self._caches
+        if caches is None or not (_seen(caches[0], nodes) and _seen(caches[1], pods)):
+            return frozenset(view.key for view in map(PodView, pods) if not view.node_name)
+        return self.queue.retrying()
+
+    async def _pump(self, cycle: SchedulingCycle) -> None:
+        while True:
+            key = await self.queue.pop()
+            await cycle.schedule(key)
+
+    def _spawn(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
+        # A failing bind is logged by the task set and must not stop the loop.
+        if self._background is None:
+            coroutine.close()
+            return
+        self._background.spawn(name, coroutine)
 
     # -- watch handlers --------------------------------------------------------------------
 
@@ -213,380 +191,67 @@ class SchedulingLoop:
         self.queue.move_all_unschedulable()
 
     def _on_node_updated(self, old: JsonObject, new: JsonObject) -> None:
-        if _node_changed(old, new):
+        if _node_changed(NodeView(old), NodeView(new)):
             self.queue.move_all_unschedulable()
 
-    def _on_pod_deleted(self, pod: JsonObject) -> None:
-        key = object_key(pod)
+    def _on_pod_deleted(self, raw: JsonObject) -> None:
+        key = PodView(raw).key
         self.queue.delete(key)
-        self._forget_assumed(key)
-        if self._bound.pop(key, None) is not None:
+        if self._cycle is not None and self._cycle.pod_gone(key):
             self.queue.move_all_unschedulable()
 
-    def _on_pod_added(self, pod: JsonObject) -> None:
-        self._on_pod(None, pod)
+    def _on_pod_added(self, raw: JsonObject) -> None:
+        self._on_pod(None, PodView(raw))
 
     def _on_pod_updated(self, old: JsonObject, new: JsonObject) -> None:
-        self._on_pod(old, new)
+        self._on_pod(PodView(old), PodView(new))
 
-    def _on_pod(self, old: JsonObject | None, new: JsonObject) -> None:
-        key = object_key(new)
-        node_name = (new.get("spec") or {}).get("nodeName")
-        if node_name:
-            self._on_assigned_pod(key, str(node_name), new)
-            return
-        if not self._responsible(new):
+    def _on_pod(self, old: PodView | None, new: PodView) -> None:
+        key = new.key
+        cycle = self._cycle
+        if new.node_name:
             self.queue.delete(key)
-            return
-        if key in self._assumed:
-            return  # binding in flight; the outcome decides what happens next
-        if old is None or key not in self.queue or _pod_changed(old, new):
-            self.queue.add(key, priority=_priority(new), created=_created(new))
-
-    def _on_assigned_pod(self, key: str, node_name: str, pod: dict[str, Any]) -> None:
-        self.queue.delete(key)
-        self._forget_assumed(key)
-        if (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
-            if self._bound.pop(key, None) is not None:
+            if cycle is not None and cycle.pod_bound(key, new):
                 self.queue.move_all_unschedulable()
             return
-        try:
-            requests = pod_requests(pod)
-        except ResourceParseError as exc:
-            log.warning(
-                "bound pod has an invalid request", pod=key, where=exc.where, value=exc.value
-            )
-            requests = {}
-        self._bound[key] = (node_name, requests)
-
-    # -- one scheduling cycle --------------------------------------------------------------
-
-    async def _schedule_one(self, key: str) -> None:
-        pod = self._pods.get(key)
-        if pod is None or not self._responsible(pod):
-            self.queue.done(key)
+        if not is_responsible(new, self.config.scheduler_names):
+            self.queue.delete(key)
             return
-        profile = self.config.profile_for(_scheduler_name(pod)) or Profile()
-        self.stats.attempts += 1
-        try:
-            requests = _requests_or_fail(pod)
-            host = await self._find_host(pod, requests, profile)
-        except _Failure as failure:
-            self._record_failure(key, pod, failure)
-            return
-        self._assumed[key] = (host, requests)
-        self._spawn(self._bind(key, pod, host), name=f"kubesim-bind-{key}")
-
-    async def _find_host(
-        self, pod: dict[str, Any], requests: dict[str, int], profile: Profile
-    ) -> str:
-        nodes = sorted(self._nodes.objects(), key=_name)
-        if not nodes:
-            raise _Failure(NO_NODES_AVAILABLE, unschedulable=True)
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        nominated_node = self._nodes.get(nominated) if isinstance(nominated, str) else None
-        if nominated_node is not None:
-            feasible, _ = await self._filter(pod, requests, profile, [nominated_node])
-            if feasible:
-                return _name(nominated_node)
-        feasible, reasons = await self._filter(pod, requests, profile, nodes)
-        if not feasible:
-            raise _Failure(fit_error_message(len(nodes), reasons), unschedulable=True)
-        if len(feasible) == 1:
-            return _name(feasible[0])
-        return select_host(await self._prioritize(pod, feasible), self._rng)
-
-    async def _filter(
-        self,
-        pod: dict[str, Any],
-        requests: dict[str, int],
-        profile: Profile,
-        nodes: list[dict[str, Any]],
-    ) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-        usage = self._usage_by_node()
-        reasons: dict[str, list[str]] = {}
-        feasible: list[dict[str, Any]] = []
-        for node in nodes:
-            name = _name(node)
-            try:
-                rejected = check_node(
-                    pod,
-                    requests,
-                    node,
-                    usage.get(name, NodeUsage()),
-                    ignored_resources=profile.ignored_resources,
-                    ignored_resource_groups=profile.ignored_resource_groups,
-                )
-            except ResourceParseError as exc:
-                log.warning(
-                    "node has an invalid allocatable", node=name, where=exc.where, value=exc.value
-                )
-                rejected = ("node(s) had invalid allocatable resources",)
-            if rejected:
-                reasons[name] = list(rejected)
-            else:
-                feasible.append(node)
-        for extender in self._extenders:
-            if not feasible:
-                break
-            if not extender.config.filter_verb or not extender.is_interested(pod):
-                continue
-            try:
-                outcome = await extender.filter(pod, feasible)
-            except ExtenderError as exc:
-                if extender.config.ignorable:
-                    log.warning(
-                        "ignorable extender filter failed", extender=extender.url, error=str(exc)
-                    )
-                    continue
-                self.stats.extender_errors += 1
-                raise _Failure(str(exc), unschedulable=False) from exc
-            for node_name, reason in {**outcome.failed, **outcome.failed_unresolvable}.items():
-                reasons.setdefault(node_name, []).append(reason)
-            by_name = {_name(node): node for node in feasible}
-            feasible = [by_name[name] for name in outcome.survivors]
-        return feasible, reasons
-
-    async def _prioritize(
-        self, pod: dict[str, Any], feasible: list[dict[str, Any]]
-    ) -> dict[str, int]:
-        scores = {_name(node): 0 for node in feasible}
-        scorers = [e for e in self._extenders if e.config.prioritize_verb and e.is_interested(pod)]
-        results = await asyncio.gather(*(self._scores_of(e, pod, feasible) for e in scorers))
-        for extender, result in zip(scorers, results, strict=True):
-            factor = extender.config.weight * (_MAX_NODE_SCORE // _MAX_EXTENDER_PRIORITY)
-            for host, score in result.items():
-                if host in scores:
-                    scores[host] += score * factor
-        return scores
-
-    async def _scores_of(
-        self, extender: HttpExtender, pod: dict[str, Any], feasible: list[dict[str, Any]]
-    ) -> dict[str, int]:
-        try:
-            return await extender.prioritize(pod, feasible)
-        except ExtenderError as exc:
-            # kube-scheduler ignores prioritize failures: the extender just adds no score.
-            log.warning("extender prioritize failed", extender=extender.url, error=str(exc))
-            return {}
-
-    # -- binding ---------------------------------------------------------------------------
-
-    async def _bind(self, key: str, pod: dict[str, Any], host: str) -> None:
-        binder = next(
-            (e for e in self._extenders if e.config.bind_verb and e.is_interested(pod)), None
-        )
-        try:
-            try:
-                if binder is None:
-                    await self._default_bind(pod, host)
-                else:
-                    await binder.bind(pod, host)
-            except ExtenderError as exc:
-                if binder is None or not binder.config.ignorable:
-                    raise
-                log.warning("ignorable extender bind failed", extender=binder.url, error=str(exc))
-                await self._default_bind(pod, host)
-        except (ExtenderError, KubeError) as exc:
-            self._assumed.pop(key, None)
-            self.stats.bind_failures += 1
-            self._record_failure(
-                key, pod, _Failure(f"binding rejected: {exc}", unschedulable=False)
-            )
-            return
-        self.stats.scheduled += 1
-        self.queue.done(key)
-        metadata = pod.get("metadata") or {}
-        log.info("pod scheduled", pod=key, node=host)
-        self._emit_event(
-            pod,
-            EventType.NORMAL,
-            "Scheduled",
-            f"Successfully assigned {metadata.get('namespace')}/{metadata.get('name')} to {host}",
-        )
-        if key in self._assumed:
-            self._assume_timers[key] = asyncio.get_running_loop().call_later(
-                self._assume_timeout, self._expire_assumed, key, host
-            )
-
-    async def _default_bind(self, pod: dict[str, Any], host: str) -> None:
-        assert self._client is not None
-        metadata = pod.get("metadata") or {}
-        namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name"))
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": metadata.get("uid")},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": host},
-        }
-        await self._client.post_subresource(PODS, name, "binding", binding, namespace=namespace)
-
-    def _expire_assumed(self, key: str, host: str) -> None:
-        self._assume_timers.pop(key, None)
-        assumed = self._assumed.get(key)
-        if assumed is None or assumed[0] != host:
-            return
-        # The binder reported success but the pod never showed up bound: forget and retry.
-        log.warning("assumed pod never appeared bound; retrying", pod=key, node=host)
-        del self._assumed[key]
-        pod = self._pods.get(key)
-        if pod is not None and self._responsible(pod):
-            self.queue.add(key, priority=_priority(pod), created=_created(pod))
-
-    def _forget_assumed(self, key: str) -> None:
-        self._assumed.pop(key, None)
-        timer = self._assume_timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-
-    # -- failure handling ------------------------------------------------------------------
-
-    def _record_failure(self, key: str, pod: dict[str, Any], failure: _Failure) -> None:
-        self.stats.failed += 1
-        backoff = self.queue.failed(key, unschedulable=failure.unschedulable)
-        log.info(
-            "unable to schedule pod",
-            pod=key,
-            reason=failure.message,
-            unschedulable=failure.unschedulable,
-            backoff_s=backoff,
-        )
-        self._emit_event(pod, EventType.WARNING, "FailedScheduling", failure.message)
-        condition_reason = "Unschedulable" if failure.unschedulable else "SchedulerError"
-        self._spawn(
-            self._set_condition(pod, condition_reason, failure.message),
-            name=f"kubesim-scheduler-condition-{key}",
-        )
-
-    async def _set_condition(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        if self._client is None:
-            return
-        metadata = pod.get("metadata") or {}
-        conditions = list((pod.get("status") or {}).get("conditions") or [])
-        current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
-            "False",
-            reason,
-            message,
-        ):
-            return
-        updated = [c for c in conditions if c.get("type") != "PodScheduled"]
-        updated.append(
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": reason,
-                "message": message,
-                "lastProbeTime": None,
-                "lastTransitionTime": format_time(utc_now()),
-            }
-        )
-        try:
-            await self._client.patch(
-                PODS,
-                str(metadata.get("name")),
-                {"status": {"conditions": updated}},
-                namespace=str(metadata.get("namespace") or "default"),
-                patch_type=PatchType.MERGE,
-                subresource="status",
-            )
-        except KubeError as exc:
-            log.debug(
-                "could not update PodScheduled condition", pod=object_key(pod), error=str(exc)
-            )
-
-    def _emit_event(
-        self, pod: Mapping[str, Any], event_type: EventType, reason: str, message: str
-    ) -> None:
-        # Queued, never awaited: the recorder's own task writes (or bumps) the Event.
-        if self._events is not None:
-            self._events.emit(pod, event_type, reason, message)
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], *, name: str) -> None:
-        if self._group is None:
-            coroutine.close()
-            return
-        self._group.create_task(_guarded(coroutine, name), name=name)
-
-    def _responsible(self, pod: Mapping[str, Any]) -> bool:
-        spec = pod.get("spec") or {}
-        metadata = pod.get("metadata") or {}
-        return (
-            not spec.get("nodeName")
-            and _scheduler_name(pod) in self.config.scheduler_names
-            and not metadata.get("deletionTimestamp")
-            and (pod.get("status") or {}).get("phase") not in _TERMINAL_PHASES
-            and not spec.get("schedulingGates")
-        )
-
-    def _usage_by_node(self) -> dict[str, NodeUsage]:
-        usage: dict[str, NodeUsage] = {}
-        for node, requests in [*self._bound.values(), *self._assumed.values()]:
-            usage[node] = usage.get(node, NodeUsage()).plus(requests)
-        return usage
+        if cycle is not None and cycle.is_assumed(key):
+            return  # binding in flight; the outcome decides what happens next
+        if old is None or key not in self.queue or _pod_changed(old, new):
+            self.queue.add(key, **queue_position(new))
 
     def _component_name(self) -> str:
         names = sorted(self.config.scheduler_names)
         return names[0] if len(names) == 1 else DEFAULT_SCHEDULER_NAME
 
 
-async def _guarded(coroutine: Coroutine[Any, Any, None], name: str) -> None:
-    # A bug in one background task must not tear down the whole loop's task group.
-    try:
-        await coroutine
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("scheduler background task failed", task=name)
-
-
-def _requests_or_fail(pod: Mapping[str, Any]) -> dict[str, int]:
-    try:
-        return pod_requests(pod)
-    except ResourceParseError as exc:
-        log.warning(
-            "pod has an invalid request", pod=object_key(pod), where=exc.where, value=exc.value
-        )
-        raise _Failure(str(exc), unschedulable=True) from exc
-
-
-def _node_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-    if old is None or new is None:
-        return True
-    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+def _node_changed(old: NodeView, new: NodeView) -> bool:
+    """A node change that may make a parked pod schedulable."""
     return (
-        old_meta.get("labels") != new_meta.get("labels")
-        or old_meta.get("annotations") != new_meta.get("annotations")
-        or old.get("spec") != new.get("spec")
-        or (old.get("status") or {}).get("allocatable")
-        != (new.get("status") or {}).get("allocatable")
+        old.labels != new.labels
+        or old.annotations != new.annotations
+        or old.spec != new.spec
+        or old.allocatable != new.allocatable
     )
 
 
-def _pod_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+def _pod_changed(old: PodView, new: PodView) -> bool:
     """A change that may make a pending pod schedulable (status-only updates are not)."""
-    if old is None:
-        return True
-    ignored = {"resourceVersion", "managedFields", "generation"}
-    old_meta = {k: v for k, v in (old.get("metadata") or {}).items() if k not in ignored}
-    new_meta = {k: v for k, v in (new.get("metadata") or {}).items() if k not in ignored}
-    return old_meta != new_meta or old.get("spec") != new.get("spec")
+    return _relevant_metadata(old.meta) != _relevant_metadata(new.meta) or old.spec != new.spec
 
 
-def _scheduler_name(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME)
+def _seen(cache: Store, objects: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether ``cache`` holds exactly ``objects``, each at its resourceVersion."""
+    count = 0
+    for view in map(ObjectView, objects):
+        count += 1
+        cached = cache.get(view.key)
+        if cached is None or ObjectView(cached).resource_version != view.resource_version:
+            return False
+    return count == len(cache)
 
 
-def _priority(pod: Mapping[str, Any]) -> int:
-    priority = (pod.get("spec") or {}).get("priority")
-    return priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
-
-
-def _created(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-
-
-def _name(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("name") or "")
+def _relevant_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k not in _IGNORED_POD_METADATA}

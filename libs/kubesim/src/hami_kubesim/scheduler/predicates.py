@@ -1,4 +1,4 @@
-"""kube-scheduler's in-tree filters that matter here, as pure functions over API objects.
+"""kube-scheduler's in-tree filters that matter here, as pure functions over pod and node views.
 
 In the order kube-scheduler runs them, stopping at the first that rejects a node:
 ``NodeUnschedulable`` (``spec.unschedulable``), ``TaintToleration`` (NoSchedule/NoExecute),
@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_kube.objects import ContainerView, NodeView, PodView
 from hami_kubesim.objects.quantities import read_quantity
 from hami_protocol.errors import ProtocolError, RequestError
 from hami_protocol.request.quantity import to_int_ceil, to_milli
@@ -26,7 +27,7 @@ from hami_protocol.selectors import Operator, requirement
 
 __all__ = [
     "NO_NODES_AVAILABLE",
-    "NodeUsage",
+    "RequestedOnNode",
     "ResourceParseError",
     "check_node",
     "fit_error_message",
@@ -68,20 +69,20 @@ class ResourceParseError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeUsage:
+class RequestedOnNode:
     """What the pods bound (or assumed) to a node request, and how many there are."""
 
     requested: Mapping[str, int] = field(default_factory=dict)
     pod_count: int = 0
 
-    def plus(self, requests: Resources) -> NodeUsage:
+    def plus(self, requests: Resources) -> RequestedOnNode:
         total = dict(self.requested)
         for name, amount in requests.items():
             total[name] = total.get(name, 0) + amount
-        return NodeUsage(requested=total, pod_count=self.pod_count + 1)
+        return RequestedOnNode(requested=total, pod_count=self.pod_count + 1)
 
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+def pod_requests(pod: PodView) -> dict[str, int]:
     """The pod's effective request, as kube-scheduler computes it.
 
     Containers add up; each ordinary init container runs alone (beside the sidecars started before
@@ -89,15 +90,14 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     also add to the running total; ``spec.overhead`` is added.  A resource with a limit and no
     request counts the limit, as the API server's defaulting would have set it.
     """
-    spec = pod.get("spec") or {}
     total: dict[str, int] = {}
-    for container in spec.get("containers") or []:
+    for container in pod.containers:
         _add(total, _container_requests(container))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or []:
+    for container in pod.init_containers:
         requests = _container_requests(container)
-        if (container or {}).get("restartPolicy") == "Always":
+        if container.raw.get("restartPolicy") == "Always":
             _add(total, requests)
             _add(sidecars, requests)
             running = dict(sidecars)
@@ -106,33 +106,32 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
             _add(running, requests)
         _max(init_peak, running)
     _max(total, init_peak)
-    _add(total, _quantities(spec.get("overhead") or {}, "spec.overhead"))
+    overhead = pod.spec.get("overhead")
+    _add(total, _quantities(overhead if isinstance(overhead, Mapping) else {}, "spec.overhead"))
     return total
 
 
-def node_allocatable(node: Mapping[str, Any]) -> dict[str, int]:
+def node_allocatable(node: NodeView) -> dict[str, int]:
     """``status.allocatable`` in base units."""
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return _quantities(allocatable, f"node {_name(node)} status.allocatable")
+    return _quantities(node.allocatable, f"node {node.name} status.allocatable")
 
 
 def check_node(
-    pod: Mapping[str, Any],
+    pod: PodView,
     requests: Resources,
-    node: Mapping[str, Any],
-    usage: NodeUsage,
+    node: NodeView,
+    usage: RequestedOnNode,
     *,
     ignored_resources: frozenset[str] = frozenset(),
     ignored_resource_groups: frozenset[str] = frozenset(),
 ) -> tuple[str, ...]:
     """Why ``node`` cannot take ``pod`` (empty when it can)."""
-    spec = node.get("spec") or {}
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    if spec.get("unschedulable") and not tolerates(
+    tolerations = pod.spec.get("tolerations") or []
+    if node.unschedulable and not tolerates(
         tolerations, {"key": _UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
     ):
         return (REASON_UNSCHEDULABLE,)
-    for taint in spec.get("taints") or []:
+    for taint in node.spec.get("taints") or []:
         if taint.get("effect") in _FILTERED_EFFECTS and not tolerates(tolerations, taint):
             key, value = taint.get("key", ""), taint.get("value", "")
             return (f"node(s) had untolerated taint {{{key}: {value}}}",)
@@ -152,10 +151,10 @@ def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]
     return any(_toleration_matches(toleration, taint) for toleration in tolerations)
 
 
-def matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+def matches_node_affinity(pod: PodView, node: NodeView) -> bool:
     """``nodeSelector`` and ``requiredDuringSchedulingIgnoredDuringExecution`` both hold."""
-    spec = pod.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    spec = pod.spec
+    labels = node.labels
     selector = spec.get("nodeSelector") or {}
     if any(labels.get(key) != value for key, value in selector.items()):
         return False
@@ -164,7 +163,7 @@ def matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
     )
     if required is None:
         return True
-    fields = {"metadata.name": _name(node)}
+    fields = {"metadata.name": node.name}
     return any(
         _term_matches(term or {}, labels, fields)
         for term in required.get("nodeSelectorTerms") or []
@@ -195,8 +194,8 @@ def select_host(scores: Mapping[str, int], rng: random.Random | None = None) -> 
 
 def _insufficient(
     requests: Resources,
-    node: Mapping[str, Any],
-    usage: NodeUsage,
+    node: NodeView,
+    usage: RequestedOnNode,
     *,
     ignored_resources: frozenset[str],
     ignored_resource_groups: frozenset[str],
@@ -271,11 +270,10 @@ def _requirement_matches(raw: Mapping[str, Any], values: Mapping[str, str]) -> b
     return compiled.matches(values)
 
 
-def _container_requests(container: Mapping[str, Any] | None) -> dict[str, int]:
-    resources = (container or {}).get("resources") or {}
-    merged = dict(resources.get("limits") or {})
-    merged.update(resources.get("requests") or {})
-    where = f"container {(container or {}).get('name', '?')} resources"
+def _container_requests(container: ContainerView) -> dict[str, int]:
+    merged = dict(container.limits)
+    merged.update(container.requests)
+    where = f"container {container.name or '?'} resources"
     return _quantities(merged, where)
 
 
@@ -299,7 +297,3 @@ def _add(total: dict[str, int], extra: Mapping[str, int]) -> None:
 def _max(total: dict[str, int], other: Mapping[str, int]) -> None:
     for name, amount in other.items():
         total[name] = max(total.get(name, 0), amount)
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")

@@ -12,7 +12,9 @@ Modelled on kube-scheduler's ``PriorityQueue``:
 A failure reported for a pod whose attempt started before the last cluster event goes straight to
 *backoff*: the event may already have made it schedulable, and parking it would lose the wake-up.
 
-Nothing here polls: :meth:`pop` sleeps until a pod is added or the next backoff expires.
+Nothing here polls: :meth:`pop` sleeps until a pod is added or the next backoff expires.  Times
+are read from the running event loop's clock (``loop.time()``, the monotonic clock unless a test
+runs the loop on virtual time), so the deadlines and the sleeps that wait for them agree.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["SchedulingQueue", "backoff_duration"]
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
 
 
 def backoff_duration(attempts: int, *, initial: float, maximum: float) -> float:
@@ -56,12 +61,12 @@ class SchedulingQueue:
         initial_backoff: float,
         max_backoff: float,
         unschedulable_timeout: float = 300.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._initial = initial_backoff
         self._maximum = max_backoff
         self._unschedulable_timeout = unschedulable_timeout
-        self._clock = clock
+        self._clock = clock or _loop_time
         self._entries: dict[str, _Entry] = {}
         self._active: list[tuple[int, str, int, str]] = []
         self._active_keys: set[str] = set()
@@ -88,6 +93,11 @@ class SchedulingQueue:
         if key in self._unschedulable:
             return "unschedulable"
         return None
+
+    def retrying(self) -> frozenset[str]:
+        """Keys it will hand out again without a cluster event: active, backing off or in
+        flight (everything but the parked unschedulable pods)."""
+        return frozenset(self._entries.keys() - self._unschedulable)
 
     def attempts(self, key: str) -> int:
         entry = self._entries.get(key)

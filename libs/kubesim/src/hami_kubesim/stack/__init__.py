@@ -1,9 +1,11 @@
 """The whole system on kubesim: the three services as processes, snapshots, checks, reports.
 
-* :mod:`.spec` — what to run (GPU nodes, service options); :mod:`.system` — ``running_system``
-  starts kubesim and the services (:mod:`.processes`, :mod:`.router` for extender replicas);
-* :mod:`.state` — a cluster snapshot and what the services wrote in it; :mod:`.settle` — waits
-  with deadlines; :mod:`.metrics` — the services' Prometheus metrics;
+* :mod:`.spec` — what to run (GPU nodes, service options); :mod:`.services` — each service's
+  flags, ports and certificates; :mod:`.system` — ``running_system`` starts kubesim and the
+  services (:mod:`.processes`, :mod:`.router` for extender replicas);
+* :mod:`.state` — a cluster snapshot (with the pods the scheduling loop will retry) and what
+  the services wrote in it; :mod:`.settle` — waits with deadlines; :mod:`.metrics` — the
+  services' Prometheus metrics;
 * :mod:`.invariants` — what must hold after any fault; :mod:`.report` and
   :mod:`.expectations` — the demo's output and its expected outcomes;
 * :mod:`.scenarios` (pure) and :mod:`.chaos` — seeded fault scenarios and their runner.

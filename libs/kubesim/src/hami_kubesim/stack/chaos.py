@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kube.objects import PodView
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.invariants import Violation, check_all, stale_locks
 from hami_kubesim.stack.processes import ServiceProcess
 from hami_kubesim.stack.scenarios import (
@@ -38,7 +39,7 @@ from hami_kubesim.stack.scenarios import (
 )
 from hami_kubesim.stack.settle import settled, unsettled
 from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
-from hami_kubesim.stack.state import meta, outcome
+from hami_kubesim.stack.state import outcome
 from hami_kubesim.stack.system import System
 
 __all__ = [
@@ -142,7 +143,7 @@ class _Player:
         if isinstance(step, CreatePod):
             try:
                 await self.system.create(step.pod)
-            except ApiError:
+            except StatusError:
                 self.rejected += 1
         elif isinstance(step, DeletePod):
             await self.system.delete_pod(namespace, step.name)
@@ -224,7 +225,7 @@ async def run_scenario(
     outcomes: Counter[str] = Counter(
         outcome(state, pod).value
         for pod in state.pods
-        if meta(pod).get("namespace") == scenario.namespace
+        if PodView(pod).namespace == scenario.namespace
     )
     if player.rejected:
         outcomes["rejected"] += player.rejected

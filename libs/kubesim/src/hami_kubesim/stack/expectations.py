@@ -23,15 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from hami_kube.objects import PodView
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
     allocated_devices,
     failed_scheduling,
-    meta,
     node_devices,
     outcome,
-    pod_node,
 )
 
 __all__ = [
@@ -75,7 +74,8 @@ class ExpectationResult:
 
 def expectation_of(pod: Mapping[str, Any]) -> Expectation | None:
     """The expectation an example pod carries (None when it has none)."""
-    annotations = meta(pod).get("annotations") or {}
+    view = PodView(pod)
+    annotations = view.annotations
 
     def get(suffix: str) -> str:
         return str(annotations.get(EXPECT_PREFIX + suffix, "") or "")
@@ -86,8 +86,8 @@ def expectation_of(pod: Mapping[str, Any]) -> Expectation | None:
     if wanted not in _OUTCOMES:
         raise ValueError(f"{EXPECT}: {wanted!r} is not one of {sorted(_OUTCOMES)}")
     return Expectation(
-        namespace=str(meta(pod).get("namespace") or "default"),
-        name=str(meta(pod).get("name") or ""),
+        namespace=view.namespace or "default",
+        name=view.name,
         outcome=wanted,
         node=get("expect-node"),
         gpu_model=get("expect-gpu-model"),
@@ -106,7 +106,7 @@ def _gpus(pod: Mapping[str, Any] | None) -> set[str]:
 
 def _placed_problems(state: ClusterState, want: Expectation, pod: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
-    node = pod_node(pod)
+    node = PodView(pod).node_name
     gpus = _gpus(pod)
     if want.node and node != want.node:
         problems.append(f"expected node {want.node}")
@@ -152,7 +152,7 @@ def evaluate(
         if result is not Outcome.RUNNING:
             return ExpectationResult(want, False, f"expected Running, is {result.value}")
         problems = _placed_problems(state, want, pod)
-        detail = f"Running on {pod_node(pod)}"
+        detail = f"Running on {PodView(pod).node_name}"
         return ExpectationResult(
             want, not problems, detail + ("; " + "; ".join(problems) if problems else "")
         )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from hami_kube.objects import NodeView, PodView
 from hami_kube.timefmt import parse_time
 from hami_kubesim.stack.state import (
     ClusterState,
@@ -35,11 +36,8 @@ from hami_kubesim.stack.state import (
     allocation_record,
     container_devices,
     device_loads,
-    meta,
     outcome,
     pod_key,
-    pod_node,
-    pod_phase,
     record_containers,
     record_envs,
 )
@@ -111,8 +109,9 @@ def check_devices(state: ClusterState) -> list[Violation]:
                     )
                 )
     for pod in state.pods:
-        placed = (meta(pod).get("annotations") or {}).get(keys.VGPU_NODE)
-        bound = pod_node(pod)
+        view = PodView(pod)
+        placed = view.annotations.get(keys.VGPU_NODE)
+        bound = view.node_name
         if placed and bound and placed != bound:
             found.append(
                 Violation("devices", pod_key(pod), f"placed on {placed} but bound to {bound}")
@@ -132,7 +131,7 @@ def _expected_env(devices: tuple[Any, ...]) -> dict[str, str]:
 def check_env(state: ClusterState, *, resource: str = GPU_RESOURCE) -> list[Violation]:
     found: list[Violation] = []
     for pod in state.pods:
-        if pod_phase(pod) != "Running" or allocated_devices(pod) is None:
+        if PodView(pod).phase != "Running" or allocated_devices(pod) is None:
             continue
         key = pod_key(pod)
         record = allocation_record(pod)
@@ -141,9 +140,10 @@ def check_env(state: ClusterState, *, resource: str = GPU_RESOURCE) -> list[Viol
             if any(devices for _, devices in per_container):
                 found.append(Violation("env", key, "Running with devices but no allocation record"))
             continue
-        if record.get("node") != pod_node(pod):
+        node = PodView(pod).node_name
+        if record.get("node") != node:
             found.append(
-                Violation("env", key, f"allocated on {record.get('node')}, runs on {pod_node(pod)}")
+                Violation("env", key, f"allocated on {record.get('node')}, runs on {node}")
             )
         containers = record_containers(record)
         for name, devices in per_container:
@@ -185,14 +185,15 @@ def _locks(state: ClusterState) -> list[tuple[str, NodeLock | None, str]]:
     """``(node, lock or None when unreadable, raw value)`` for every node holding a lock."""
     found: list[tuple[str, NodeLock | None, str]] = []
     for node in state.nodes:
-        value = (meta(node).get("annotations") or {}).get(keys.NODE_LOCK)
-        if not isinstance(value, str) or not value:
+        view = NodeView(node)
+        value = view.annotations.get(keys.NODE_LOCK)
+        if not value:
             continue
         try:
             lock: NodeLock | None = decode_node_lock(value)
         except ProtocolError:
             lock = None
-        found.append((str(meta(node).get("name")), lock, value))
+        found.append((view.name, lock, value))
     return found
 
 
@@ -245,16 +246,17 @@ def check_outcomes(state: ClusterState) -> list[Violation]:
     for pod in state.pods:
         result = outcome(state, pod)
         if result is Outcome.IN_FLIGHT:
-            where = f"bound to {pod_node(pod)}" if pod_node(pod) else "unassigned"
+            view = PodView(pod)
+            where = f"bound to {view.node_name}" if view.node_name else "unassigned"
             found.append(
                 Violation(
                     "outcomes",
                     pod_key(pod),
-                    f"lost: {pod_phase(pod)}, {where}, no FailedScheduling reason",
+                    f"lost: {view.phase or 'Pending'}, {where}, no FailedScheduling reason",
                 )
             )
         elif result is Outcome.FAILED:
-            status: Mapping[str, Any] = pod.get("status") or {}
+            status = PodView(pod).status
             if not (status.get("reason") or status.get("message")):
                 found.append(Violation("outcomes", pod_key(pod), "Failed without a reason"))
     return found

@@ -3,7 +3,8 @@
 :func:`mutating_webhook_configuration` is what the chart's
 ``charts/webhook/templates/mutatingwebhook.yaml`` renders with its default values (service
 ``hami-system/hami-webhook`` path ``/webhook``, pods CREATE, the ``hami.io/webhook: ignore``
-namespace and object selectors), with the generated CA as ``caBundle``.
+namespace and object selectors), with the generated CA as ``caBundle``.  The compose stack's
+bootstrap (``deploy/compose/bootstrap.py``) writes this same object.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def mutating_webhook_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": WEBHOOK_CONFIGURATION_NAME},
+        "metadata": {
+            "name": WEBHOOK_CONFIGURATION_NAME,
+            "labels": {"app.kubernetes.io/name": "hami"},
+        },
         "webhooks": [
             {
                 "name": "vgpu.hami.io",

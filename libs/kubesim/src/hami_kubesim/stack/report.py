@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hami_kube.objects import PodView
 from hami_kubesim.stack.expectations import ExpectationResult
 from hami_kubesim.stack.state import (
     ClusterState,
@@ -22,11 +23,9 @@ from hami_kubesim.stack.state import (
     container_devices,
     device_loads,
     failed_scheduling,
-    meta,
     node_devices,
     outcome,
     pod_key,
-    pod_node,
     record_containers,
     record_envs,
 )
@@ -59,7 +58,7 @@ def _env_lines(envs: Mapping[str, str], indent: str) -> list[str]:
 
 
 def _pod_lines(state: ClusterState, pod: Mapping[str, Any], mark: str) -> list[str]:
-    node = pod_node(pod)
+    node = PodView(pod).node_name
     lines = [f"{mark}{pod_key(pod):<34} {outcome(state, pod).value:<13} {node or '-'}"]
     types = _type_of(state, node)
     containers = record_containers(allocation_record(pod))
@@ -85,7 +84,7 @@ def _unplaced_lines(
         reason = f"rejected at admission: {rejection}"
     elif pod is not None:
         messages = failed_scheduling(state, pod)
-        status: Mapping[str, Any] = pod.get("status") or {}
+        status = PodView(pod).status
         reason = messages[-1] if messages else str(status.get("message") or "no reason recorded")
     else:
         reason = "not found"
@@ -126,7 +125,7 @@ def render_report(
     keys refused at admission to the refusal."""
     rejected = dict(rejections or {})
     verdict = {r.expectation.key: r for r in results}
-    pods = sorted(state.pods, key=lambda p: str(meta(p).get("creationTimestamp") or ""))
+    pods = sorted(state.pods, key=lambda p: PodView(p).creation_timestamp)
     placed = [p for p in pods if outcome(state, p) is Outcome.RUNNING]
     unplaced = [p for p in pods if outcome(state, p) is not Outcome.RUNNING]
     lines = ["", f"Pods placed ({len(placed)})", ""]

@@ -72,6 +72,7 @@ def unsettled(state: ClusterState, keys: Iterable[str] | None = None) -> list[st
 
 def settled(keys: Iterable[str] | None = None) -> Callable[[ClusterState], bool]:
     """A condition: every pod named (or every pod) is Running, ended, or unschedulable with a
-    reason."""
+    reason and parked by the scheduling loop (not backing off for another try: see
+    :attr:`~hami_kubesim.stack.state.ClusterState.retrying`)."""
     frozen = None if keys is None else tuple(keys)
     return lambda state: not unsettled(state, frozen)

@@ -1,7 +1,8 @@
 """A snapshot of the cluster and the pure readings the report and the invariant checker share.
 
-:class:`ClusterState` holds plain JSON objects (pods, nodes, events) and the moment they were
-read. The functions below read what the services wrote: the device register of a node, the
+:class:`ClusterState` holds plain JSON objects (pods, nodes, events), the moment they were read
+and which pods the scheduling loop still holds for another try. The functions below read what
+the services wrote — through :mod:`hami_kube.objects` views — the device register of a node, the
 devices allocated to a pod, the kubelet stand-in's allocation record, the scheduler's
 FailedScheduling messages, and the per-device usage summed over the pods holding each device.
 Nothing here does I/O or raises on malformed input: unreadable values read as absent and are
@@ -17,6 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from hami_kube.objects import NodeView, PodView, key_for
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.registry import DeviceInfo, decode_node_devices
@@ -40,12 +42,9 @@ __all__ = [
     "device_loads",
     "failed_scheduling",
     "holding_pods",
-    "meta",
     "node_devices",
     "outcome",
     "pod_key",
-    "pod_node",
-    "pod_phase",
     "record_containers",
     "record_envs",
     "stage",
@@ -53,7 +52,6 @@ __all__ = [
 
 ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
 """Where the kubelet stand-in records what each container was given (see ``kubelet.py``)."""
-_TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,56 +62,39 @@ class ClusterState:
     nodes: tuple[Mapping[str, Any], ...]
     events: tuple[Mapping[str, Any], ...]
     taken_at: datetime
+    retrying: frozenset[str] = frozenset()
+    """Pods (``namespace/name``) the scheduling loop will try again on its own: queued, backing
+    off, being tried, or possibly woken by a cluster event it has not yet seen.  A pod here is in
+    flight even while its ``PodScheduled`` condition still says ``Unschedulable``."""
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return next((p for p in self.pods if pod_key(p) == f"{namespace}/{name}"), None)
 
     def node(self, name: str) -> Mapping[str, Any] | None:
-        return next((n for n in self.nodes if meta(n).get("name") == name), None)
+        return next((n for n in self.nodes if NodeView(n).name == name), None)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(obj.get("metadata"))
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(meta(obj).get("annotations"))
-
-
 def pod_key(pod: Mapping[str, Any]) -> str:
-    m = meta(pod)
-    return f"{m.get('namespace', 'default')}/{m.get('name', '')}"
-
-
-def pod_phase(pod: Mapping[str, Any]) -> str:
-    return str(_mapping(pod.get("status")).get("phase") or "Pending")
-
-
-def pod_node(pod: Mapping[str, Any]) -> str:
-    """The node the pod is bound to ("" when unassigned)."""
-    return str(_mapping(pod.get("spec")).get("nodeName") or "")
+    """``namespace/name``; a pod written without a namespace is created in ``default``."""
+    view = PodView(pod)
+    return key_for(view.namespace or "default", view.name)
 
 
 def container_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
     """Init containers first, then app containers: the order of HAMi's device lists."""
-    spec = _mapping(pod.get("spec"))
-    return tuple(
-        str(_mapping(c).get("name", ""))
-        for group in ("initContainers", "containers")
-        for c in spec.get(group) or ()
-    )
+    return tuple(c.name for c in PodView(pod).all_containers())
 
 
 def allocated_devices(
     pod: Mapping[str, Any], key: str = keys.NVIDIA_DEVICES_ALLOCATED
 ) -> PodSingleDevice | None:
     """The per-container device lists the scheduler allocated (None when absent/unreadable)."""
-    value = _annotations(pod).get(key)
-    if not isinstance(value, str):
+    value = PodView(pod).annotations.get(key)
+    if value is None:
         return None
     try:
         return decode_pod_devices_canonical(value, key=key)
@@ -125,8 +106,8 @@ def node_devices(
     node: Mapping[str, Any], key: str = keys.NVIDIA_REGISTER
 ) -> tuple[DeviceInfo, ...] | None:
     """The devices a node's register annotation declares (None when absent/unreadable)."""
-    value = _annotations(node).get(key)
-    if not isinstance(value, str):
+    value = NodeView(node).annotations.get(key)
+    if value is None:
         return None
     try:
         return decode_node_devices(value, key=key)
@@ -136,8 +117,8 @@ def node_devices(
 
 def allocation_record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The kubelet stand-in's record of what each container got (None when absent)."""
-    value = _annotations(pod).get(ALLOCATIONS_ANNOTATION)
-    if not isinstance(value, str):
+    value = PodView(pod).annotations.get(ALLOCATIONS_ANNOTATION)
+    if value is None:
         return None
     try:
         decoded = json.loads(value)
@@ -150,12 +131,11 @@ def _involves(event: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     involved = _mapping(event.get("involvedObject"))
     if involved.get("kind") not in (None, "Pod"):
         return False
+    view = PodView(pod)
     uid = involved.get("uid")
-    if uid and meta(pod).get("uid"):
-        return bool(uid == meta(pod).get("uid"))
-    return involved.get("name") == meta(pod).get("name") and involved.get("namespace") == meta(
-        pod
-    ).get("namespace")
+    if uid and view.uid:
+        return bool(uid == view.uid)
+    return involved.get("name") == view.name and involved.get("namespace") == view.namespace
 
 
 def failed_scheduling(state: ClusterState, pod: Mapping[str, Any]) -> tuple[str, ...]:
@@ -173,23 +153,31 @@ class Outcome(StrEnum):
     SUCCEEDED = "Succeeded"
     UNSCHEDULABLE = "Unschedulable"
     """Pending, unassigned, no node fits (``PodScheduled=False``, reason ``Unschedulable``) and
-    a FailedScheduling event says why. Pods that failed for another reason (an extender or
-    binding error) are retried with backoff, so they are still in flight."""
+    a FailedScheduling event says why, and the scheduling loop holds it parked until a cluster
+    event (it is not in :attr:`ClusterState.retrying`). Pods that failed for another reason (an
+    extender or binding error), and unschedulable pods woken by a node or pod change, are retried
+    with backoff, so they are still in flight."""
     IN_FLIGHT = "InFlight"
     """Anything else: being admitted, scheduled, bound, allocated or deleted."""
 
 
 def outcome(state: ClusterState, pod: Mapping[str, Any]) -> Outcome:
-    if meta(pod).get("deletionTimestamp"):
+    view = PodView(pod)
+    if view.deleting:
         return Outcome.IN_FLIGHT
-    phase = pod_phase(pod)
+    phase = view.phase
     if phase == "Running":
         return Outcome.RUNNING
     if phase == "Succeeded":
         return Outcome.SUCCEEDED
     if phase == "Failed":
         return Outcome.FAILED
-    if not pod_node(pod) and _unschedulable(pod) and failed_scheduling(state, pod):
+    if (
+        not view.node_name
+        and _unschedulable(view)
+        and pod_key(pod) not in state.retrying
+        and failed_scheduling(state, pod)
+    ):
         return Outcome.UNSCHEDULABLE
     return Outcome.IN_FLIGHT
 
@@ -199,17 +187,18 @@ def stage(state: ClusterState, pod: Mapping[str, Any]) -> str:
     result = outcome(state, pod)
     if result is not Outcome.IN_FLIGHT:
         return result.value
-    if meta(pod).get("deletionTimestamp"):
+    view = PodView(pod)
+    if view.deleting:
         return "deleting"
-    if pod_node(pod):
+    if view.node_name:
         return "starting (Allocate)"
-    if _annotations(pod).get(keys.VGPU_NODE):
+    if view.annotations.get(keys.VGPU_NODE):
         return "binding"
     return "retrying" if failed_scheduling(state, pod) else "scheduling"
 
 
-def _unschedulable(pod: Mapping[str, Any]) -> bool:
-    for condition in _mapping(pod.get("status")).get("conditions") or ():
+def _unschedulable(pod: PodView) -> bool:
+    for condition in pod.status.get("conditions") or ():
         c = _mapping(condition)
         if c.get("type") == "PodScheduled":
             return c.get("status") == "False" and c.get("reason") == "Unschedulable"
@@ -231,19 +220,15 @@ class DeviceLoad:
     """Pods holding every core of the device (nobody else may share it)."""
 
 
-def _sidecars(pod: Mapping[str, Any]) -> frozenset[int]:
-    spec = _mapping(pod.get("spec"))
+def _sidecars(pod: PodView) -> frozenset[int]:
     return frozenset(
-        i
-        for i, c in enumerate(spec.get("initContainers") or ())
-        if _mapping(c).get("restartPolicy") == "Always"
+        i for i, c in enumerate(pod.init_containers) if c.raw.get("restartPolicy") == "Always"
     )
 
 
-def _init_finished(pod: Mapping[str, Any]) -> bool:
-    spec, status = _mapping(pod.get("spec")), _mapping(pod.get("status"))
-    count = len(spec.get("initContainers") or ())
-    statuses = status.get("initContainerStatuses") or ()
+def _init_finished(pod: PodView) -> bool:
+    count = len(pod.init_containers)
+    statuses = pod.status.get("initContainerStatuses") or ()
     if count == 0 or len(statuses) < count:
         return False
     return all(
@@ -263,10 +248,10 @@ def holding_pods(state: ClusterState) -> dict[str, list[Mapping[str, Any]]]:
     """
     by_node: dict[str, list[Mapping[str, Any]]] = {}
     for pod in state.pods:
-        node = pod_node(pod)
-        if not node or pod_phase(pod) in _TERMINAL:
+        view = PodView(pod)
+        if not view.node_name or view.terminal:
             continue
-        by_node.setdefault(node, []).append(pod)
+        by_node.setdefault(view.node_name, []).append(pod)
     return by_node
 
 
@@ -281,7 +266,7 @@ def device_loads(state: ClusterState) -> dict[str, dict[str, DeviceLoad]]:
     """
     loads: dict[str, dict[str, DeviceLoad]] = {}
     for node in state.nodes:
-        name = str(meta(node).get("name"))
+        name = NodeView(node).name
         loads[name] = {d.id: DeviceLoad(name, d) for d in node_devices(node) or ()}
     for node_name, pods in holding_pods(state).items():
         per_device = loads.setdefault(node_name, {})
@@ -289,12 +274,12 @@ def device_loads(state: ClusterState) -> dict[str, dict[str, DeviceLoad]]:
             devices = allocated_devices(pod)
             if devices is None:
                 continue
-            spec = _mapping(pod.get("spec"))
+            view = PodView(pod)
             usage = collapse_device_usage(
                 devices,
-                init_count=len(spec.get("initContainers") or ()),
-                sidecars=_sidecars(pod),
-                init_finished=_init_finished(pod),
+                init_count=len(view.init_containers),
+                sidecars=_sidecars(view),
+                init_finished=_init_finished(view),
             )
             for used in usage:
                 load = per_device.get(used.uuid) or DeviceLoad(node_name, _unregistered(used))

@@ -3,23 +3,30 @@
 ``async with running_system(spec) as system:`` does, in order:
 
 1. mints a CA and server certificates for the webhook and the extender, writes one fake-devices
-   file per GPU node, and picks free ports;
-2. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`): the API
-server,
-   admission dispatch (the webhook's Service resolved to its local port) and one kubelet
-   stand-in per node; the MutatingWebhookConfiguration (with the generated ``caBundle``) and
-   the spec's objects are created with it; then the scheduling loop
+   file per GPU node, and picks free ports — the API server's too — and each node's plugin
+   dir (:mod:`.services` holds every service's flags);
+2. launches the webhook, the extender (one process per replica; with two or more, Lease
+   election and a :class:`~hami_kubesim.stack.router.LeaderRouter` in front) and one device
+   plugin per GPU node (``--device-backend fake``, ``--kubelet-socket <node plugin
+   dir>/kubelet.sock``), all at once and over TLS where the real ones use it.  Start-up is
+   CPU-bound (five Python processes importing their libraries on a small machine), so they are
+   launched first and the cluster comes up while they import;
+3. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`) where the
+   services were told it would be: the API server, admission dispatch (the webhook's Service
+   resolved to its local port) and one kubelet stand-in per node; the
+   MutatingWebhookConfiguration (with the generated ``caBundle``) and the spec's objects are
+   created with it; then the scheduling loop
    (:class:`~hami_kubesim.scheduler.loop.SchedulingLoop`) from the chart's
    KubeSchedulerConfiguration with only the extender's ``urlPrefix`` replaced — run here rather
    than by ``running_cluster`` so a spec can shorten the pod backoff, a kube-scheduler setting
    the fault suite needs;
-3. starts the webhook, the extender (one process per replica; with two or more, Lease election
-   and a :class:`~hami_kubesim.stack.router.LeaderRouter` in front) and one device plugin per
-   GPU node (``--device-backend fake``, ``--kubelet-socket <node plugin dir>/kubelet.sock``),
-   all over TLS where the real ones use it, each polled on ``/readyz`` until ready;
-4. waits until every GPU node's register annotation is written, the kubelet advertises the
-   GPUs and every extender replica has them in its cache (its ``hami_scheduler_cache_objects``
-   metric), then yields the :class:`System`.
+4. polls each service's ``/readyz`` until it answers, waits until every GPU node's register
+   annotation is written, the kubelet advertises the GPUs and every extender replica has them
+   in its cache (its ``hami_scheduler_cache_objects`` metric), then yields the :class:`System`.
+
+:meth:`System.state` snapshots the cluster together with the pods the scheduling loop will try
+again on its own, so :func:`~hami_kubesim.stack.settle.settled` never takes a pod backing off
+after a node change for one the scheduler has given up on.
 
 Leaving the block stops every process (SIGTERM, then SIGKILL after a bounded wait) — also when
 the block fails — then the cluster, and removes the temporary working directory.
@@ -41,9 +48,10 @@ from typing import Any
 import aiohttp
 import structlog
 
-from hami_kubesim.apiserver.errors import ApiError
+from hami_kube.objects import NodeView, ObjectView, PodView
+from hami_kubelet_api.constants import KUBELET_SOCKET_NAME
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.apiserver.server import ApiServer
-from hami_kubesim.certs import ca_bundle_b64, generate_ca
 from hami_kubesim.cluster.config import (
     AdmissionSpec,
     ClusterConfig,
@@ -56,20 +64,28 @@ from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.metrics import sample_value, scrape
 from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
-from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port, stop_all
+from hami_kubesim.stack.processes import ServiceProcess, free_port, stop_all
 from hami_kubesim.stack.router import LeaderRouter
+from hami_kubesim.stack.services import (
+    LEASE,
+    ServicePlan,
+    deviceplugin_args,
+    issue_certificates,
+    plugin_processes,
+    scheduler_processes,
+    webhook_process,
+)
 from hami_kubesim.stack.settle import POLL_INTERVAL, until, wait_for
 from hami_kubesim.stack.spec import GpuNode, SystemSpec, dump_yaml, fake_devices_document
-from hami_kubesim.stack.state import ClusterState, meta
+from hami_kubesim.stack.state import ClusterState
+from hami_kubesim.testing import format_url
 from hami_protocol import keys
 
 __all__ = ["LEASE", "System", "deviceplugin_args", "running_system"]
 
 log = structlog.get_logger(__name__)
 
-LEASE = ("kube-system", "hami-scheduler")
-"""``(namespace, name)`` of the Lease the extender replicas campaign on."""
-_SCHEDULER_NAME = "hami-scheduler"
+_LOOPBACK = "127.0.0.1"
 _NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "250", "ephemeral-storage": "1Ti"}
 
 
@@ -119,12 +135,15 @@ class System:
         return {p.name: p.spec.metrics_url for p in self.services() if p.spec.metrics_url}
 
     def state(self) -> ClusterState:
-        """A snapshot of pods, nodes and events, read in-process."""
+        """A snapshot of pods, nodes and events, read in-process, with the pods the scheduling
+        loop will try again on its own (:attr:`ClusterState.retrying`)."""
+        pods, nodes = tuple(self.api.list("pods")), tuple(self.api.list("nodes"))
         return ClusterState(
-            pods=tuple(self.api.list("pods")),
-            nodes=tuple(self.api.list("nodes")),
+            pods=pods,
+            nodes=nodes,
             events=tuple(self.api.list("events")),
             taken_at=datetime.now(UTC),
+            retrying=self.scheduling_loop.will_retry(nodes, pods),
         )
 
     def leader(self) -> ServiceProcess | None:
@@ -132,8 +151,8 @@ class System:
         if len(self.schedulers) == 1:
             return self.schedulers[0]
         namespace, name = LEASE
-        lease = self.api.try_get("leases", name, namespace=namespace) or {}
-        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        lease = ObjectView(self.api.try_get("leases", name, namespace=namespace) or {})
+        holder = str(lease.spec.get("holderIdentity") or "")
         # A campaigning replica holds the Lease as ``<identity>_<unique suffix>``.
         replica = next(
             (s for s in self.schedulers if holder == s.name or holder.startswith(s.name + "_")),
@@ -155,7 +174,7 @@ class System:
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod (no error when it is already gone)."""
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(StatusError):
             await self.api.delete("pods", name, namespace=namespace)
 
     async def ensure_namespace(self, name: str) -> None:
@@ -167,9 +186,9 @@ class System:
     async def clear_pods(self, namespace: str, *, within: float = 30.0) -> None:
         """Delete every pod of ``namespace`` and wait until they are gone."""
         for pod in self.api.list("pods", namespace=namespace):
-            await self.delete_pod(namespace, str(meta(pod).get("name")))
+            await self.delete_pod(namespace, PodView(pod).name)
         await self.wait_for(
-            lambda state: not any(meta(p).get("namespace") == namespace for p in state.pods),
+            lambda state: not any(PodView(p).namespace == namespace for p in state.pods),
             within=within,
             what=f"every pod of namespace {namespace} gone",
         )
@@ -198,7 +217,7 @@ class System:
 
         async def registered() -> bool:
             nodes = self.api.list("nodes")
-            return names <= {str(meta(n).get("name")) for n in nodes if _registered(n)}
+            return names <= {NodeView(n).name for n in nodes if _registered(NodeView(n))}
 
         await until(
             registered,
@@ -226,10 +245,19 @@ class System:
                 await asyncio.sleep(POLL_INTERVAL)
 
 
-def _registered(node: Mapping[str, Any]) -> bool:
-    annotations = meta(node).get("annotations") or {}
-    capacity = (node.get("status") or {}).get("allocatable") or {}
-    return keys.NVIDIA_REGISTER in annotations and str(capacity.get("nvidia.com/gpu", "0")) != "0"
+def _registered(node: NodeView) -> bool:
+    gpus = str(node.allocatable.get("nvidia.com/gpu", "0"))
+    return keys.NVIDIA_REGISTER in node.annotations and gpus != "0"
+
+
+def _check_planned(cluster: Cluster, api_url: str, sockets: Mapping[str, Path]) -> None:
+    """The cluster serves where the services were told it would."""
+    served = {name: cluster.kubelet(name).kubelet_socket for name in sockets}
+    if cluster.url != api_url or served != dict(sockets):
+        raise RuntimeError(
+            f"the cluster does not serve where the services look: {cluster.url} and {served}, "
+            f"planned {api_url} and {dict(sockets)}"
+        )
 
 
 def _scheduling_loop(spec: SystemSpec, *, api_url: str, extender_url: str) -> SchedulingLoop:
@@ -251,6 +279,7 @@ def _cluster_config(
     spec: SystemSpec,
     *,
     plugin_root: Path,
+    api_port: int,
     webhook_port: int,
     ca_bundle: str,
     kubelet_grace: float,
@@ -272,6 +301,8 @@ def _cluster_config(
         timeout_seconds=spec.webhook_timeout_seconds,
     )
     return ClusterConfig(
+        host=_LOOPBACK,
+        port=api_port,
         namespaces=tuple(dict.fromkeys(("kube-node-lease", *spec.namespaces))),
         nodes=nodes,
         kubelet=KubeletDefaults(
@@ -287,173 +318,6 @@ def _cluster_config(
         scheduling=SchedulingSpec(enabled=False),
         objects=(webhook_config, *spec.objects),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Ports and files chosen before anything starts."""
-
-    work_dir: Path
-    webhook_port: int
-    scheduler_ports: tuple[int, ...]
-    front_port: int
-
-    @property
-    def extender_url(self) -> str:
-        return f"https://127.0.0.1:{self.front_port}"
-
-
-def _tls(work_dir: Path) -> tuple[str, Path, Path]:
-    """Certificates for the webhook and the extender; returns the CA bundle and both dirs."""
-    ca = generate_ca("hami-e2e-ca")
-    namespace, name = WEBHOOK_SERVICE
-    webhook = ca.issue(
-        [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", "127.0.0.1"]
-    )
-    scheduler = ca.issue(
-        ["hami-scheduler.kube-system.svc", "localhost", "127.0.0.1"], common_name="hami-scheduler"
-    )
-    webhook_dir, scheduler_dir = work_dir / "tls" / "webhook", work_dir / "tls" / "scheduler"
-    webhook.write(webhook_dir)
-    scheduler.write(scheduler_dir)
-    return ca_bundle_b64(ca.cert_pem), webhook_dir, scheduler_dir
-
-
-def _common(spec: SystemSpec, api_url: str, metrics_port: int) -> list[str]:
-    return [
-        f"--kube-url={api_url}",
-        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-        f"--log-format={spec.log_format}",
-        f"--log-level={spec.log_level}",
-    ]
-
-
-def _webhook(spec: SystemSpec, plan: _Plan, api_url: str, tls_dir: Path) -> ServiceProcess:
-    metrics = free_port()
-    args = [
-        f"--http_bind=127.0.0.1:{plan.webhook_port}",
-        f"--cert_file={tls_dir / 'tls.crt'}",
-        f"--key_file={tls_dir / 'tls.key'}",
-        f"--scheduler-name={_SCHEDULER_NAME}",
-        f"--device-config-file={spec.device_config}",
-        *_common(spec, api_url, metrics),
-        *spec.webhook_args,
-    ]
-    return ServiceProcess(
-        ServiceSpec(
-            name="webhook",
-            module="hami_webhook",
-            args=tuple(args),
-            ready_url=f"http://127.0.0.1:{metrics}/readyz",
-            metrics_url=f"http://127.0.0.1:{metrics}/metrics",
-            log_file=plan.work_dir / "logs" / "webhook.log",
-            ready_timeout=spec.start_timeout,
-        )
-    )
-
-
-def _schedulers(
-    spec: SystemSpec, plan: _Plan, api_url: str, tls_dir: Path
-) -> tuple[ServiceProcess, ...]:
-    options = spec.scheduler
-    replicated = options.replicas > 1
-    processes = []
-    for index, port in enumerate(plan.scheduler_ports):
-        name = f"scheduler-{index}"
-        metrics = free_port()
-        args = [
-            f"--http_bind=127.0.0.1:{port}",
-            f"--cert_file={tls_dir / 'tls.crt'}",
-            f"--key_file={tls_dir / 'tls.key'}",
-            f"--scheduler-name={_SCHEDULER_NAME}",
-            f"--device-config-file={spec.device_config}",
-            *_common(spec, api_url, metrics),
-        ]
-        flags = {
-            "--handshake-timeout": options.handshake_timeout,
-            "--handshake-interval": options.handshake_interval,
-            "--node-lock-timeout": options.node_lock_timeout,
-            "--node-scheduler-policy": options.node_scheduler_policy,
-            "--gpu-scheduler-policy": options.gpu_scheduler_policy,
-        }
-        args += [f"{flag}={value}" for flag, value in flags.items() if value]
-        if replicated:
-            namespace, lease = LEASE
-            args += [
-                "--leader-elect=true",
-                "--leader-elect-mode=campaign",
-                f"--leader-elect-identity={name}",
-                f"--leader-elect-resource-name={lease}",
-                f"--leader-elect-resource-namespace={namespace}",
-                f"--leader-elect-lease-duration={options.lease_duration}",
-                f"--leader-elect-renew-deadline={options.renew_deadline}",
-                f"--leader-elect-retry-period={options.retry_period}",
-            ]
-        args += options.extra_args
-        processes.append(
-            ServiceProcess(
-                ServiceSpec(
-                    name=name,
-                    module="hami_scheduler",
-                    args=tuple(args),
-                    ready_url=f"http://127.0.0.1:{metrics}/readyz",
-                    metrics_url=f"http://127.0.0.1:{metrics}/metrics",
-                    log_file=plan.work_dir / "logs" / f"{name}.log",
-                    ready_timeout=spec.start_timeout,
-                )
-            )
-        )
-    return tuple(processes)
-
-
-def deviceplugin_args(
-    spec: SystemSpec, node: GpuNode, *, api_url: str, kubelet_socket: Path, devices: Path
-) -> list[str]:
-    """The flags of ``node``'s device plugin (also used to run plugins in-process)."""
-    return [
-        f"--node-name={node.name}",
-        f"--kubelet-socket={kubelet_socket}",
-        "--device-backend=fake",
-        f"--fake-devices={devices}",
-        f"--config-file={spec.device_config}",
-        "--host-root=none",
-        "--kubelet-poll-interval=0.2",
-        "--fake-poll-interval=0.2",
-        "--register-retry-interval=1",
-        f"--kube-url={api_url}",
-        f"--log-format={spec.log_format}",
-        f"--log-level={spec.log_level}",
-        *spec.deviceplugin_args,
-    ]
-
-
-def _deviceplugins(spec: SystemSpec, plan: _Plan, cluster: Cluster) -> dict[str, ServiceProcess]:
-    plugins: dict[str, ServiceProcess] = {}
-    for node in spec.nodes:
-        if not node.device_plugin:
-            continue
-        metrics = free_port()
-        name = f"deviceplugin-{node.name}"
-        args = deviceplugin_args(
-            spec,
-            node,
-            api_url=cluster.url,
-            kubelet_socket=cluster.kubelet(node.name).kubelet_socket,
-            devices=plan.work_dir / "devices" / f"{node.name}.yaml",
-        )
-        args.append(f"--metrics-bind-address=127.0.0.1:{metrics}")
-        plugins[node.name] = ServiceProcess(
-            ServiceSpec(
-                name=name,
-                module="hami_deviceplugin",
-                args=tuple(args),
-                ready_url=f"http://127.0.0.1:{metrics}/readyz",
-                metrics_url=f"http://127.0.0.1:{metrics}/metrics",
-                log_file=plan.work_dir / "logs" / f"{name}.log",
-                ready_timeout=spec.start_timeout,
-            )
-        )
-    return plugins
 
 
 @contextlib.asynccontextmanager
@@ -490,9 +354,7 @@ async def _running(
 ) -> AsyncIterator[System]:
     for sub in ("logs", "devices", "p"):
         (work_dir / sub).mkdir(parents=True, exist_ok=True)
-    for node in spec.nodes:
-        dump_yaml(fake_devices_document(node), work_dir / "devices" / f"{node.name}.yaml")
-    ca_bundle, webhook_tls, scheduler_tls = _tls(work_dir)
+    ca_bundle, webhook_tls, scheduler_tls = issue_certificates(work_dir)
     replicas = max(1, spec.scheduler.replicas)
     scheduler_ports = tuple(free_port() for _ in range(replicas))
     router = None
@@ -501,25 +363,39 @@ async def _running(
         front = await router.start()
     else:
         front = scheduler_ports[0]
-    plan = _Plan(work_dir, free_port(), scheduler_ports, front)
+    plan = ServicePlan(work_dir, free_port(), scheduler_ports, front)
+    for node in spec.nodes:
+        dump_yaml(fake_devices_document(node), plan.devices_file(node.name))
+    # Everything the services need to know is chosen up front (the API server's port, each
+    # node's kubelet.sock), so they can start before the cluster does: see below.
+    api_port, plugin_root = free_port(), (work_dir / "p").absolute()
+    api_url = format_url(_LOOPBACK, api_port)
+    sockets = {n.name: plugin_root / n.name / KUBELET_SOCKET_NAME for n in spec.nodes}
+    for socket in sockets.values():
+        socket.parent.mkdir(parents=True, exist_ok=True)
     config = _cluster_config(
         spec,
-        plugin_root=work_dir / "p",
+        plugin_root=plugin_root,
+        api_port=api_port,
         webhook_port=plan.webhook_port,
         ca_bundle=ca_bundle,
         kubelet_grace=grace,
     )
-    processes: list[ServiceProcess] = []
+    webhook = webhook_process(spec, plan, api_url, webhook_tls)
+    schedulers = scheduler_processes(spec, plan, api_url, scheduler_tls)
+    plugins = plugin_processes(spec, plan, api_url, sockets) if deviceplugin_processes else {}
+    processes: list[ServiceProcess] = [webhook, *schedulers, *plugins.values()]
     follower: asyncio.Task[None] | None = None
     try:
+        # A service spends its first second or two importing its libraries, CPU-bound: launch
+        # them all now and bring the cluster up meanwhile (each retries until the API server
+        # and its kubelet.sock answer, long before it gets that far).
+        await asyncio.gather(*(p.start(wait=False) for p in processes))
         async with (
             running_cluster(config) as cluster,
             _scheduling_loop(spec, api_url=cluster.url, extender_url=plan.extender_url) as loop,
         ):
-            webhook = _webhook(spec, plan, cluster.url, webhook_tls)
-            schedulers = _schedulers(spec, plan, cluster.url, scheduler_tls)
-            plugins = _deviceplugins(spec, plan, cluster) if deviceplugin_processes else {}
-            processes = [webhook, *schedulers, *plugins.values()]
+            _check_planned(cluster, api_url, sockets if deviceplugin_processes else {})
             system = System(
                 spec=spec,
                 cluster=cluster,
@@ -538,7 +414,7 @@ async def _running(
                 router.set_target(system.leader_port)
                 follower = asyncio.create_task(router.follow_leader(), name="stack-router")
             try:
-                await asyncio.gather(*(p.start() for p in processes))
+                await asyncio.gather(*(p.wait_ready() for p in processes))
                 if deviceplugin_processes:
                     await system.wait_nodes_registered(within=spec.start_timeout)
                     await system.wait_schedulers_see_nodes(len(plugins), within=spec.start_timeout)

@@ -1,0 +1,205 @@
+"""The service processes of a whole system: their flags, ports, certificates and log files.
+
+Nothing starts here: these functions turn a :class:`~.spec.SystemSpec` and the ports chosen up
+front (:class:`ServicePlan`) into :class:`~.processes.ServiceProcess` objects that
+:mod:`hami_kubesim.stack.system` starts.  Every service serves plain-http metrics
+with ``/readyz`` on a port of its own (what the process is polled on) and logs to
+``<work dir>/logs/<name>.log``; the webhook and the extender serve TLS with certificates minted
+here by one CA, whose bundle goes into the MutatingWebhookConfiguration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from hami_kubesim.certs import ca_bundle_b64, generate_ca
+from hami_kubesim.stack.objects import WEBHOOK_SERVICE
+from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
+from hami_kubesim.stack.spec import GpuNode, SystemSpec
+
+__all__ = [
+    "LEASE",
+    "SCHEDULER_NAME",
+    "ServicePlan",
+    "deviceplugin_args",
+    "issue_certificates",
+    "plugin_processes",
+    "scheduler_processes",
+    "webhook_process",
+]
+
+LEASE = ("kube-system", "hami-scheduler")
+"""``(namespace, name)`` of the Lease the extender replicas campaign on."""
+SCHEDULER_NAME = "hami-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePlan:
+    """Ports and files chosen before anything starts."""
+
+    work_dir: Path
+    webhook_port: int
+    scheduler_ports: tuple[int, ...]
+    front_port: int
+    """Where the scheduling loop calls the extender: the only replica, or the leader router."""
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://127.0.0.1:{self.front_port}"
+
+    def log_file(self, name: str) -> Path:
+        return self.work_dir / "logs" / f"{name}.log"
+
+    def devices_file(self, node: str) -> Path:
+        return self.work_dir / "devices" / f"{node}.yaml"
+
+
+def issue_certificates(work_dir: Path) -> tuple[str, Path, Path]:
+    """Certificates for the webhook and the extender; returns the CA bundle and both dirs."""
+    ca = generate_ca("hami-e2e-ca")
+    namespace, name = WEBHOOK_SERVICE
+    webhook = ca.issue(
+        [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", "127.0.0.1"]
+    )
+    scheduler = ca.issue(
+        ["hami-scheduler.kube-system.svc", "localhost", "127.0.0.1"], common_name="hami-scheduler"
+    )
+    webhook_dir, scheduler_dir = work_dir / "tls" / "webhook", work_dir / "tls" / "scheduler"
+    webhook.write(webhook_dir)
+    scheduler.write(scheduler_dir)
+    return ca_bundle_b64(ca.cert_pem), webhook_dir, scheduler_dir
+
+
+def _process(
+    spec: SystemSpec, plan: ServicePlan, *, name: str, module: str, args: list[str], metrics: int
+) -> ServiceProcess:
+    """``python -m module args`` with plain-http metrics (and ``/readyz``) on ``metrics``."""
+    return ServiceProcess(
+        ServiceSpec(
+            name=name,
+            module=module,
+            args=tuple(args),
+            ready_url=f"http://127.0.0.1:{metrics}/readyz",
+            metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+            log_file=plan.log_file(name),
+            ready_timeout=spec.start_timeout,
+        )
+    )
+
+
+def _common(spec: SystemSpec, api_url: str, metrics_port: int) -> list[str]:
+    return [
+        f"--kube-url={api_url}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        f"--log-format={spec.log_format}",
+        f"--log-level={spec.log_level}",
+    ]
+
+
+def _https(port: int, tls_dir: Path, spec: SystemSpec) -> list[str]:
+    """The flags the webhook and the extender share: where and how they serve, which
+    scheduler name they stand for and the device configuration."""
+    return [
+        f"--http_bind=127.0.0.1:{port}",
+        f"--cert_file={tls_dir / 'tls.crt'}",
+        f"--key_file={tls_dir / 'tls.key'}",
+        f"--scheduler-name={SCHEDULER_NAME}",
+        f"--device-config-file={spec.device_config}",
+    ]
+
+
+def webhook_process(
+    spec: SystemSpec, plan: ServicePlan, api_url: str, tls_dir: Path
+) -> ServiceProcess:
+    metrics = free_port()
+    args = [
+        *_https(plan.webhook_port, tls_dir, spec),
+        *_common(spec, api_url, metrics),
+        *spec.webhook_args,
+    ]
+    return _process(spec, plan, name="webhook", module="hami_webhook", args=args, metrics=metrics)
+
+
+def scheduler_processes(
+    spec: SystemSpec, plan: ServicePlan, api_url: str, tls_dir: Path
+) -> tuple[ServiceProcess, ...]:
+    """One extender per replica; with two or more, each campaigns for :data:`LEASE`."""
+    options = spec.scheduler
+    replicated = options.replicas > 1
+    processes = []
+    for index, port in enumerate(plan.scheduler_ports):
+        name = f"scheduler-{index}"
+        metrics = free_port()
+        args = [*_https(port, tls_dir, spec), *_common(spec, api_url, metrics)]
+        flags = {
+            "--handshake-timeout": options.handshake_timeout,
+            "--handshake-interval": options.handshake_interval,
+            "--node-lock-timeout": options.node_lock_timeout,
+            "--node-scheduler-policy": options.node_scheduler_policy,
+            "--gpu-scheduler-policy": options.gpu_scheduler_policy,
+        }
+        args += [f"{flag}={value}" for flag, value in flags.items() if value]
+        if replicated:
+            namespace, lease = LEASE
+            args += [
+                "--leader-elect=true",
+                "--leader-elect-mode=campaign",
+                f"--leader-elect-identity={name}",
+                f"--leader-elect-resource-name={lease}",
+                f"--leader-elect-resource-namespace={namespace}",
+                f"--leader-elect-lease-duration={options.lease_duration}",
+                f"--leader-elect-renew-deadline={options.renew_deadline}",
+                f"--leader-elect-retry-period={options.retry_period}",
+            ]
+        args += options.extra_args
+        processes.append(
+            _process(spec, plan, name=name, module="hami_scheduler", args=args, metrics=metrics)
+        )
+    return tuple(processes)
+
+
+def deviceplugin_args(
+    spec: SystemSpec, node: GpuNode, *, api_url: str, kubelet_socket: Path, devices: Path
+) -> list[str]:
+    """The flags of ``node``'s device plugin (also used to run plugins in-process)."""
+    return [
+        f"--node-name={node.name}",
+        f"--kubelet-socket={kubelet_socket}",
+        "--device-backend=fake",
+        f"--fake-devices={devices}",
+        f"--config-file={spec.device_config}",
+        "--host-root=none",
+        "--kubelet-poll-interval=0.2",
+        "--fake-poll-interval=0.2",
+        "--register-retry-interval=1",
+        f"--kube-url={api_url}",
+        f"--log-format={spec.log_format}",
+        f"--log-level={spec.log_level}",
+        *spec.deviceplugin_args,
+    ]
+
+
+def plugin_processes(
+    spec: SystemSpec, plan: ServicePlan, api_url: str, kubelet_sockets: Mapping[str, Path]
+) -> dict[str, ServiceProcess]:
+    """One device plugin per node that runs one, by node name."""
+    plugins: dict[str, ServiceProcess] = {}
+    for node in spec.nodes:
+        if not node.device_plugin:
+            continue
+        metrics = free_port()
+        args = deviceplugin_args(
+            spec,
+            node,
+            api_url=api_url,
+            kubelet_socket=kubelet_sockets[node.name],
+            devices=plan.devices_file(node.name),
+        )
+        args.append(f"--metrics-bind-address=127.0.0.1:{metrics}")
+        name = f"deviceplugin-{node.name}"
+        plugins[node.name] = _process(
+            spec, plan, name=name, module="hami_deviceplugin", args=args, metrics=metrics
+        )
+    return plugins
