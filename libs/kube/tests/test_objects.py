@@ -143,3 +143,38 @@ def test_generate_name_and_env() -> None:
     assert pod.containers[0].env == ({"name": "A", "value": "1"},)
     assert PodView({}).generate_name == ""
     assert ContainerView({"env": "x"}).env == ()
+
+
+def test_status_and_scheduling_fields() -> None:
+    pod = PodView(
+        {
+            "spec": {
+                "priority": 7,
+                "initContainers": [{"name": "side", "restartPolicy": "Always", "image": "i"}],
+            },
+            "status": {
+                "nominatedNodeName": "n1",
+                "conditions": [{"type": "PodScheduled", "status": "False"}, "junk"],
+                "containerStatuses": [{"name": "c", "ready": True}],
+                "initContainerStatuses": [{"name": "side"}],
+            },
+        }
+    )
+    assert pod.priority == 7
+    assert pod.nominated_node_name == "n1"
+    assert pod.condition("PodScheduled") == {"type": "PodScheduled", "status": "False"}
+    assert pod.condition("Ready") is None
+    assert len(pod.conditions) == 1
+    assert pod.container_statuses[0]["name"] == "c"
+    assert pod.init_container_statuses[0]["name"] == "side"
+    assert pod.init_containers[0].restart_policy == "Always"
+    assert pod.init_containers[0].image == "i"
+    assert PodView({"spec": {"priority": True}}).priority == 0
+    node = NodeView(
+        {
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]},
+        }
+    )
+    assert node.taints[0]["key"] == "k"
+    assert node.addresses[0]["address"] == "10.0.0.1"

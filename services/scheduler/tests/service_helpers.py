@@ -3,13 +3,14 @@ against the emulated API server, extender calls over HTTP, and polling with a de
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -17,6 +18,7 @@ import aiohttp
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.objects import ObjectView
 from hami_kube.reflector import ReflectorConfig
+from hami_kube.timefmt import utc_now
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 from hami_protocol import keys
@@ -145,6 +147,10 @@ class Harness:
     def api(self) -> ApiServer:
         return self.sim.server
 
+    @staticmethod
+    def loop_time() -> float:
+        return asyncio.get_running_loop().time()
+
     async def post(self, verb: str, body: Any, *, raw: bytes | None = None) -> tuple[int, Any]:
         data = raw if raw is not None else json.dumps(body).encode()
         async with self.http.post(
@@ -216,18 +222,32 @@ def settings_for(url: str, **overrides: Any) -> Settings:
     return dataclasses.replace(base, kube=kube, **overrides)
 
 
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def loop_now() -> datetime:
+    """UTC time that follows the running loop's clock: under ``@pytest.mark.looptime`` the
+    scheduler's handshakes and locks then age in virtual time, as its timers do."""
+    return EPOCH + timedelta(seconds=asyncio.get_running_loop().time())
+
+
 @contextlib.asynccontextmanager
-async def scheduler_on(sim: RunningApiServer, **overrides: Any) -> AsyncIterator[RunningScheduler]:
-    async with serving(settings_for(sim.url, **overrides), reflector_config=FAST_REFLECTOR) as s:
+async def scheduler_on(
+    sim: RunningApiServer, *, now: Callable[[], datetime] = utc_now, **overrides: Any
+) -> AsyncIterator[RunningScheduler]:
+    settings = settings_for(sim.url, **overrides)
+    async with serving(settings, reflector_config=FAST_REFLECTOR, now=now) as s:
         await eventually(s.ready, what="scheduler caches synced")
         yield s
 
 
 @contextlib.asynccontextmanager
-async def harness(**overrides: Any) -> AsyncIterator[Harness]:
+async def harness(
+    *, now: Callable[[], datetime] = utc_now, **overrides: Any
+) -> AsyncIterator[Harness]:
     async with (
         running_apiserver() as sim,
-        scheduler_on(sim, **overrides) as scheduler,
+        scheduler_on(sim, now=now, **overrides) as scheduler,
         aiohttp.ClientSession() as http,
     ):
         yield Harness(sim, scheduler, http)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from hami_protocol import keys
@@ -17,10 +15,16 @@ from .service_helpers import (
     gpu_limits,
     gpus,
     harness,
+    loop_now,
     pod_object,
 )
 
-pytestmark = pytest.mark.timeout(60)
+# Handshakes age in the loop's virtual time (hami_kubesim's looptime): the production timings
+# (a 5-minute timeout, 30-second passes) run in milliseconds and expire exactly.
+pytestmark = [pytest.mark.timeout(60), pytest.mark.looptime]
+
+TIMEOUT_S = 300.0
+INTERVAL_S = 30.0
 
 
 def handshake_state(node: dict[str, object]) -> str:
@@ -28,29 +32,37 @@ def handshake_state(node: dict[str, object]) -> str:
 
 
 async def test_silent_vendor_becomes_unavailable_and_returns_when_it_reports() -> None:
-    async with harness(handshake_timeout_s=1.0, handshake_interval_s=0.1) as h:
+    async with harness(
+        now=loop_now, handshake_timeout_s=TIMEOUT_S, handshake_interval_s=INTERVAL_S
+    ) as h:
         await h.add_node("n", gpus("n", 1))
         await h.synced_node("n")
         # The leader asks...
-        await eventually(lambda: handshake_state(h.node("n")) == "requesting", what="requested")
+        await eventually(
+            lambda: handshake_state(h.node("n")) == "requesting",
+            within=2 * INTERVAL_S,
+            what="requested",
+        )
         # ...nobody answers within the timeout: the node leaves the cache.
-        await eventually(lambda: "n" not in h.scheduler.cache.nodes, within=10, what="expired")
+        asked = h.loop_time()
+        await eventually(
+            lambda: "n" not in h.scheduler.cache.nodes, within=2 * TIMEOUT_S, what="expired"
+        )
+        # Expired by the first pass after the timeout: not before, and not much after.
+        # (Handshake times have whole seconds, so up to one second early.)
+        assert TIMEOUT_S - 1 <= h.loop_time() - asked <= TIMEOUT_S + 2 * INTERVAL_S
         assert h.scheduler.cache.unavailable_count() == 1
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=100))))
         reply = await h.filter(pod, ["n"])
         assert reply["FailedNodes"] == {
             "n": "NVIDIA devices unavailable: handshake hami.io/node-handshake "
-            "not answered within 1s"
+            "not answered within 5m0s"
         }
         # The device plugin reports again: the node is back at once.
         await h.api.patch(
             "nodes",
             "n",
-            {
-                "metadata": {
-                    "annotations": {keys.NVIDIA_HANDSHAKE: format_reported(datetime.now(UTC))}
-                }
-            },
+            {"metadata": {"annotations": {keys.NVIDIA_HANDSHAKE: format_reported(loop_now())}}},
             patch_type="merge",
         )
         await h.synced_node("n")
@@ -58,13 +70,21 @@ async def test_silent_vendor_becomes_unavailable_and_returns_when_it_reports() -
 
 
 async def test_a_node_advertising_the_resource_stays_available() -> None:
-    async with harness(handshake_timeout_s=1.0, handshake_interval_s=0.1) as h:
+    async with harness(
+        now=loop_now, handshake_timeout_s=TIMEOUT_S, handshake_interval_s=INTERVAL_S
+    ) as h:
         await h.add_node("n", gpus("n", 1), allocatable={"nvidia.com/gpu": "10"})
         await h.synced_node("n")
-        await eventually(lambda: handshake_state(h.node("n")) == "requesting", what="requested")
+        await eventually(
+            lambda: handshake_state(h.node("n")) == "requesting",
+            within=2 * INTERVAL_S,
+            what="requested",
+        )
         passes = h.scheduler.handshakes.passes
         await eventually(
-            lambda: h.scheduler.handshakes.passes > passes + 25, within=20, what="passes"
+            lambda: h.scheduler.handshakes.passes > passes + 25,
+            within=40 * INTERVAL_S,
+            what="passes",
         )
         assert "n" in h.scheduler.cache.nodes
         assert h.scheduler.cache.unavailable_count() == 0
@@ -72,7 +92,9 @@ async def test_a_node_advertising_the_resource_stays_available() -> None:
 
 async def test_a_node_that_stops_advertising_the_resource_is_unavailable_at_once() -> None:
     # A long handshake timeout: only the allocatable count can explain what follows.
-    async with harness(handshake_timeout_s=3600.0, handshake_interval_s=0.1) as h:
+    async with harness(
+        now=loop_now, handshake_timeout_s=3600.0, handshake_interval_s=INTERVAL_S
+    ) as h:
 
         async def advertise(count: str) -> None:
             status = {
@@ -107,10 +129,16 @@ async def test_a_node_that_stops_advertising_the_resource_is_unavailable_at_once
 
 async def test_a_node_that_never_advertised_the_resource_waits_for_the_handshake() -> None:
     # Registered devices before the kubelet lists the plugin's resource (a node coming up).
-    async with harness(handshake_timeout_s=3600.0, handshake_interval_s=0.1) as h:
+    async with harness(
+        now=loop_now, handshake_timeout_s=3600.0, handshake_interval_s=INTERVAL_S
+    ) as h:
         await h.add_node("n", gpus("n", 1))
         await h.synced_node("n")
-        await eventually(lambda: handshake_state(h.node("n")) == "requesting", what="requested")
+        await eventually(
+            lambda: handshake_state(h.node("n")) == "requesting",
+            within=2 * INTERVAL_S,
+            what="requested",
+        )
         assert h.scheduler.cache.unavailable_count() == 0
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=100))))
         assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
@@ -118,15 +146,20 @@ async def test_a_node_that_never_advertised_the_resource_waits_for_the_handshake
 
 async def test_followers_judge_but_never_write() -> None:
     async with harness(
-        handshake_timeout_s=1.0,
-        handshake_interval_s=0.1,
+        now=loop_now,
+        handshake_timeout_s=TIMEOUT_S,
+        handshake_interval_s=INTERVAL_S,
         leader=LeaderElectSettings(enabled=True, mode="follow", identity="nobody-holds-it"),
     ) as h:
         assert not h.scheduler.leadership.is_leader
         await h.add_node("n", gpus("n", 1))
         await h.synced_node("n")
         passes = h.scheduler.handshakes.passes
-        await eventually(lambda: h.scheduler.handshakes.passes > passes + 5, what="passes")
+        await eventually(
+            lambda: h.scheduler.handshakes.passes > passes + 5,
+            within=10 * INTERVAL_S,
+            what="passes",
+        )
         assert handshake_state(h.node("n")) == "reported"
         # A stale request left by a former leader is judged by followers too.
         await h.api.patch(

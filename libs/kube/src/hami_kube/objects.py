@@ -155,6 +155,15 @@ class ContainerView:
         return _text(self.raw.get("name"))
 
     @property
+    def image(self) -> str:
+        return _text(self.raw.get("image"))
+
+    @property
+    def restart_policy(self) -> str:
+        """``Always`` marks a native sidecar among init containers; ``""`` otherwise."""
+        return _text(self.raw.get("restartPolicy"))
+
+    @property
     def limits(self) -> Mapping[str, Any]:
         return _mapping(self.resources.get("limits"))
 
@@ -169,6 +178,12 @@ class ContainerView:
         if not isinstance(items, list):
             return ()
         return tuple(e for e in items if isinstance(e, Mapping))
+
+
+def _objects(items: object) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(items, list):
+        return ()
+    return tuple(i for i in items if type(i) is dict or isinstance(i, Mapping))
 
 
 def _containers(spec: Mapping[str, Any], field: str) -> tuple[ContainerView, ...]:
@@ -214,6 +229,34 @@ class PodView(ObjectView):
         yield from self.init_containers
         yield from self.containers
 
+    @property
+    def priority(self) -> int:
+        value = self.spec.get("priority")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def nominated_node_name(self) -> str:
+        return _text(self.status.get("nominatedNodeName"))
+
+    @property
+    def conditions(self) -> tuple[Mapping[str, Any], ...]:
+        return _objects(self.status.get("conditions"))
+
+    def condition(self, kind: str) -> Mapping[str, Any] | None:
+        """The ``status.conditions`` entry of ``type`` ``kind`` (``PodScheduled``, ...)."""
+        for condition in self.conditions:
+            if condition.get("type") == kind:
+                return condition
+        return None
+
+    @property
+    def container_statuses(self) -> tuple[Mapping[str, Any], ...]:
+        return _objects(self.status.get("containerStatuses"))
+
+    @property
+    def init_container_statuses(self) -> tuple[Mapping[str, Any], ...]:
+        return _objects(self.status.get("initContainerStatuses"))
+
 
 class NodeView(ObjectView):
     """A node: what it offers and whether new pods may land on it."""
@@ -231,3 +274,11 @@ class NodeView(ObjectView):
     @property
     def allocatable(self) -> Mapping[str, Any]:
         return _mapping(self.status.get("allocatable"))
+
+    @property
+    def taints(self) -> tuple[Mapping[str, Any], ...]:
+        return _objects(self.spec.get("taints"))
+
+    @property
+    def addresses(self) -> tuple[Mapping[str, Any], ...]:
+        return _objects(self.status.get("addresses"))

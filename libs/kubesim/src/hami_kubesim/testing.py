@@ -102,16 +102,23 @@ async def running_apiserver(
 
 
 async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0, what: str = ""
+    condition: Callable[[], bool | Awaitable[bool]],
+    *,
+    within: float = 10.0,
+    what: str = "",
+    interval: float | None = None,
 ) -> None:
     """Poll ``condition`` (a plain or an async check) until it holds; fail the test with an
     ``AssertionError`` naming ``what`` once ``within`` seconds have passed without it holding.
 
     The condition is always checked at least once, and once more after the deadline has passed,
-    so a slow event loop does not turn a met condition into a failure.
+    so a slow event loop does not turn a met condition into a failure.  It is checked every
+    ``interval`` seconds: by default 10 ms, longer for long waits (at most about a thousand
+    checks, at most one a second), which keeps a wait of minutes in virtual time cheap.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
+    step = interval if interval is not None else min(max(0.01, within / 1000), 1.0)
     while True:
         late = loop.time() > deadline
         result = condition()
@@ -122,4 +129,4 @@ async def eventually(
         if late:
             detail = f": {what}" if what else ""
             raise AssertionError(f"condition not met within {within}s{detail}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(step)

@@ -37,6 +37,7 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 import structlog
@@ -44,6 +45,7 @@ import structlog
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
 from hami_kube.rest import KubeClient, open_client
+from hami_kube.timefmt import utc_now
 from hami_protocol.selectors import parse_selector_string
 from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
@@ -141,7 +143,9 @@ def _leadership(client: KubeClient, settings: Settings, on_change: _RoleChange) 
     return LeaseFollower(client, election, on_change=on_change)
 
 
-def _cache(settings: Settings, events: SchedulerEvents) -> SchedulerCache:
+def _cache(
+    settings: Settings, events: SchedulerEvents, now: Callable[[], datetime]
+) -> SchedulerCache:
     def bad_annotation(node: str, key: str, problem: str, raw: str) -> None:
         log.warning("invalid_node_annotation", node=node, key=key, problem=problem, value=raw[:200])
         events.bad_node_annotation(node, key, problem)
@@ -160,6 +164,7 @@ def _cache(settings: Settings, events: SchedulerEvents) -> SchedulerCache:
         on_bad_annotation=bad_annotation,
         on_health_change=health_change,
         on_pod_problem=pod_problem,
+        now=now,
     )
 
 
@@ -171,6 +176,7 @@ def _deciders(
     events: SchedulerEvents,
     metrics: SchedulerMetrics,
     leadership: Leadership,
+    now: Callable[[], datetime],
 ) -> tuple[FilterService, BindService]:
     """What answers ``/filter``, ``/prioritize`` and ``/bind``."""
     planner = Planner(settings.vendors, settings.node_policy, settings.gpu_policy)
@@ -192,6 +198,7 @@ def _deciders(
             client,
             timeout_s=settings.node_lock_timeout_s,
             retry_timeout_s=settings.node_lock_retry_timeout_s,
+            now=now,
         ),
         events=events,
         metrics=metrics,
@@ -234,10 +241,12 @@ async def run(
     on_started: Callable[[RunningScheduler], None] | None = None,
     freeze_gc: bool = True,
     reflector_config: ReflectorConfig | None = None,
+    now: Callable[[], datetime] = utc_now,
 ) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given).
 
     ``freeze_gc=False`` skips ``gc.freeze()`` (for running several instances in one process).
+    ``now`` is the clock of handshakes and node locks (tests run it on the loop's virtual time).
     Raises :class:`~hami_runtime.lifecycle.ServiceFailedError` after a clean shutdown when a
     background loop failed.
     """
@@ -264,7 +273,7 @@ async def run(
         life.on_exit("event-flush", recorder.flush, within=bound("event-flush"))
         events = SchedulerEvents(recorder)
 
-        cache = _cache(settings, events)
+        cache = _cache(settings, events, now)
         watcher = CacheWatcher(client, cache, config=reflector_config)
         metrics.track_cache(cache, watcher.ready)
         watches = await life.tasks("watches", within=bound("watches"))
@@ -286,7 +295,13 @@ async def run(
         leading.spawn("leadership", leadership.run())
 
         filters, binder = _deciders(
-            client, settings, watcher=watcher, events=events, metrics=metrics, leadership=leadership
+            client,
+            settings,
+            watcher=watcher,
+            events=events,
+            metrics=metrics,
+            leadership=leadership,
+            now=now,
         )
         state = ExtenderState(filters=filters, binder=binder, metrics=metrics, ready=watcher.ready)
         metrics_port = await life.enter(
@@ -316,6 +331,7 @@ async def run(
             due=handshake_due,
             interval_s=settings.handshake_interval_s,
             on_api_error=metrics.api_error,
+            now=now,
         )
         loops = await life.tasks("loops", within=bound("loops"))
         loops.spawn("handshakes", handshakes.run())
@@ -360,7 +376,10 @@ async def run(
 
 @contextlib.asynccontextmanager
 async def serving(
-    settings: Settings, *, reflector_config: ReflectorConfig | None = None
+    settings: Settings,
+    *,
+    reflector_config: ReflectorConfig | None = None,
+    now: Callable[[], datetime] = utc_now,
 ) -> AsyncIterator[RunningScheduler]:
     """Run the service in this event loop for the duration of the block (no ``gc.freeze``)."""
 
@@ -373,6 +392,7 @@ async def serving(
             on_started=on_started,
             freeze_gc=False,
             reflector_config=reflector_config,
+            now=now,
         )
 
     stop_within = settings.shutdown_grace_s + _EMBEDDED_SLACK_S

@@ -142,7 +142,7 @@ def container_demands(
     """
     demands: list[ContainerDemand] = []
     for container in pod.init_containers:
-        sidecar = container.raw.get("restartPolicy") == "Always"
+        sidecar = container.restart_policy == "Always"
         kind: ContainerKind = "sidecar" if sidecar else "init"
         demands.append(
             ContainerDemand(

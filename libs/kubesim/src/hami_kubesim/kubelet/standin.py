@@ -364,7 +364,7 @@ class KubeletStandIn(RunsInBackground):
             node = await client.get(NODES, self.node_name)
         except KubeError:
             return self.settings.host_ip
-        for address in NodeView(node).status.get("addresses") or ():
+        for address in NodeView(node).addresses:
             if address.get("type") == "InternalIP" and address.get("address"):
                 return str(address["address"])
         return self.settings.host_ip

@@ -181,7 +181,7 @@ def running_status(pod: PodView, *, host_ip: str, pod_ip: str, now: str) -> dict
     init_statuses = []
     for container in pod.init_containers:
         cid = _container_id(uid, container.name)
-        sidecar = container.raw.get("restartPolicy") == "Always"
+        sidecar = container.restart_policy == "Always"
         state: dict[str, Any] = (
             {"running": {"startedAt": now}}
             if sidecar
@@ -226,7 +226,7 @@ def _container_status(
 ) -> dict[str, Any]:
     return {
         "name": container.name,
-        "image": str(container.raw.get("image", "")),
+        "image": container.image,
         "imageID": "",
         "containerID": cid,
         "ready": True,
@@ -253,7 +253,7 @@ def start_failed_status(pod: PodView, container: str, message: str) -> dict[str,
     statuses = [
         {
             "name": c.name,
-            "image": str(c.raw.get("image", "")),
+            "image": c.image,
             "imageID": "",
             "ready": False,
             "started": False,

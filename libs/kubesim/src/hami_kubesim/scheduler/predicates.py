@@ -97,7 +97,7 @@ def pod_requests(pod: PodView) -> dict[str, int]:
     init_peak: dict[str, int] = {}
     for container in pod.init_containers:
         requests = _container_requests(container)
-        if container.raw.get("restartPolicy") == "Always":
+        if container.restart_policy == "Always":
             _add(total, requests)
             _add(sidecars, requests)
             running = dict(sidecars)

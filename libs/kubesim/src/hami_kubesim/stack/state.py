@@ -221,9 +221,7 @@ class DeviceLoad:
 
 
 def _sidecars(pod: PodView) -> frozenset[int]:
-    return frozenset(
-        i for i, c in enumerate(pod.init_containers) if c.raw.get("restartPolicy") == "Always"
-    )
+    return frozenset(i for i, c in enumerate(pod.init_containers) if c.restart_policy == "Always")
 
 
 def _init_finished(pod: PodView) -> bool:

@@ -163,10 +163,10 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 def _init_terminations(pod: PodView) -> list[Mapping[str, Any]]:
     """``state.terminated`` of each init container status (``{}`` while it has not ended)."""
-    statuses = pod.status.get("initContainerStatuses")
-    if not isinstance(statuses, list):
-        return []
-    return [_mapping(_mapping(_mapping(one).get("state")).get("terminated")) for one in statuses]
+    return [
+        _mapping(_mapping(one.get("state")).get("terminated"))
+        for one in pod.init_container_statuses
+    ]
 
 
 def _init_finished(pod: PodView, count: int) -> bool:
