@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hami_kubesim.cluster.config import NodeSpec
-from hami_kubesim.testing import RunningApiServer, running_apiserver
+from hami_kubesim.testing import RunningApiServer
 
 from .helpers import NODE
 
@@ -30,8 +30,8 @@ def host_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[RunningApiServer]:
-    async with running_apiserver() as running:
-        node = NodeSpec(name=NODE, address="10.9.0.1", pod_cidr="10.244.9.0/24")
-        await running.server.create("nodes", node.to_object())
-        yield running
+async def sim(sim: RunningApiServer) -> RunningApiServer:
+    """The plugin's kubesim (hami_kubesim's pytest plugin) with this suite's node in it."""
+    node = NodeSpec(name=NODE, address="10.9.0.1", pod_cidr="10.244.9.0/24")
+    await sim.server.create("nodes", node.to_object())
+    return sim

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
 from hami_webhook.mutate import MutationRules, admit_pod
-from hami_webhook.quota import QuotaCache
+from hami_webhook.quota_cache import QuotaCache
 
 RESOURCES = (
     "nvidia.com/gpu",

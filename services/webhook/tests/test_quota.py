@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, vendor_by_word
-from hami_webhook.quota import QuotaCache, QuotaLimit, check_quota
+from hami_webhook.quota import QuotaLimit, check_quota
+from hami_webhook.quota_cache import QuotaCache
 
 MEM = "nvidia.com/gpumem"
 CORES = "nvidia.com/gpucores"

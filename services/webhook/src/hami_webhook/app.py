@@ -38,7 +38,7 @@ from hami_runtime.sites import metrics_app, site
 from hami_runtime.tls import ReloadingServerTLS
 from hami_webhook.http import WebhookState, build_app
 from hami_webhook.metrics import WebhookMetrics
-from hami_webhook.quota import QuotaCache
+from hami_webhook.quota_cache import QuotaCache
 from hami_webhook.quota_watch import QuotaWatcher
 from hami_webhook.settings import Settings
 

@@ -16,7 +16,7 @@ from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upse
 from hami_kube.resources import PODS, RESOURCE_QUOTAS
 from hami_kube.rest import KubeClient
 from hami_protocol import keys
-from hami_webhook.quota import QuotaCache
+from hami_webhook.quota_cache import QuotaCache
 
 __all__ = ["QuotaWatcher"]
 
