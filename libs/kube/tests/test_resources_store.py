@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_kube import resources
+from hami_kube.objects import ObjectView, object_key
 from hami_kube.store import Store, index_by_namespace, index_by_node_name
 
 
@@ -64,9 +65,9 @@ def pod(name: str, node: str | None = None, rv: str = "1", ns: str = "default") 
 
 
 def test_keys() -> None:
-    assert resources.object_key(pod("p", ns="a")) == "a/p"
-    assert resources.object_key({"metadata": {"name": "n"}}) == "n"
-    assert resources.object_key({}) == ""
+    assert object_key(pod("p", ns="a")) == "a/p"
+    assert object_key({"metadata": {"name": "n"}}) == "n"
+    assert object_key({}) == ""
 
 
 def test_index_follows_updates_and_deletes() -> None:
@@ -74,7 +75,7 @@ def test_index_follows_updates_and_deletes() -> None:
     store.upsert(pod("a", "n1"))
     store.upsert(pod("b", "n1"))
     store.upsert(pod("c"))
-    assert {resources.name_of(p) for p in store.by_index("node", "n1")} == {"a", "b"}
+    assert {ObjectView(p).name for p in store.by_index("node", "n1")} == {"a", "b"}
     assert store.by_index("node", "n2") == []
     store.upsert(pod("a", "n2", rv="2"))
     assert store.keys_by_index("node", "n1") == {"default/b"}
@@ -99,9 +100,9 @@ def test_replace_reports_the_difference() -> None:
     store = Store()
     store.replace([pod("a"), pod("b"), pod("c")])
     delta = store.replace([pod("a"), pod("b", rv="2"), pod("d")])
-    assert [resources.name_of(o) for o in delta.added] == ["d"]
-    assert [(resources.name_of(o), resources.name_of(n)) for o, n in delta.updated] == [("b", "b")]
-    assert [resources.name_of(o) for o in delta.deleted] == ["c"]
+    assert [ObjectView(o).name for o in delta.added] == ["d"]
+    assert [(ObjectView(o).name, ObjectView(n).name) for o, n in delta.updated] == [("b", "b")]
+    assert [ObjectView(o).name for o in delta.deleted] == ["c"]
     assert sorted(store.keys()) == ["default/a", "default/b", "default/d"]
 
 
@@ -119,8 +120,6 @@ def test_index_equals_a_full_scan(ops: list[tuple[bool, str, str | None]]) -> No
         else:
             store.remove(f"default/{name}")
     for node in ("n1", "n2"):
-        scanned = {
-            resources.object_key(o) for o in store.objects() if o["spec"].get("nodeName") == node
-        }
+        scanned = {object_key(o) for o in store.objects() if o["spec"].get("nodeName") == node}
         assert store.keys_by_index("node", node) == scanned
     assert set(store.index_values("node")) <= {"n1", "n2"}

@@ -1,8 +1,7 @@
-"""Which REST paths a Kubernetes resource lives at, and small accessors for raw JSON objects."""
+"""Which REST paths a Kubernetes resource lives at (reading objects: :mod:`hami_kube.objects`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -72,36 +71,6 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
 )
 
 
-def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``obj["metadata"]`` or an empty mapping."""
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def name_of(obj: Mapping[str, Any]) -> str:
-    name = metadata(obj).get("name")
-    return name if isinstance(name, str) else ""
-
-
-def namespace_of(obj: Mapping[str, Any]) -> str:
-    namespace = metadata(obj).get("namespace")
-    return namespace if isinstance(namespace, str) else ""
-
-
-def resource_version_of(obj: Mapping[str, Any]) -> str:
-    version = metadata(obj).get("resourceVersion")
-    return version if isinstance(version, str) else ""
-
-
-def object_key(obj: Mapping[str, Any]) -> str:
-    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
-    return key_for(namespace_of(obj), name_of(obj))
-
-
-def key_for(namespace: str | None, name: str) -> str:
-    return f"{namespace}/{name}" if namespace else name
-
-
 __all__ = [
     "CONFIGMAPS",
     "EVENTS",
@@ -113,10 +82,4 @@ __all__ = [
     "RESOURCE_QUOTAS",
     "JsonObject",
     "Resource",
-    "key_for",
-    "metadata",
-    "name_of",
-    "namespace_of",
-    "object_key",
-    "resource_version_of",
 ]
