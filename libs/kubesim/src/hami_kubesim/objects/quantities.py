@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from hami_protocol.errors import RequestError
-from hami_protocol.request.quantity import parse_quantity
+from hami_protocol.request.quantity import json_quantity
 
 __all__ = ["quantity_text", "read_quantity", "stringify"]
 
@@ -38,7 +37,4 @@ def read_quantity(value: object, *, key: str = "") -> Fraction:
 
     Raises :class:`hami_protocol.errors.RequestError` (naming ``key``) when it is not one.
     """
-    text = quantity_text(value)
-    if not isinstance(text, str):
-        raise RequestError(key, value, "quantity must be a string or a number")
-    return parse_quantity(text.strip(), key=key)
+    return json_quantity(value.strip() if isinstance(value, str) else value, key=key)
