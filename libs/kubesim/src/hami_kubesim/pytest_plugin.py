@@ -97,17 +97,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     roots = [Path(p) for p in config.getini(GUARD_INI)]
     for item in items:
         fixtures: list[str] = getattr(item, "fixturenames", [])
-        looptime = item.get_closest_marker("looptime") is not None
-        if looptime:
-            if _loop_scope(item) != "function":
-                raise pytest.UsageError(f"{item.nodeid}: looptime needs a function-scoped loop")
-            if "_looptime" not in fixtures:
-                fixtures.insert(0, "_looptime")
         if roots and _guarded(item, roots):
             guard = _GUARD_BY_SCOPE.get(_loop_scope(item))
             if guard is not None and guard not in fixtures:
                 # First: set up before (and torn down after) every fixture of the test.
                 fixtures.insert(0, guard)
+        if item.get_closest_marker("looptime") is not None:
+            if _loop_scope(item) != "function":
+                raise pytest.UsageError(f"{item.nodeid}: looptime needs a function-scoped loop")
+            if "_looptime" not in fixtures:
+                # Outermost, even around the guard: every teardown then runs on the virtual
+                # clock too.  Back on real time, a timer set in virtual time would lie ahead of
+                # the real clock by all that was skipped, and a teardown waiting on one would
+                # wait that long.
+                fixtures.insert(0, "_looptime")
 
 
 # --- sim and kube ---------------------------------------------------------------------------
