@@ -15,12 +15,15 @@ from hami_protocol.node.lock import (
     DEFAULT_LOCK_TIMEOUT,
     LockAction,
     NodeLock,
+    OwnerState,
     ReleaseAction,
     decide_acquire,
     decide_release,
     decode_node_lock,
     encode_node_lock,
     is_expired,
+    is_overdue,
+    owner_state,
     owner_to_check,
 )
 
@@ -90,28 +93,88 @@ SOON = T0 + timedelta(minutes=1)
 LATER = T0 + timedelta(minutes=6)
 
 
+W, G, T, E, F, B, U = (
+    OwnerState.WAITING,
+    OwnerState.GONE,
+    OwnerState.TERMINAL,
+    OwnerState.ELSEWHERE,
+    OwnerState.FINISHED,
+    OwnerState.BINDING,
+    OwnerState.UNKNOWN,
+)
+
+
 @pytest.mark.parametrize(
-    ("value", "pod", "now", "owner_exists", "expected"),
+    ("value", "pod", "now", "owner", "expected"),
     [
         pytest.param(None, "train-1", SOON, None, LockAction.ACQUIRE, id="free"),
         pytest.param(OWNED, "train-0", SOON, None, LockAction.REENTER, id="same-pod-reentrant"),
-        pytest.param(OWNED, "train-1", SOON, False, LockAction.TAKEOVER_DANGLING, id="owner-gone"),
-        pytest.param(OWNED, "train-1", SOON, True, LockAction.CONTENDED, id="owner-alive"),
-        pytest.param(OWNED, "train-1", SOON, None, LockAction.CONTENDED, id="owner-unchecked"),
-        pytest.param(OWNED, "train-1", LATER, True, LockAction.TAKEOVER_EXPIRED, id="expired"),
         pytest.param(OWNED, "train-0", LATER, None, LockAction.TAKEOVER_EXPIRED, id="own-expired"),
-        pytest.param(LEGACY, "train-1", SOON, False, LockAction.CONTENDED, id="legacy-live"),
+        pytest.param(OWNED, "train-1", SOON, G, LockAction.TAKEOVER_DANGLING, id="owner-gone"),
+        pytest.param(OWNED, "train-1", SOON, T, LockAction.TAKEOVER_FINISHED, id="owner-ended"),
+        pytest.param(OWNED, "train-1", SOON, E, LockAction.TAKEOVER_FINISHED, id="owner-elsewhere"),
+        pytest.param(OWNED, "train-1", SOON, F, LockAction.TAKEOVER_FINISHED, id="owner-allocated"),
+        pytest.param(OWNED, "train-1", SOON, W, LockAction.CONTENDED, id="owner-waiting"),
+        # HAMi #3096: age alone never takes a lock from an owner that still waits for Allocate.
+        pytest.param(OWNED, "train-1", LATER, W, LockAction.CONTENDED, id="owner-waiting-overdue"),
+        pytest.param(OWNED, "train-1", SOON, B, LockAction.CONTENDED, id="owner-binding"),
+        pytest.param(OWNED, "train-1", LATER, B, LockAction.TAKEOVER_EXPIRED, id="bind-died"),
+        pytest.param(OWNED, "train-1", LATER, U, LockAction.CONTENDED, id="owner-unreadable"),
+        pytest.param(OWNED, "train-1", LATER, None, LockAction.CONTENDED, id="owner-unchecked"),
+        pytest.param(LEGACY, "train-1", SOON, None, LockAction.CONTENDED, id="legacy-live"),
         pytest.param(LEGACY, "train-1", LATER, None, LockAction.TAKEOVER_EXPIRED, id="legacy-old"),
         pytest.param("garbage", "train-1", SOON, None, LockAction.TAKEOVER_EXPIRED, id="corrupt"),
     ],
 )
 def test_decide_acquire(
-    value: str | None, pod: str, now: datetime, owner_exists: bool | None, expected: LockAction
+    value: str | None, pod: str, now: datetime, owner: OwnerState | None, expected: LockAction
 ) -> None:
     action = decide_acquire(
-        value, namespace="default", pod=pod, now=now, timeout=TIMEOUT, owner_exists=owner_exists
+        value, namespace="default", pod=pod, now=now, timeout=TIMEOUT, owner=owner
     )
     assert action is expected
+
+
+@given(st.sampled_from(list(OwnerState)), st.integers(min_value=0, max_value=10**7))
+def test_a_waiting_owner_keeps_its_lock_at_any_age(owner: OwnerState, seconds: int) -> None:
+    now = T0 + timedelta(seconds=seconds)
+    action = decide_acquire(
+        OWNED, namespace="default", pod="train-1", now=now, timeout=TIMEOUT, owner=owner
+    )
+    if owner in (OwnerState.WAITING, OwnerState.UNKNOWN):
+        assert action is LockAction.CONTENDED
+    if action is not LockAction.CONTENDED:
+        assert owner is not OwnerState.WAITING
+    assert is_overdue(OWNED, now=now, timeout=TIMEOUT, owner=owner) == (
+        owner is OwnerState.WAITING and seconds > TIMEOUT.total_seconds()
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"exists": False}, OwnerState.GONE),
+        ({"exists": True, "bound_to": "n1", "phase": "Succeeded"}, OwnerState.TERMINAL),
+        ({"exists": True, "bound_to": "n1", "deleting": True}, OwnerState.TERMINAL),
+        ({"exists": True}, OwnerState.BINDING),
+        ({"exists": True, "bound_to": "n2"}, OwnerState.ELSEWHERE),
+        ({"exists": True, "bound_to": "n1", "bind_phase": "success"}, OwnerState.FINISHED),
+        ({"exists": True, "bound_to": "n1", "bind_phase": "failed"}, OwnerState.FINISHED),
+        ({"exists": True, "bound_to": "n1", "bind_phase": "allocating"}, OwnerState.WAITING),
+        ({"exists": True, "bound_to": "n1", "phase": "Pending"}, OwnerState.WAITING),
+        ({"exists": True, "bound_to": "n1", "phase": "Running"}, OwnerState.WAITING),
+    ],
+)
+def test_owner_state(kwargs: dict[str, object], expected: OwnerState) -> None:
+    assert owner_state(node="n1", **kwargs) is expected  # type: ignore[arg-type]
+
+
+def test_is_overdue_only_for_a_waiting_owner_past_the_timeout() -> None:
+    assert is_overdue(OWNED, now=LATER, timeout=TIMEOUT, owner=OwnerState.WAITING)
+    assert not is_overdue(OWNED, now=SOON, timeout=TIMEOUT, owner=OwnerState.WAITING)
+    assert not is_overdue(OWNED, now=LATER, timeout=TIMEOUT, owner=OwnerState.BINDING)
+    assert not is_overdue(LEGACY, now=LATER, timeout=TIMEOUT, owner=OwnerState.WAITING)
+    assert not is_overdue(None, now=LATER, timeout=TIMEOUT, owner=OwnerState.WAITING)
 
 
 @pytest.mark.parametrize(
@@ -119,7 +182,7 @@ def test_decide_acquire(
     [
         (OWNED, "train-1", SOON, ("default", "train-0")),
         (OWNED, "train-0", SOON, None),
-        (OWNED, "train-1", LATER, None),
+        (OWNED, "train-1", LATER, ("default", "train-0")),
         (LEGACY, "train-1", SOON, None),
         (None, "train-1", SOON, None),
         ("garbage", "train-1", SOON, None),

@@ -67,7 +67,7 @@ async def test_a_site_lets_a_request_in_flight_finish_then_stops() -> None:
     app = web.Application()
     app.router.add_get("/", slow)
     async with aiohttp.ClientSession() as http:
-        serving = site(app, "127.0.0.1:0", drain_s=5.0)
+        serving = site(app, "127.0.0.1:0", within=12.0)
         port = await serving.__aenter__()
         request = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/"))
         await entered.wait()
@@ -96,7 +96,7 @@ async def test_a_request_that_never_finishes_is_cut_off_after_the_drain() -> Non
     app = web.Application()
     app.router.add_get("/", hang)
     async with aiohttp.ClientSession() as http:
-        serving = site(app, "127.0.0.1:0", drain_s=0.2)
+        serving = site(app, "127.0.0.1:0", within=0.5)
         port = await serving.__aenter__()
         request = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/"))
         # An idle keep-alive connection beside it must not hold the site either.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 import prometheus_client
 from aiohttp import web
@@ -77,21 +78,29 @@ async def start_site(
     return runner, bound
 
 
+DRAIN_SHARE: Final = 0.4
+"""The share of a site's exit bound its requests in flight get to finish (and again to end once
+cancelled)."""
+
+
 @contextlib.asynccontextmanager
 async def site(
     app: web.Application,
     bind: str,
     *,
-    drain_s: float,
+    within: float,
     ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[int]:
     """Serve ``app`` on ``bind`` for the block; yields the bound port (``:0`` picks one).
 
-    Leaving stops accepting, closes idle keep-alive connections, lets the requests in flight
-    finish for at most ``drain_s`` and then cancels them, waiting ``drain_s`` more at most: a
-    client that holds a connection or never finishes its request cannot hold the service, and
-    no handler outlives the lifecycle step (aiohttp's own wait is a fixed 5 s).
+    Leaving takes at most ``within`` seconds (pass the lifecycle step's own bound): it stops
+    accepting, closes idle keep-alive connections, lets the requests in flight finish for
+    :data:`DRAIN_SHARE` of ``within``, then cancels them and waits as long again.  So a client
+    that holds a connection or never finishes its request cannot hold the service, and no
+    handler outlives the step: the rest of ``within`` is margin, because a step cut off by its
+    bound in the middle of aiohttp's shutdown would leave the handlers uncancelled.
     """
+    drain_s = DRAIN_SHARE * within
     runner, port = await start_site(app, bind, ssl_context=ssl_context)
     try:
         yield port

@@ -325,7 +325,7 @@ async def run(
             site(
                 metrics_app(metrics.registry, ready=lambda: _ready(server, link, rdma)),
                 settings.metrics_bind_address,
-                drain_s=CLOSE_S / 2,
+                within=CLOSE_S,
             ),
             within=CLOSE_S,
         )

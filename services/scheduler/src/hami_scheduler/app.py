@@ -82,10 +82,6 @@ EXIT_SHARES: Final = {
 }
 """The share of the grace period each step may take to exit (they add up to the whole)."""
 
-_DRAIN: Final = 0.5
-"""The part of a site's share its requests in flight may take to finish (the rest: to end once
-cancelled)."""
-
 _EMBEDDED_SLACK_S: Final = 2.0
 """Beyond the grace period, before an embedded scheduler that has not stopped is reported."""
 
@@ -309,7 +305,7 @@ async def run(
             site(
                 metrics_app(metrics.registry, ready=watcher.ready),
                 settings.metrics_bind_address,
-                drain_s=_DRAIN * bound("metrics-site"),
+                within=bound("metrics-site"),
             ),
             within=bound("metrics-site"),
         )
@@ -318,7 +314,7 @@ async def run(
             site(
                 build_app(state, max_body_bytes=settings.max_body_bytes),
                 settings.http_bind,
-                drain_s=_DRAIN * bound("extender-site"),
+                within=bound("extender-site"),
                 ssl_context=tls.context if tls else None,
             ),
             within=bound("extender-site"),

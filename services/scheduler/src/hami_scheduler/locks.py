@@ -5,8 +5,10 @@ the plugin knows which pod it serves.  :meth:`NodeLocker.acquire`:
 
 1. reads the node (the caller's fresh copy first) and decides with
    :func:`~hami_protocol.node.lock.decide_acquire`: no lock → take it; ours → re-enter (nothing
-   to write); expired or unreadable → take it over; owner pod gone (checked with a GET) → take
-   it over; another live pod → contended;
+   to write); unreadable → take it over; otherwise the owner pod decides (read with a GET): gone,
+   terminal, bound elsewhere or done allocating → take it over; still waiting for its Allocate
+   on this node → contended, at any age (HAMi #3096); not bound yet → contended until the
+   timeout;
 2. writes ``<RFC3339>,<ns>,<pod>`` with a merge patch carrying the node's ``resourceVersion``,
    so two schedulers (or a plugin releasing meanwhile) cannot both win: a 409 means someone
    else wrote first, and the decision is made again on a fresh read (5 tries, 100 ms doubling
@@ -32,20 +34,22 @@ import structlog
 
 from hami_kube.backoff import BackoffPolicy
 from hami_kube.errors import ConflictError, KubeError, NotFoundError
-from hami_kube.objects import NodeView
+from hami_kube.objects import NodeView, PodView
 from hami_kube.patch import patch_metadata
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol.durations import format_go_duration
-from hami_protocol.keys import NODE_LOCK
+from hami_protocol.keys import BIND_PHASE, NODE_LOCK
 from hami_protocol.node.lock import (
     LockAction,
     NodeLock,
+    OwnerState,
     ReleaseAction,
     decide_acquire,
     decide_release,
     encode_node_lock,
+    owner_state,
     owner_to_check,
 )
 
@@ -92,14 +96,21 @@ class NodeLocker:
     def timeout_text(self) -> str:
         return format_go_duration(self._timeout.total_seconds())
 
-    async def _owner_exists(self, namespace: str, pod: str) -> bool | None:
+    async def _owner_state(self, namespace: str, pod: str, node: str) -> OwnerState:
         try:
-            await self._client.get(PODS, pod, namespace=namespace)
+            found = PodView(await self._client.get(PODS, pod, namespace=namespace))
         except NotFoundError:
-            return False
+            return OwnerState.GONE
         except KubeError:
-            return None
-        return True
+            return OwnerState.UNKNOWN
+        return owner_state(
+            exists=True,
+            node=node,
+            bound_to=found.node_name,
+            phase=found.phase,
+            bind_phase=found.annotations.get(BIND_PHASE, ""),
+            deleting=found.deleting,
+        )
 
     async def acquire(
         self,
@@ -128,14 +139,14 @@ class NodeLocker:
                 owner = owner_to_check(
                     value, namespace=namespace, pod=pod, now=now, timeout=self._timeout
                 )
-                exists = None if owner is None else await self._owner_exists(*owner)
+                state = None if owner is None else await self._owner_state(*owner, node_name)
                 action = decide_acquire(
                     value,
                     namespace=namespace,
                     pod=pod,
                     now=now,
                     timeout=self._timeout,
-                    owner_exists=exists,
+                    owner=state,
                 )
                 if action is LockAction.REENTER:
                     return action

@@ -115,25 +115,25 @@ async def run(
         )
         # In-flight reviews get half the grace at most: the watches and the client still need
         # the rest to close.
-        drain_s = min(settings.shutdown_timeout_s, settings.shutdown_grace_s / 2) / 2
+        site_s = min(settings.shutdown_timeout_s, settings.shutdown_grace_s / 2) / 2
         metrics_port = await life.enter(
             "metrics-site",
             site(
                 metrics_app(metrics.registry, ready=ready),
                 settings.metrics_bind_address,
-                drain_s=drain_s,
+                within=site_s,
             ),
-            within=2 * drain_s,
+            within=site_s,
         )
         port = await life.enter(
             "webhook-site",
             site(
                 build_app(state, max_body_bytes=settings.max_body_bytes),
                 settings.http_bind,
-                drain_s=drain_s,
+                within=site_s,
                 ssl_context=tls.context if tls else None,
             ),
-            within=2 * drain_s,
+            within=site_s,
         )
         loops = await life.tasks("loops")
         if tls is not None:

@@ -4,6 +4,15 @@ Value: ``<RFC3339 time>,<namespace>,<pod>``, e.g. ``2024-05-14T07:07:33Z,default
 Older writers stored only the time (a *legacy* lock: no owner).  The lock keeps one pod at a time
 between Bind and the device plugin's Allocate, and tells the plugin which pod it is serving.
 
+**When a lock may be taken over.**  HAMi takes over any lock older than its timeout (5 minutes).
+When the kubelet is slower than that, the next pod takes the lock while its owner still waits for
+Allocate, and the two pods receive each other's devices and limits (HAMi #3096).  Here age alone
+never hands a lock over: what decides is the owner (:class:`OwnerState`) — gone, terminal, bound
+to another node, or done allocating (``bind-phase`` success or failed) frees the lock at any age;
+an owner bound here and still waiting keeps it at any age (past the timeout it is *overdue*: the
+caller reports it); an owner not bound yet (its Bind running, or dead before the Binding) keeps it
+until the timeout.  An owner whose state could not be read keeps it.
+
 The decisions are pure; the caller does the API reads and the resourceVersion-guarded patches.
 """
 
@@ -22,12 +31,15 @@ __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "LockAction",
     "NodeLock",
+    "OwnerState",
     "ReleaseAction",
     "decide_acquire",
     "decide_release",
     "decode_node_lock",
     "encode_node_lock",
     "is_expired",
+    "is_overdue",
+    "owner_state",
     "owner_to_check",
 ]
 
@@ -64,9 +76,62 @@ class LockAction(StrEnum):
 
     ACQUIRE = "acquire"  # no lock: write ours
     REENTER = "reenter"  # already ours (a pod locking for a second vendor): nothing to write
-    TAKEOVER_EXPIRED = "takeover_expired"  # older than the timeout, or unreadable: replace it
+    TAKEOVER_EXPIRED = "takeover_expired"  # unreadable, or past the timeout with no waiting owner
     TAKEOVER_DANGLING = "takeover_dangling"  # its owner pod is gone: replace it
-    CONTENDED = "contended"  # another live pod holds it: fail ("has been locked within ...")
+    TAKEOVER_FINISHED = "takeover_finished"  # its owner no longer waits for Allocate here
+    CONTENDED = "contended"  # another pod holds it and may still need it: wait or fail
+
+
+class OwnerState(StrEnum):
+    """Where the pod a lock names stands, as far as the lock is concerned."""
+
+    GONE = "gone"  # no such pod
+    TERMINAL = "terminal"  # Succeeded or Failed, or being deleted
+    ELSEWHERE = "elsewhere"  # bound to another node
+    FINISHED = "finished"  # bound here, bind-phase success or failed: its Allocate is over
+    WAITING = "waiting"  # bound here, still waiting for the device plugin's Allocate
+    BINDING = "binding"  # not bound yet: its Bind runs (or died before the Binding)
+    UNKNOWN = "unknown"  # could not be read
+
+    @property
+    def frees_the_lock(self) -> bool:
+        return self in _FREEING
+
+
+_FREEING: Final = frozenset(
+    {OwnerState.GONE, OwnerState.TERMINAL, OwnerState.ELSEWHERE, OwnerState.FINISHED}
+)
+_FINISHED_PHASES: Final = frozenset({"success", "failed"})
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+def owner_state(
+    *,
+    exists: bool,
+    node: str,
+    bound_to: str = "",
+    phase: str = "",
+    bind_phase: str = "",
+    deleting: bool = False,
+) -> OwnerState:
+    """The :class:`OwnerState` of a lock owner read from the API (``exists=False``: NotFound).
+
+    ``bound_to`` is its ``spec.nodeName``, ``phase`` its ``status.phase``, ``bind_phase`` its
+    ``hami.io/bind-phase``; ``node`` is the node whose lock this is.  A pod bound here without a
+    finished bind-phase is taken as waiting: being wrong there costs a wait, the other way costs
+    another pod's limits.
+    """
+    if not exists:
+        return OwnerState.GONE
+    if deleting or phase in _TERMINAL_PHASES:
+        return OwnerState.TERMINAL
+    if not bound_to:
+        return OwnerState.BINDING
+    if bound_to != node:
+        return OwnerState.ELSEWHERE
+    if bind_phase in _FINISHED_PHASES:
+        return OwnerState.FINISHED
+    return OwnerState.WAITING
 
 
 class ReleaseAction(StrEnum):
@@ -141,13 +206,12 @@ def _decode_or_none(value: str) -> NodeLock | None:
 def owner_to_check(
     value: str | None, *, namespace: str, pod: str, now: datetime, timeout: timedelta
 ) -> tuple[str, str] | None:
-    """The ``(namespace, pod)`` whose existence :func:`decide_acquire` needs, or ``None``."""
+    """The ``(namespace, pod)`` whose :class:`OwnerState` :func:`decide_acquire` needs, or
+    ``None`` (no lock, an unreadable or legacy one, or ours)."""
     if value is None:
         return None
     lock = _decode_or_none(value)
-    if lock is None or lock.legacy or is_expired(lock, now, timeout):
-        return None
-    if lock.owned_by(namespace, pod):
+    if lock is None or lock.legacy or lock.owned_by(namespace, pod):
         return None
     return lock.namespace, lock.pod
 
@@ -159,28 +223,45 @@ def decide_acquire(
     pod: str,
     now: datetime,
     timeout: timedelta,
-    owner_exists: bool | None = None,
+    owner: OwnerState | None = None,
 ) -> LockAction:
     """Decide how pod ``namespace/pod`` takes the node lock whose current value is ``value``.
 
-    Order: no lock → acquire; unreadable or expired → take over; ours → re-enter; another
-    owner that no longer exists (``owner_exists is False``) → take over; else contended.  A
-    legacy lock within the timeout names no owner, so it is contended.  Pass ``owner_exists``
-    when :func:`owner_to_check` named an owner; ``None`` is read as "still exists".
-
-    An unreadable value is taken over because nothing could ever expire it otherwise (HAMi
-    returns an error there, leaving the node locked until someone edits the annotation).
+    No lock → acquire.  Unreadable → take over (nothing could ever expire it otherwise; HAMi
+    returns an error there, leaving the node locked until someone edits the annotation).  Ours →
+    re-enter, or refresh it when it is past the timeout.  A legacy lock names no owner: take it
+    over past the timeout, else contended.  Another owner: see the module docstring — its
+    ``owner`` state frees the lock at any age, or keeps it (a waiting owner even past the
+    timeout), and an owner not bound yet keeps it until the timeout.  ``owner=None`` (not read)
+    counts as :attr:`OwnerState.UNKNOWN`.
     """
     if value is None:
         return LockAction.ACQUIRE
     lock = _decode_or_none(value)
-    if lock is None or is_expired(lock, now, timeout):
+    if lock is None:
         return LockAction.TAKEOVER_EXPIRED
+    expired = is_expired(lock, now, timeout)
     if lock.owned_by(namespace, pod):
-        return LockAction.REENTER
-    if not lock.legacy and owner_exists is False:
+        return LockAction.TAKEOVER_EXPIRED if expired else LockAction.REENTER
+    if lock.legacy:
+        return LockAction.TAKEOVER_EXPIRED if expired else LockAction.CONTENDED
+    state = OwnerState.UNKNOWN if owner is None else owner
+    if state is OwnerState.GONE:
         return LockAction.TAKEOVER_DANGLING
+    if state.frees_the_lock:
+        return LockAction.TAKEOVER_FINISHED
+    if state is OwnerState.BINDING and expired:
+        return LockAction.TAKEOVER_EXPIRED
     return LockAction.CONTENDED
+
+
+def is_overdue(value: str | None, *, now: datetime, timeout: timedelta, owner: OwnerState) -> bool:
+    """A lock past its timeout whose owner still waits for Allocate: kept (not taken over by age,
+    see the module docstring), and worth an Event, a metric and a log line naming the owner."""
+    if value is None or owner is not OwnerState.WAITING:
+        return False
+    lock = _decode_or_none(value)
+    return lock is not None and not lock.legacy and is_expired(lock, now, timeout)
 
 
 def decide_release(
