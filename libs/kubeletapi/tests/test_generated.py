@@ -1,4 +1,5 @@
-"""The committed device-plugin bindings are current and match kubelet's v1beta1 wire contract."""
+"""The committed kubelet bindings are current and match the kubelet's wire contracts (device
+plugin v1beta1, pod resources v1)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,22 @@ def test_check_mode_reports_current_files() -> None:
 
 def test_stale_files_detects_a_difference(tmp_path: Path) -> None:
     fresh = generate.generate()
+    for folder in ("v1beta1", "podresources/v1"):
+        (tmp_path / folder).mkdir(parents=True)
     generate.write_files(fresh, tmp_path)
     assert generate.stale_files(fresh, tmp_path) == []
-    (tmp_path / "api_pb2.py").write_bytes(b"# edited\n")
-    (tmp_path / "api_pb2_grpc.pyi").unlink()
-    assert generate.stale_files(fresh, tmp_path) == ["api_pb2.py", "api_pb2_grpc.pyi"]
+    (tmp_path / "v1beta1/api_pb2.py").write_bytes(b"# edited\n")
+    (tmp_path / "podresources/v1/api_pb2_grpc.pyi").unlink()
+    assert generate.stale_files(fresh, tmp_path) == [
+        "v1beta1/api_pb2.py",
+        "podresources/v1/api_pb2_grpc.pyi",
+    ]
 
 
-def test_generated_grpc_module_imports_its_messages_as_a_package() -> None:
-    source = (generate.package_dir() / "api_pb2_grpc.py").read_text()
-    assert "from hami_kubelet_api.v1beta1 import api_pb2 as" in source
+@pytest.mark.parametrize("package", ["v1beta1", "podresources.v1"])
+def test_generated_grpc_module_imports_its_messages_as_a_package(package: str) -> None:
+    source = (generate.package_dir() / package.replace(".", "/") / "api_pb2_grpc.py").read_text()
+    assert f"from hami_kubelet_api.{package} import api_pb2 as" in source
     assert "\nimport api_pb2" not in source
 
 
@@ -156,3 +163,46 @@ def test_constants_match_kubelet() -> None:
         api_pb2.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
         == constants.DEVICE_PLUGIN_SERVICE
     )
+
+
+# (message, field, type, number, repeated) from the kubelet's pod-resources v1 API.
+PODRESOURCES_FIELDS = [
+    ("ListPodResourcesResponse", "pod_resources", _T.TYPE_MESSAGE, 1, True),
+    ("PodResources", "name", _T.TYPE_STRING, 1, False),
+    ("PodResources", "namespace", _T.TYPE_STRING, 2, False),
+    ("PodResources", "containers", _T.TYPE_MESSAGE, 3, True),
+    ("ContainerResources", "name", _T.TYPE_STRING, 1, False),
+    ("ContainerResources", "devices", _T.TYPE_MESSAGE, 2, True),
+    ("ContainerResources", "cpu_ids", _T.TYPE_INT64, 3, True),
+    ("ContainerDevices", "resource_name", _T.TYPE_STRING, 1, False),
+    ("ContainerDevices", "device_ids", _T.TYPE_STRING, 2, True),
+    ("ContainerDevices", "topology", _T.TYPE_MESSAGE, 3, False),
+    ("TopologyInfo", "nodes", _T.TYPE_MESSAGE, 1, True),
+    ("NUMANode", "ID", _T.TYPE_INT64, 1, False),
+    ("AllocatableResourcesResponse", "devices", _T.TYPE_MESSAGE, 1, True),
+    ("AllocatableResourcesResponse", "cpu_ids", _T.TYPE_INT64, 2, True),
+    ("GetPodResourcesRequest", "name", _T.TYPE_STRING, 1, False),
+    ("GetPodResourcesRequest", "namespace", _T.TYPE_STRING, 2, False),
+    ("GetPodResourcesResponse", "pod_resources", _T.TYPE_MESSAGE, 1, False),
+]
+
+
+@pytest.mark.parametrize(("message", "field", "kind", "number", "repeated"), PODRESOURCES_FIELDS)
+def test_pod_resources_field_matches_contract(
+    message: str, field: str, kind: int, number: int, repeated: bool
+) -> None:
+    from hami_kubelet_api.podresources.v1 import api_pb2 as podresources
+
+    descriptor = podresources.DESCRIPTOR.message_types_by_name[message].fields_by_name[field]
+    assert descriptor.type == kind
+    assert descriptor.number == number
+    assert descriptor.is_repeated == repeated
+
+
+def test_pod_resources_service_is_the_kubelets() -> None:
+    from hami_kubelet_api.podresources.v1 import api_pb2 as podresources
+
+    service = podresources.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert service.full_name == "v1.PodResourcesLister"
+    assert {m.name for m in service.methods} == {"List", "GetAllocatableResources", "Get"}
+    assert constants.POD_RESOURCES_SOCKET == "/var/lib/kubelet/pod-resources/kubelet.sock"

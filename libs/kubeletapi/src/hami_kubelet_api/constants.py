@@ -1,4 +1,5 @@
-"""Constants of the kubelet device-plugin API v1beta1 (kubelet's ``constants.go`` and lifecycle).
+"""Constants of the kubelet device-plugin API v1beta1 (kubelet's ``constants.go`` and lifecycle)
+and of its pod-resources endpoint.
 
 Names are the Go names in upper snake case: ``Version`` -> ``VERSION``,
 ``DevicePluginPath`` -> ``DEVICE_PLUGIN_PATH``, ``KubeletSocket`` -> ``KUBELET_SOCKET``, ...
@@ -34,6 +35,12 @@ KUBELET_CHECKPOINT_FILE: Final = "kubelet_internal_checkpoint"
 DEPRECATION_MARKER_FILE: Final = "DEPRECATION"
 """Empty marker file recent kubelets create in ``DEVICE_PLUGIN_PATH``."""
 
+POD_RESOURCES_PATH: Final = "/var/lib/kubelet/pod-resources/"
+"""Directory of the kubelet's pod-resources socket."""
+POD_RESOURCES_SOCKET: Final = POD_RESOURCES_PATH + KUBELET_SOCKET_NAME
+"""The kubelet's ``v1.PodResourcesLister`` (which devices the node's pods hold)."""
+POD_RESOURCES_SERVICE: Final = "v1.PodResourcesLister"
+
 REGISTRATION_SERVICE: Final = "v1beta1.Registration"
 DEVICE_PLUGIN_SERVICE: Final = "v1beta1.DevicePlugin"
 
@@ -50,6 +57,9 @@ __all__ = [
     "KUBELET_SOCKET",
     "KUBELET_SOCKET_NAME",
     "KUBELET_SOCKET_WINDOWS",
+    "POD_RESOURCES_PATH",
+    "POD_RESOURCES_SERVICE",
+    "POD_RESOURCES_SOCKET",
     "REGISTRATION_SERVICE",
     "SUPPORTED_VERSIONS",
     "UNHEALTHY",

@@ -23,8 +23,15 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-PROTO_RELATIVE = "hami_kubelet_api/v1beta1/api.proto"
-GENERATED_FILES = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
+PROTOS = ("hami_kubelet_api/v1beta1/api.proto", "hami_kubelet_api/podresources/v1/api.proto")
+"""Each proto, relative to the source root; its bindings are written beside it."""
+GENERATED_NAMES = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
+GENERATED_FILES = tuple(
+    f"{proto.split('/', 1)[1].rsplit('/', 1)[0]}/{name}"
+    for proto in PROTOS
+    for name in GENERATED_NAMES
+)
+"""The generated files, relative to :func:`package_dir` (``v1beta1/api_pb2.py``, ...)."""
 STUB_HEADER = b"# ruff: noqa\n# fmt: off\n"
 
 
@@ -38,8 +45,8 @@ def source_root() -> Path:
 
 
 def package_dir() -> Path:
-    """The directory of the proto and of the committed generated files."""
-    return source_root() / Path(PROTO_RELATIVE).parent
+    """The ``hami_kubelet_api`` package: the protos and the committed generated files below it."""
+    return Path(__file__).resolve().parent
 
 
 def _plugin(name: str) -> str:
@@ -55,7 +62,7 @@ def _plugin(name: str) -> str:
 
 
 def generate() -> dict[str, bytes]:
-    """Compile the proto in a temporary directory and return ``{file name: content}``."""
+    """Compile the protos in a temporary directory; ``{path below package_dir(): content}``."""
     with tempfile.TemporaryDirectory(prefix="hami-proto-") as tmp:
         command = [
             sys.executable,
@@ -68,12 +75,12 @@ def generate() -> dict[str, bytes]:
             f"--grpc_python_out={tmp}",
             f"--mypy_out={tmp}",
             f"--mypy_grpc_out={tmp}",
-            PROTO_RELATIVE,
+            *PROTOS,
         ]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise GenerationError(f"protoc failed ({result.returncode}): {result.stderr.strip()}")
-        out_dir = Path(tmp) / Path(PROTO_RELATIVE).parent
+        out_dir = Path(tmp) / "hami_kubelet_api"
         files: dict[str, bytes] = {}
         for name in GENERATED_FILES:
             path = out_dir / name

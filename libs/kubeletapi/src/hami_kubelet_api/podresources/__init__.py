@@ -1,0 +1,1 @@
+"""The kubelet's pod-resources API (``/var/lib/kubelet/pod-resources/kubelet.sock``)."""

@@ -1,0 +1,1 @@
+"""Generated bindings of the kubelet's ``v1`` pod-resources API: ``api_pb2``, ``api_pb2_grpc``."""
