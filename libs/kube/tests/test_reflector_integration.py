@@ -138,6 +138,34 @@ async def test_filtered_reflector(sim: RunningApiServer, kube: KubeClient) -> No
     assert "default/d" not in reflector.store
 
 
+async def test_keep_filters_on_the_client_and_reports_objects_that_stop_matching(
+    sim: RunningApiServer, kube: KubeClient
+) -> None:
+    def labelled(obj: JsonObject) -> bool:
+        return "keep" in ObjectView(obj).labels
+
+    await sim.server.create("pods", pod("a", node="n1", labels={"keep": "yes"}))
+    await sim.server.create("pods", pod("b", node="n1"))
+    mirror = Mirror()
+    config = ReflectorConfig(watch_timeout_s=1, keep=labelled)
+    handlers = EventHandlers(mirror.on_add, mirror.on_update, mirror.on_delete)
+    reflector = Reflector(kube, PODS, config=config, handlers=[handlers])
+    async with running(reflector):
+        await reflector.wait_synced()
+        assert reflector.store.keys() == ["default/a"]
+        # b gains the label: it arrives; a loses it: it is reported gone.
+        await sim.server.patch(
+            "pods", "b", {"metadata": {"labels": {"keep": "1"}}}, namespace="default"
+        )
+        await eventually(lambda: "default/b" in reflector.store, what="b kept")
+        await sim.server.patch(
+            "pods", "a", {"metadata": {"labels": {"keep": None}}}, namespace="default"
+        )
+        await eventually(lambda: "default/a" not in reflector.store, what="a dropped")
+    assert mirror.calls == [("add", "default/a"), ("add", "default/b"), ("delete", "default/a")]
+    assert mirror.violations == []
+
+
 async def test_failing_handler_does_not_stop_the_reflector(
     sim: RunningApiServer, kube: KubeClient
 ) -> None:

@@ -14,6 +14,10 @@ Algorithm (client-go's ListAndWatch, on raw JSON):
    cannot cure (e.g. 403, or "too large resource version" from a restarted server) re-lists
    after the backoff.
 
+``ReflectorConfig.keep`` narrows what is mirrored on the client side, for what a server selector
+cannot express: objects it rejects are not stored (an object that stops matching is reported as
+deleted), so a watch over many objects costs memory only for those kept.
+
 Events are applied idempotently: an ADDED/MODIFIED carrying the resourceVersion already stored, or
 a DELETED for an unknown key, calls no handler, so no object is reported twice or lost across
 re-lists and re-watches. Handlers may be plain functions or coroutines; they run one at a time in
@@ -74,6 +78,7 @@ class ReflectorConfig:
     ``watch_timeout_s``: each watch asks the server to end it after ``[t, 2t)`` seconds.
     ``backoff``: delays between consecutive failures; reset by a watch that delivered events or
     stayed open a while.
+    ``keep``: a client-side filter on top of the selectors; ``None`` keeps everything.
     """
 
     namespace: str | None = None
@@ -82,6 +87,7 @@ class ReflectorConfig:
     watch_timeout_s: int = 300
     allow_bookmarks: bool = True
     backoff: BackoffPolicy = field(default_factory=lambda: BackoffPolicy(initial=0.2, cap=30.0))
+    keep: Callable[[JsonObject], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.watch_timeout_s < 1:
@@ -207,7 +213,12 @@ class Reflector:
         )
         self._stats.lists += 1
         items = listing.get("items") or []
-        objects = [self._with_type(item) for item in items if isinstance(item, dict)]
+        keep = config.keep
+        objects = [
+            self._with_type(item)
+            for item in items
+            if isinstance(item, dict) and (keep is None or keep(item))
+        ]
         delta = self._store.replace(objects)
         version = ObjectView(listing).resource_version
         self._resource_version = version
@@ -257,7 +268,8 @@ class Reflector:
         if event.type != "BOOKMARK":
             self._stats.events += 1
             obj = self._with_type(event.object)
-            if event.type == "DELETED":
+            keep = self._config.keep
+            if event.type == "DELETED" or (keep is not None and not keep(obj)):
                 old = self._store.remove(object_key(obj))
                 if old is not None:
                     await self._emit_delete(obj)
