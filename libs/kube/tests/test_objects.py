@@ -178,3 +178,9 @@ def test_status_and_scheduling_fields() -> None:
     )
     assert node.taints[0]["key"] == "k"
     assert node.addresses[0]["address"] == "10.0.0.1"
+
+
+def test_a_container_that_is_not_an_object_reads_as_empty() -> None:
+    for raw in (None, "x", 3, ["a"]):
+        view = ContainerView(raw)
+        assert (view.name, dict(view.limits), view.env) == ("", {}, ())

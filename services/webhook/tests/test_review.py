@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hami_webhook.http import WebhookState, answer_review
@@ -181,6 +181,7 @@ def test_garbage_bodies_never_raise(body: bytes) -> None:
         max_leaves=10,
     )
 )
+@example({"spec": {"containers": [None]}})  # once an AttributeError in the mutation
 def test_garbage_objects_always_get_a_reply(obj: Any) -> None:
     status, reply = answer(review(obj, uid="u"))
     assert status == 200

@@ -141,11 +141,11 @@ class ContainerView:
 
     __slots__ = ("raw", "resources")
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        self.raw = raw
+    def __init__(self, raw: object) -> None:
+        self.raw: Mapping[str, Any] = _mapping(raw)
         # Read once: the webhook and the scheduler ask for limits and requests of every
         # container on their hot paths.
-        self.resources: Mapping[str, Any] = _mapping(raw.get("resources"))
+        self.resources: Mapping[str, Any] = _mapping(self.raw.get("resources"))
 
     def __repr__(self) -> str:
         return f"ContainerView({self.name!r})"

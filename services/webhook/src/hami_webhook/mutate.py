@@ -268,6 +268,8 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
     others = tuple(v for v in rules.vendors if v.common_word != NVIDIA)
     for key in ("initContainers", "containers"):
         for ctr in spec.get(key) or ():
+            if not isinstance(ctr, dict):
+                continue  # a null entry: nothing to edit (the request decoder read it as empty)
             view = ContainerView(ctr)
             _check_percentage(view, rules.nvidia)
             privileged = _privileged(ctr)
