@@ -218,3 +218,20 @@ async def test_adding_an_in_flight_pod_does_not_duplicate_it() -> None:
     assert queue.state_of("ns/p") == "in-flight"
     queue.requeue("ns/p")
     assert queue.state_of("ns/p") == "active"
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("start", [5879.2285494160005, 6179.218549416, 123456.789, 0.1])
+async def test_a_deadline_is_met_whatever_the_floating_point_of_the_clock(start: float) -> None:
+    """Once a livelock: the timer for a parked pod fired a few femtoseconds before its
+    deadline, the queue set a timer for the rest, which virtual time fires at once, forever."""
+    now = [start]
+    queue = SchedulingQueue(
+        initial_backoff=1.0, max_backoff=10.0, unschedulable_timeout=300.0, clock=lambda: now[0]
+    )
+    queue.add("ns/p")
+    await queue.pop()
+    queue.failed("ns/p", unschedulable=True)
+    now[0] = start + (start + 300.0 - start) - 1e-12
+    async with asyncio.timeout(5):
+        assert await queue.pop() == "ns/p"

@@ -42,6 +42,10 @@ def backoff_duration(attempts: int, *, initial: float, maximum: float) -> float:
     return min(duration, maximum)
 
 
+_DUE_TOLERANCE_S = 1e-6
+"""A deadline this close is due (see ``_flush``)."""
+
+
 @dataclass(slots=True)
 class _Entry:
     priority: int
@@ -206,7 +210,10 @@ class SchedulingQueue:
         self._wakeup.set()
 
     def _flush(self) -> None:
-        now = self._clock()
+        # A timer set for a deadline can fire a hair before it in floating point (``now`` is
+        # ``start + (deadline - start)``); without the tolerance the pod would wait for a timer
+        # of a few femtoseconds, which a virtual clock runs at the same instant, forever.
+        now = self._clock() + _DUE_TOLERANCE_S
         for key, ready_at in list(self._backoff.items()):
             if ready_at <= now:
                 del self._backoff[key]
