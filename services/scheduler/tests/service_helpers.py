@@ -184,6 +184,48 @@ class Harness:
         assert status == 200, reply
         return str(reply["Error"])
 
+    async def filtered(self, name: str, node: str = "n", **labels: str) -> dict[str, Any]:
+        """A pod asking one GPU (1000 MiB), created and filtered onto ``node`` (single mode)."""
+        pod = await self.add_pod(
+            pod_object(name, container(limits=gpu_limits(1, mem=1000)), labels=labels or None)
+        )
+        assert (await self.filter(pod, [node]))["NodeNames"] == [node]
+        return pod
+
+    async def schedule(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
+        """Filter, bind to the chosen node and play the device plugin's part (:meth:`allocated`)
+        — what kube-scheduler and the node do for a pod; returns the filter's reply."""
+        reply = await self.filter(pod, nodes)
+        if reply["NodeNames"]:
+            node = reply["NodeNames"][0]
+            assert await self.bind(pod, node) == ""
+            meta = pod["metadata"]
+            await self.allocated(meta["name"], node, namespace=meta["namespace"])
+        return reply
+
+    async def allocated(self, name: str, node: str, *, namespace: str = "default") -> None:
+        """What the device plugin writes once the pod's Allocate is served: ``bind-phase:
+        success``, then the node lock released."""
+        await self.api.patch(
+            "pods",
+            name,
+            {"metadata": {"annotations": {keys.BIND_PHASE: keys.BIND_PHASE_SUCCESS}}},
+            namespace=namespace,
+            patch_type="merge",
+        )
+        await self.api.patch(
+            "nodes", node, {"metadata": {"annotations": {keys.NODE_LOCK: None}}}, patch_type="merge"
+        )
+
+    async def set_lock(self, value: str, node: str = "n") -> None:
+        """Write ``hami.io/mutex.lock`` on ``node`` as another writer would."""
+        await self.api.patch(
+            "nodes",
+            node,
+            {"metadata": {"annotations": {keys.NODE_LOCK: value}}},
+            patch_type="merge",
+        )
+
     async def add_node(
         self,
         name: str,

@@ -1,17 +1,17 @@
-"""``/bind`` through the emulated API server: node lock semantics (§8 item 35), bind-phase,
-Binding, and undoing everything on failure."""
+"""``/bind`` through the emulated API server: node lock semantics (§8 item 35), the Binding
+that carries the decision, and undoing everything on failure.  Waiting in line for a lock:
+``test_service_lock_waits.py``."""
 
 from __future__ import annotations
 
-import asyncio
+import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from hami_protocol import keys
-from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
+from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, encode_node_lock
+from hami_scheduler.nodelock.locker import LockContendedError, NodeLocker
 
 from .service_helpers import (
     Harness,
@@ -28,23 +28,8 @@ from .service_helpers import (
 pytestmark = pytest.mark.timeout(60)
 
 
-async def placed(h: Harness, name: str, node: str = "n", **labels: str) -> dict[str, Any]:
-    """A pod created and filtered onto ``node`` (single mode)."""
-    pod = await h.add_pod(
-        pod_object(name, container(limits=gpu_limits(1, mem=1000)), labels=labels or None)
-    )
-    assert (await h.filter(pod, [node]))["NodeNames"] == [node]
-    return pod
-
-
 def lock_of(h: Harness, node: str = "n") -> str | None:
     return annotations_of(h.node(node)).get(keys.NODE_LOCK)
-
-
-async def set_lock(h: Harness, value: str, node: str = "n") -> None:
-    await h.api.patch(
-        "nodes", node, {"metadata": {"annotations": {keys.NODE_LOCK: value}}}, patch_type="merge"
-    )
 
 
 def used(h: Harness, node: str = "n") -> int:
@@ -55,7 +40,7 @@ async def test_bind_locks_the_node_marks_allocating_and_posts_the_binding() -> N
     async with harness() as h:
         await h.add_node("n", gpus("n", 2))
         await h.synced_node("n")
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         assert await h.bind(pod, "n") == ""
         stored = h.pod("p")
         assert stored["spec"]["nodeName"] == "n"
@@ -71,20 +56,38 @@ async def test_bind_locks_the_node_marks_allocating_and_posts_the_binding() -> N
         )
 
 
-async def test_a_live_holder_makes_the_lock_contended_and_the_loser_is_undone() -> None:
+async def test_the_binding_carries_the_decision_and_bind_phase() -> None:
     async with harness() as h:
         await h.add_node("n", gpus("n", 2))
         await h.synced_node("n")
-        first = await placed(h, "first")
+        pod = await h.filtered("p")
+        decided = h.scheduler.filters.pending._entries[pod["metadata"]["uid"]].record
+        assert decided is not None
+        assert await h.bind(pod, "n") == ""
+        notes = annotations_of(h.pod("p"))
+        assert {k: notes[k] for k in decided.annotations} == dict(decided.annotations)
+        assert notes[keys.VGPU_NODE] == "n"
+        assert notes[keys.BIND_PHASE] == "allocating"
+        assert len(h.scheduler.filters.pending) == 0
+
+
+async def test_a_live_holder_makes_the_lock_contended_and_the_loser_is_undone() -> None:
+    async with harness(node_lock_wait_s=1.0) as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        first = await h.filtered("first")
         assert await h.bind(first, "n") == ""
-        second = await placed(h, "second")
+        since = encode_node_lock(NodeLock(decode_node_lock(lock_of(h) or "").acquired))
+        second = await h.filtered("second")
         assert used(h) == 2
         error = await h.bind(second, "n")
-        assert error == "node n has been locked within 5m0s"
+        holder = f"node n is locked by default/first, waiting for its device plugin since {since}"
+        assert re.fullmatch(re.escape(holder) + r"; waited [12]s", error), error
         assert decode_node_lock(lock_of(h) or "").pod == "first"
         assert "nodeName" not in h.pod("second")["spec"]
         # The loser's reservation is dropped: only the bound pod holds a device.
         assert used(h) == 1
+        assert h.scheduler.cache.assumed_count() == 0
         await eventually(lambda: bool(h.events("BindingFailed")), what="event")
         assert h.events("BindingFailed")[0]["message"] == error
 
@@ -95,13 +98,13 @@ async def test_expired_and_dangling_locks_are_taken_over() -> None:
         await h.synced_node("n")
         await h.add_pod(pod_object("alive"))
         old = datetime.now(UTC) - timedelta(minutes=6)
-        await set_lock(h, encode_node_lock(NodeLock(old, "default", "alive")))
-        pod = await placed(h, "late")
+        await h.set_lock(encode_node_lock(NodeLock(old, "default", "alive")))
+        pod = await h.filtered("late")
         assert await h.bind(pod, "n") == ""
         assert decode_node_lock(lock_of(h) or "").pod == "late"
         # A recent lock whose owner no longer exists is dangling.
-        await set_lock(h, encode_node_lock(NodeLock(datetime.now(UTC), "default", "gone")))
-        other = await placed(h, "other")
+        await h.set_lock(encode_node_lock(NodeLock(datetime.now(UTC), "default", "gone")))
+        other = await h.filtered("other")
         assert await h.bind(other, "n") == ""
         assert decode_node_lock(lock_of(h) or "").pod == "other"
 
@@ -110,11 +113,11 @@ async def test_the_lock_is_reentrant_for_its_own_pod() -> None:
     async with harness() as h:
         await h.add_node("n", gpus("n", 2))
         await h.synced_node("n")
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         value = encode_node_lock(
             NodeLock(datetime.now(UTC) - timedelta(seconds=30), "default", "p")
         )
-        await set_lock(h, value)
+        await h.set_lock(value)
         assert await h.bind(pod, "n") == ""
         assert lock_of(h) == value
 
@@ -123,7 +126,7 @@ async def test_write_conflicts_are_retried_on_a_fresh_read() -> None:
     async with harness() as h:
         await h.add_node("n", gpus("n", 2))
         await h.synced_node("n")
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         # A resourceVersion that moved under us: the guarded lock write answers 409 twice.
         h.api.inject_error(
             "patch", "nodes", code=409, times=2, message="the object has been modified"
@@ -133,25 +136,31 @@ async def test_write_conflicts_are_retried_on_a_fresh_read() -> None:
 
 
 async def test_a_stale_resource_version_never_overwrites_a_new_lock() -> None:
-    async with harness() as h:
+    async with harness(node_lock_wait_s=0.0) as h:
         await h.add_node("n", gpus("n", 2))
         await h.synced_node("n")
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         await h.add_pod(pod_object("rival"))
         stale = h.node("n")
-        await set_lock(h, encode_node_lock(NodeLock(datetime.now(UTC), "default", "rival")))
-        locker = h.scheduler.binder._locker  # the real locker, handed a stale node copy
-        with pytest.raises(Exception, match="has been locked within"):
-            await locker.acquire("n", namespace="default", pod="p", node=stale)
+        await h.set_lock(encode_node_lock(NodeLock(datetime.now(UTC), "default", "rival")))
+        binder = h.scheduler.binder
+        # A locker whose cache still shows the node unlocked: its guarded write answers 409,
+        # and the decision made again on a fresh read finds the rival (not bound yet).
+        locker = NodeLocker(binder._client, owners=binder._owners, cached=lambda _name: stale)
+        with pytest.raises(LockContendedError) as caught:
+            await locker.acquire("n", namespace="default", pod="p")
+        assert caught.value.contention.owner is OwnerState.BINDING
         assert decode_node_lock(lock_of(h) or "").pod == "rival"
-        assert await h.bind(pod, "n") == "node n has been locked within 5m0s"
+        assert (await h.bind(pod, "n")).startswith(
+            "node n is locked by default/rival, whose bind has not finished, since "
+        )
 
 
 async def test_a_failed_binding_releases_the_lock_and_the_reservation() -> None:
     async with harness() as h:
         await h.add_node("n", gpus("n", 2))
         await h.synced_node("n")
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         assert used(h) == 1
         h.api.inject_error("create", "pods/binding", code=500)
         error = await h.bind(pod, "n")
@@ -173,7 +182,7 @@ async def test_missing_pod_or_node_and_bad_args_are_errors() -> None:
         ghost = pod_object("ghost")
         ghost["metadata"]["uid"] = "u-ghost"
         assert await h.bind(ghost, "n") == "pod default/ghost not found"
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         assert await h.bind(pod, "nowhere") == "node nowhere not found"
         assert used(h) == 0
         status, reply = await h.post("bind", {"PodName": "p"})
@@ -185,31 +194,6 @@ async def test_missing_pod_or_node_and_bad_args_are_errors() -> None:
         assert status == 400
         replaced = {**pod, "metadata": {**pod["metadata"], "uid": "not-the-uid"}}
         assert "has UID" in await h.bind(replaced, "n")
-
-
-async def test_pod_group_members_wait_for_a_contended_lock() -> None:
-    async with harness(node_lock_retry_timeout_s=10.0) as h:
-        await h.add_node("n", gpus("n", 2))
-        await h.synced_node("n")
-        first = await placed(h, "first")
-        assert await h.bind(first, "n") == ""
-        member = await placed(h, "member", **{keys.POD_GROUP_LABEL: "g"})
-        with capture_logs() as logs:
-            binding = asyncio.create_task(h.bind(member, "n"))
-            await eventually(
-                lambda: any(entry["event"] == "node_lock_waiting" for entry in logs),
-                what="the member waits for the lock",
-            )
-            assert not binding.done()
-            # The device plugin releases the first pod's lock: the waiting member takes it.
-            await h.api.patch(
-                "nodes",
-                "n",
-                {"metadata": {"annotations": {keys.NODE_LOCK: None}}},
-                patch_type="merge",
-            )
-            assert await binding == ""
-        assert decode_node_lock(lock_of(h) or "").pod == "member"
 
 
 async def test_all_mode_decides_at_bind_for_the_chosen_node() -> None:
@@ -226,7 +210,8 @@ async def test_all_mode_decides_at_bind_for_the_chosen_node() -> None:
         stored = h.pod("p")
         notes = annotations_of(stored)
         assert notes[keys.VGPU_NODE] == "b"
-        assert labels_of(stored)[keys.VGPU_NODE] == "b"
+        # The label is the device plugin's to set, once the pod is allocated.
+        assert keys.VGPU_NODE not in labels_of(stored)
         assert notes[keys.NVIDIA_DEVICES_ALLOCATED] == "GPU-b-0,NVIDIA,2000,0:;"
         assert notes[keys.BIND_PHASE] == "allocating"
         assert stored["spec"]["nodeName"] == "b"
@@ -250,7 +235,7 @@ async def test_binding_again_or_elsewhere_never_undoes_a_bound_pod() -> None:
         await h.add_node("m", gpus("m", 2))
         await h.synced_node("n")
         await h.synced_node("m")
-        pod = await placed(h, "p")
+        pod = await h.filtered("p")
         assert await h.bind(pod, "n") == ""
         await eventually(lambda: h.scheduler.cache.assumed_count() == 0, what="seen")
         # kube-scheduler retrying a bind that did succeed: success, nothing released.
@@ -267,11 +252,27 @@ async def test_single_mode_refuses_a_node_the_filter_did_not_choose() -> None:
         await h.add_node("m", gpus("m", 1))
         await h.synced_node("n")
         await h.synced_node("m")
-        pod = await placed(h, "p", node="n")
+        pod = await h.filtered("p", node="n")
         assert await h.bind(pod, "m") == "pod default/p was filtered onto node n, not m"
         assert lock_of(h, "m") is None
-        fresh = await h.add_pod(pod_object("fresh", container(limits=gpu_limits(1))))
-        assert "carries no hami.io/vgpu-node decision" in await h.bind(fresh, "n")
+        assert h.scheduler.cache.assumed_count() == 0
+
+
+async def test_without_a_kept_decision_bind_reads_the_pod_and_decides() -> None:
+    """The extender restarted between filter and bind (or never filtered the pod): the pod is
+    read once and the decision made for the node kube-scheduler chose."""
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 1))
+        await h.synced_node("n")
+        fresh = await h.add_pod(pod_object("fresh", container(limits=gpu_limits(1, mem=1000))))
+        misses = h.scheduler.metrics.cache_misses.labels(object="pod")
+        before = misses._value.get()
+        assert await h.bind(fresh, "n") == ""
+        assert misses._value.get() == before + 1
+        notes = annotations_of(h.pod("fresh"))
+        assert notes[keys.NVIDIA_DEVICES_ALLOCATED] == "GPU-n-0,NVIDIA,1000,0:;"
+        assert notes[keys.BIND_PHASE] == "allocating"
+        assert used(h) == 1
 
 
 def error_free(h: Harness) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from hami_protocol import keys
 from hami_protocol.pod.devices import decode_pod_devices_canonical
@@ -24,13 +25,14 @@ from .service_helpers import (
 pytestmark = pytest.mark.timeout(60)
 
 
-async def test_single_mode_picks_one_node_and_writes_the_decision_in_one_patch() -> None:
+async def test_single_mode_picks_one_node_writes_nothing_and_the_binding_carries_it() -> None:
     async with harness() as h:
         await h.add_node("n1", gpus("n1", 2))
         await h.add_node("n2", gpus("n2", 2))
         await h.synced_node("n1")
         await h.synced_node("n2")
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=3000, cores=30))))
+        version = pod["metadata"]["resourceVersion"]
         reply = await h.filter(pod, ["n1", "n2", "ghost"])
         assert set(reply) == {
             "Nodes",
@@ -45,10 +47,16 @@ async def test_single_mode_picks_one_node_and_writes_the_decision_in_one_patch()
         assert reply["FailedNodes"] == {"ghost": "node unregistered"}
         (chosen,) = reply["NodeNames"]
         assert chosen in {"n1", "n2"}
+        # The filter wrote nothing: the decision is assumed, counted at once.
+        assert h.pod("p")["metadata"]["resourceVersion"] == version
+        assert h.scheduler.cache.assumed_count() == 1
+        assert sum(d.usedmem for d in h.scheduler.cache.nodes[chosen].devices) == 3000
+        assert await h.bind(pod, chosen) == ""
         stored = h.pod("p")
         notes = annotations_of(stored)
         assert notes[keys.VGPU_NODE] == chosen
-        assert labels_of(stored)[keys.VGPU_NODE] == chosen
+        # The label is the device plugin's to set, once the pod is allocated.
+        assert keys.VGPU_NODE not in labels_of(stored)
         assert int(notes[keys.VGPU_TIME]) > 0
         allocated = notes[keys.NVIDIA_DEVICES_ALLOCATED]
         assert notes[keys.NVIDIA_DEVICES_TO_ALLOCATE] == allocated
@@ -56,10 +64,10 @@ async def test_single_mode_picks_one_node_and_writes_the_decision_in_one_patch()
         (device,) = devices
         assert (device.type, device.usedmem, device.usedcores) == ("NVIDIA", 3000, 30)
         assert device.uuid.startswith(f"GPU-{chosen}-")
-        # Counted at once, and still counted once the watch has shown the annotation.
         usage = h.scheduler.cache.nodes[chosen].device(device.uuid)
         assert usage is not None
         assert (usage.used, usage.usedmem) == (1, 3000)
+        # Still counted once the watch has shown the bound pod.
         await eventually(
             lambda: h.scheduler.cache.assumed_count() == 0, what="assumption confirmed"
         )
@@ -200,7 +208,7 @@ async def test_selectors_cordon_and_policies_from_annotations() -> None:
                 annotations={keys.NVIDIA_NOUSE_GPUUUID: "GPU-n-1"},
             )
         )
-        await h.filter(pod, ["n"])
+        await h.schedule(pod, ["n"])
         (devices,) = decode_pod_devices_canonical(
             annotations_of(h.pod("p"))[keys.NVIDIA_DEVICES_ALLOCATED]
         )
@@ -229,7 +237,7 @@ async def test_quota_from_resource_quota_objects() -> None:
         )
         await eventually(lambda: len(h.scheduler.cache.quotas) == 1, what="quota seen")
         first = await h.add_pod(pod_object("a", container(limits=gpu_limits(1, mem=3000))))
-        assert (await h.filter(first, ["n"]))["NodeNames"] == ["n"]
+        assert (await h.schedule(first, ["n"]))["NodeNames"] == ["n"]
         second = await h.add_pod(pod_object("b", container(limits=gpu_limits(1, mem=2000))))
         reply = await h.filter(second, ["n"])
         assert reply["NodeNames"] is None
@@ -246,24 +254,29 @@ async def test_quota_from_resource_quota_objects() -> None:
         assert (await h.filter(second, ["n"]))["NodeNames"] == ["n"]
 
 
-async def test_failed_patch_forgets_the_assumption() -> None:
+async def test_a_filtered_pod_deleted_before_its_bind_is_swept() -> None:
     async with harness() as h:
         await h.add_node("n", gpus("n", 1, mem=8000))
         await h.synced_node("n")
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=6000))))
-        h.api.inject_error("patch", "pods", code=500)
-        reply = await h.filter(pod, ["n"])
-        assert reply["Error"].startswith("cannot record the decision on the pod")
-        assert reply["NodeNames"] is None
-        device = h.scheduler.cache.nodes["n"].device("GPU-n-0")
-        assert device is not None
-        assert (device.used, device.usedmem) == (0, 0)
-        assert h.scheduler.cache.pod_count == 0
-        h.api.clear_faults()
+        kept = await h.add_pod(pod_object("kept", container(limits=gpu_limits(1, mem=1000))))
         assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+        assert (await h.filter(kept, ["n"]))["NodeNames"] == ["n"]
+        # The pod watch sees bound pods only: this deletion reaches the scheduler through the
+        # sweep of decisions whose bind never came.
+        await h.api.delete("pods", "p", namespace="default")
+        pending = h.scheduler.filters.pending
+        assert len(pending) == 2
+        with capture_logs() as logs:
+            assert await pending.sweep(h.scheduler.binder._client) == 0  # too young
+            pending._max_age_s = 0.0
+            assert await pending.sweep(h.scheduler.binder._client) == 1
+        assert [e["pod"] for e in logs if e["event"] == "pending_bind_dropped"] == ["default/p"]
         device = h.scheduler.cache.nodes["n"].device("GPU-n-0")
         assert device is not None
-        assert device.usedmem == 6000
+        assert (device.used, device.usedmem) == (1, 1000)
+        assert len(pending) == 1
+        assert await h.bind(kept, "n") == ""
 
 
 async def test_filtering_again_releases_the_previous_reservation() -> None:
@@ -273,6 +286,11 @@ async def test_filtering_again_releases_the_previous_reservation() -> None:
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=6000))))
         for _ in range(3):
             assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+            device = h.scheduler.cache.nodes["n"].device("GPU-n-0")
+            assert device is not None
+            assert (device.used, device.usedmem) == (1, 6000)
+        assert h.scheduler.cache.assumed_count() == 1
+        assert await h.bind(pod, "n") == ""
         await eventually(lambda: h.scheduler.cache.assumed_count() == 0, what="confirmed")
         device = h.scheduler.cache.nodes["n"].device("GPU-n-0")
         assert device is not None
@@ -307,7 +325,7 @@ async def test_all_mode_returns_every_fitting_node_and_prioritize_scores_them() 
         await h.add_node("tiny", gpus("tiny", 1, mem=500))
         for name in ("busy", "idle", "tiny"):
             await h.synced_node(name)
-        # Make "busy" busy through a placed pod.
+        # Make "busy" busy through a placed (bound) pod.
         placed = pod_object(
             "placed",
             container(limits=gpu_limits(1, mem=4000, cores=50)),
@@ -315,8 +333,8 @@ async def test_all_mode_returns_every_fitting_node_and_prioritize_scores_them() 
                 keys.VGPU_NODE: "busy",
                 keys.NVIDIA_DEVICES_ALLOCATED: "GPU-busy-0,NVIDIA,4000,50:;",
             },
-            labels={keys.VGPU_NODE: "busy"},
         )
+        placed["spec"]["nodeName"] = "busy"
         await h.add_pod(placed)
         await eventually(lambda: h.scheduler.cache.pod_count == 1, what="placed pod seen")
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=1000))))

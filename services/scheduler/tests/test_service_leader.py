@@ -113,18 +113,27 @@ async def test_follow_mode_serves_on_the_leader_only_and_moves_with_the_lease() 
         refused = await hb.filter(pod, ["n"])
         assert refused["Error"] == "not the leader; leader is sched-a_1f2e"
         assert await hb.bind(pod, "n") == "not the leader; leader is sched-a_1f2e"
+        uid = pod["metadata"]["uid"]
         assert (await ha.filter(pod, ["n"]))["NodeNames"] == ["n"]
-        await eventually(
-            lambda: b.cache.holding(pod["metadata"]["uid"]) is not None, what="follower sees it"
-        )
+        # The filter writes nothing: the follower learns of the decision from the Binding.
+        assert a.cache.holding(uid) is not None
+        assert b.cache.holding(uid) is None
         # kube-scheduler's leadership moves to the other pod: so does ours.
         await set_holder(sim, "sched-b_9a8b")
         await eventually(lambda: b.leadership.is_leader, what="b leads")
         await eventually(lambda: not a.leadership.is_leader, what="a follows")
         await eventually(lambda: role(sim, "sched-b") == "leader", what="b labelled")
         await eventually(lambda: role(sim, "sched-a") == "follower", what="a labelled")
+        # The new leader kept no decision for the pod: it reads the pod and decides.
         assert await hb.bind(pod, "n") == ""
         assert (await ha.filter(pod, ["n"]))["Error"] == "not the leader; leader is sched-b_9a8b"
+        # Both replicas count what the Binding carried; the old leader's kept decision is gone.
+        for replica_cache, filters in ((a.cache, a.filters), (b.cache, b.filters)):
+            await eventually(
+                lambda c=replica_cache: c.holding(uid) is not None and c.assumed_count() == 0,
+                what="the bound pod counted",
+            )
+            assert len(filters.pending) == 0
 
 
 async def test_follow_mode_stops_leading_when_the_lease_is_not_renewed() -> None:

@@ -1,10 +1,12 @@
 """No sequence of filters, binds, deletes and watch deliveries over-commits a device.
 
 The scheduler's cache layer is driven as the service drives it: ``FilterService.filter``
-(single mode: release, select, assume, write), failed binds (``release``), pods deleted or
-finished, and watch events delivered late, in order, as the API server would send them.  The
-API server here is a dictionary of pods plus an ordered event stream (the writer is its only
-door), so hypothesis can explore thousands of interleavings.  After every step:
+(single mode: release, select, assume, keep the decision for the bind), binds (the Binding
+carrying the kept decision, or failing and releasing), pods deleted (unbound ones reach the
+scheduler only through the pending-bind sweep) or finished, and watch events delivered late, in
+order, as the API server would send them to a watch of bound pods carrying an allocation.  The
+API server here is a dictionary of pods plus an ordered event stream, so hypothesis can explore
+thousands of interleavings.  After every step:
 
 * no device holds more slots, memory or cores than it registered;
 * the incrementally kept node usage equals a rebuild from scratch of what the pods hold;
@@ -24,10 +26,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_kube.errors import ServerError
 from hami_protocol import keys
 from hami_protocol.node.registry import DeviceInfo
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
+from hami_scheduler.cache.pods import allocation_keys, carries_allocation
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import (
     FailureReasons,
@@ -40,6 +42,7 @@ from hami_scheduler.core import (
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.wire import ExtenderArgs
 
@@ -50,13 +53,15 @@ QUOTA_MEMORY = 20_000
 
 
 class MemoryApi:
-    """Pods as the API server keeps them; every write appends a watch event."""
+    """Pods as the API server keeps them; every write appends a watch event, delivered only
+    for bound pods carrying an allocation (the scheduler's field selector and keep filter)."""
 
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
         self.stream: deque[tuple[str, dict[str, Any]]] = deque()
         self.failing = False
         self._version = 0
+        self._allocation = allocation_keys(DEFAULT_VENDORS)
 
     def _emit(self, kind: str, pod: dict[str, Any]) -> None:
         self._version += 1
@@ -68,39 +73,43 @@ class MemoryApi:
         self._emit("upsert", pod)
         return copy.deepcopy(pod)
 
-    async def write(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        annotations: Mapping[str, str | None],
-        labels: Mapping[str, str | None],
-    ) -> None:
-        if self.failing:
-            raise ServerError(500, "injected failure")
+    def bind(self, name: str, pending: PendingBinds, cache: SchedulerCache) -> None:
+        """What the bind does with a kept decision: the Binding carries it, or fails."""
         pod = self.pods[name]
-        meta = pod["metadata"]
-        meta.setdefault("annotations", {}).update(annotations)
-        meta.setdefault("labels", {}).update(labels)
+        uid = pod["metadata"]["uid"]
+        entry = pending.take(uid)
+        if entry is None or entry.record is None or pod.get("spec", {}).get("nodeName"):
+            return
+        if self.failing:
+            cache.release(uid)
+            return
+        pod["metadata"].setdefault("annotations", {}).update(entry.record.annotations)
+        pod["spec"]["nodeName"] = entry.record.holding.node
         self._emit("upsert", pod)
+
+    def bound(self, name: str) -> bool:
+        return bool(self.pods[name].get("spec", {}).get("nodeName"))
 
     def finish(self, name: str) -> None:
         pod = self.pods[name]
         pod["status"] = {"phase": "Succeeded"}
         self._emit("upsert", pod)
 
-    def delete(self, name: str) -> None:
-        self._emit("delete", self.pods.pop(name))
+    def delete(self, name: str, pending: PendingBinds) -> None:
+        pod = self.pods.pop(name)
+        self._emit("delete", pod)
+        if not pod.get("spec", {}).get("nodeName"):
+            # Never seen by the watch: the sweep finds it gone and drops its decision.
+            pending.drop(pod["metadata"]["uid"])
 
     def deliver(self, cache: SchedulerCache, count: int) -> None:
         for _ in range(min(count, len(self.stream))):
             kind, pod = self.stream.popleft()
-            # The scheduler watches only pods carrying its label.
-            if keys.VGPU_NODE not in (pod["metadata"].get("labels") or {}):
+            if not pod.get("spec", {}).get("nodeName"):
                 continue
             if kind == "delete":
                 cache.remove_pod(pod)
-            else:
+            elif carries_allocation(pod, self._allocation):
                 cache.upsert_pod(pod)
 
 
@@ -187,12 +196,13 @@ def test_no_sequence_of_service_operations_over_commits(data: st.DataObject) -> 
         }
     )
     api = MemoryApi()
+    pending = PendingBinds(cache)
     filters = FilterService(
         cache=cache,
         planner=Planner(DEFAULT_VENDORS),
-        writer=api,
         events=SchedulerEvents(None),
         metrics=SchedulerMetrics(),
+        pending=pending,
     )
     names = list(registry)
 
@@ -209,37 +219,42 @@ def test_no_sequence_of_service_operations_over_commits(data: st.DataObject) -> 
                         "new",
                         "new",
                         "again",
+                        "bind",
+                        "bind",
                         "deliver",
                         "deliver",
                         "delete",
                         "finish",
-                        "bind-failed",
                         "toggle-failure",
                     ]
                 )
             )
             live = sorted(api.pods)
+            unbound = [name for name in live if not api.bound(name)]
             if action == "new" or not live:
                 pod = api.create(new_pod(draw, f"p{created}"))
                 created += 1
                 await filter_pod(pod)
-            elif action == "again":
-                await filter_pod(api.pods[draw(st.sampled_from(live))])
+            elif action == "again" and unbound:
+                await filter_pod(api.pods[draw(st.sampled_from(unbound))])
+            elif action == "bind" and unbound:
+                api.bind(draw(st.sampled_from(unbound)), pending, cache)
             elif action == "deliver":
                 api.deliver(cache, draw(st.integers(1, 6)))
             elif action == "delete":
-                api.delete(draw(st.sampled_from(live)))
+                api.delete(draw(st.sampled_from(live)), pending)
             elif action == "finish":
                 api.finish(draw(st.sampled_from(live)))
-            elif action == "bind-failed":
-                cache.release(api.pods[draw(st.sampled_from(live))]["metadata"]["uid"])
-            else:
+            elif action == "toggle-failure":
                 api.failing = not api.failing
             check(cache, registry)
         api.deliver(cache, len(api.stream))
         check(cache, registry)
-        # Every written decision has been seen, every failed one forgotten: nothing pending.
-        assert cache.assumed_count() == 0
+        # Every bound decision has been seen, every failed or abandoned one forgotten: what is
+        # still assumed is exactly what waits for a bind.
+        waiting = [e for e in pending._entries.values() if e.record is not None]
+        assert cache.assumed_count() == len(waiting)
+        assert all(not api.bound(e.pod.name) for e in waiting)
 
     asyncio.run(scenario())
 
@@ -317,11 +332,9 @@ def test_nothing_a_client_or_an_annotation_sends_raises(data: st.DataObject) -> 
     cache.upsert_node(
         node_object("good-node", register_annotations(node_devices("good-node", data.draw)))
     )
-    api = MemoryApi()
     filters = FilterService(
         cache=cache,
         planner=Planner(DEFAULT_VENDORS),
-        writer=api,
         events=SchedulerEvents(None),
         metrics=SchedulerMetrics(),
     )

@@ -68,8 +68,9 @@ async def confirmed(h: Harness) -> None:
 
 
 async def scheduled(h: Harness, pod: dict[str, Any], nodes: list[str] | None = None) -> str:
+    """Filtered, bound (the Binding carries the decision) and allocated."""
     stored = await h.add_pod(pod)
-    reply = await h.filter(stored, nodes or ["n"])
+    reply = await h.schedule(stored, nodes or ["n"])
     assert reply["Error"] == "", reply
     assert reply["NodeNames"], reply
     (node,) = reply["NodeNames"]
@@ -286,7 +287,7 @@ async def test_pods_without_managed_requests_get_every_node_but_rdma_is_managed(
         assert reply["NodeNames"] == ["n", "x"]
         assert reply["FailedNodes"] == {}
         nic_only = await h.add_pod(rdma_pod("nic", hint=None, joint=None))
-        reply = await h.filter(nic_only, ["n", "x"])
+        reply = await h.schedule(nic_only, ["n", "x"])
         assert reply["NodeNames"] == ["n"]
         assert reply["FailedNodes"] == {"x": "node unregistered"}
         assert annotations_of(h.pod("nic"))[keys.VGPU_NODE] == "n"
@@ -306,27 +307,32 @@ async def test_a_nic_only_pod_takes_the_node_lock_and_marks_allocating() -> None
         assert stored["spec"]["nodeName"] == "n"
 
 
-async def test_a_failed_patch_forgets_the_nics_and_terminal_or_deleted_pods_release_them() -> None:
+async def test_a_failed_binding_forgets_the_nics_and_ended_pods_release_them() -> None:
     async with harness() as h:
         await topo_node(h)
         cache = h.scheduler.cache
         pod = await h.add_pod(rdma_pod("p", gpus=2))
-        h.api.inject_error("patch", "pods", code=500)
-        reply = await h.filter(pod, ["n"])
-        assert reply["Error"].startswith("cannot record the decision on the pod")
+        assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
+        assert cache.nics["n"].units == (1, 0, 0, 0)
+        h.api.inject_error("create", "pods/binding", code=500)
+        assert (await h.bind(pod, "n")).startswith("binding failed:")
         assert cache.nics["n"].units == (0, 0, 0, 0)
         assert cache.assumed_count() == 0
         h.api.clear_faults()
         assert (await h.filter(pod, ["n"]))["NodeNames"] == ["n"]
         assert cache.nics["n"].units == (1, 0, 0, 0)
-        # Filtered again (its bind failed): the first reservation is dropped, not doubled.
+        # Filtered again (say kube-scheduler gave up on it): the first reservation is dropped,
+        # not doubled.
         assert (await h.filter(h.pod("p"), ["n"]))["NodeNames"] == ["n"]
         assert cache.nics["n"].units == (1, 0, 0, 0)
+        assert await h.bind(pod, "n") == ""
         await confirmed(h)
+        assert cache.nics["n"].units == (1, 0, 0, 0)
         stored = h.pod("p")
         stored["status"] = {"phase": "Succeeded"}
         await h.api.update("pods", stored, subresource="status")
         await eventually(lambda: cache.nics["n"].units == (0, 0, 0, 0), what="released")
+        await h.allocated("p", "n")
         await scheduled(h, rdma_pod("q", gpus=2))
         assert cache.nics["n"].units == (1, 0, 0, 0)
         await h.api.delete("pods", "q", namespace="default")

@@ -22,6 +22,7 @@ from hami_scheduler.core.joint.nics import NicUsage, build_nic_usage
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.wire import ExtenderArgs
 
@@ -254,8 +255,8 @@ def random_pod(draw: Any, name: str) -> dict[str, Any]:
 
 
 ACTIONS = (
-    *("new", "new", "new", "again", "deliver", "delete", "finish"),
-    *("bind-failed", "toggle-failure", "nic-health"),
+    *("new", "new", "new", "again", "bind", "bind", "deliver", "delete", "finish"),
+    *("toggle-failure", "nic-health"),
 )
 
 
@@ -268,12 +269,13 @@ def test_no_sequence_of_operations_over_commits_a_nic(data: st.DataObject) -> No
     for name in nodes:
         c.upsert_node(topo_node(name))
     api = MemoryApi()
+    pending = PendingBinds(c)
     filters = FilterService(
         cache=c,
         planner=Planner(DEFAULT_VENDORS),
-        writer=api,
         events=SchedulerEvents(None),
         metrics=SchedulerMetrics(),
+        pending=pending,
     )
 
     async def filter_pod(pod: dict[str, Any]) -> None:
@@ -284,31 +286,33 @@ def test_no_sequence_of_operations_over_commits_a_nic(data: st.DataObject) -> No
         for _ in range(draw(st.integers(1, 30))):
             action = draw(st.sampled_from(ACTIONS))
             live = sorted(api.pods)
+            unbound = [name for name in live if not api.bound(name)]
             if action == "new" or not live:
                 pod = api.create(random_pod(draw, f"p{created}"))
                 created += 1
                 await filter_pod(pod)
-            elif action == "again":
-                await filter_pod(api.pods[draw(st.sampled_from(live))])
+            elif action == "again" and unbound:
+                await filter_pod(api.pods[draw(st.sampled_from(unbound))])
+            elif action == "bind" and unbound:
+                api.bind(draw(st.sampled_from(unbound)), pending, c)
             elif action == "deliver":
                 api.deliver(c, draw(st.integers(1, 6)))
             elif action == "delete":
-                api.delete(draw(st.sampled_from(live)))
+                api.delete(draw(st.sampled_from(live)), pending)
             elif action == "finish":
                 api.finish(draw(st.sampled_from(live)))
-            elif action == "bind-failed":
-                c.release(api.pods[draw(st.sampled_from(live))]["metadata"]["uid"])
             elif action == "nic-health":
                 healthy = draw(st.lists(st.booleans(), min_size=4, max_size=4))
                 c.upsert_node(
                     topo_node(draw(st.sampled_from(nodes)), nics=topo_nics(healthy=healthy))
                 )
-            else:
+            elif action == "toggle-failure":
                 api.failing = not api.failing
             check(c, nodes)
         api.deliver(c, len(api.stream))
         check(c, nodes)
-        assert c.assumed_count() == 0
+        waiting = [e for e in pending._entries.values() if e.record is not None]
+        assert c.assumed_count() == len(waiting)
 
     asyncio.run(scenario())
 
@@ -352,7 +356,6 @@ def test_nothing_in_nic_annotations_or_requests_raises(
     filters = FilterService(
         cache=c,
         planner=Planner(DEFAULT_VENDORS),
-        writer=api,
         events=SchedulerEvents(None),
         metrics=SchedulerMetrics(),
     )

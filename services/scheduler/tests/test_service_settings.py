@@ -21,6 +21,7 @@ def test_hami_defaults() -> None:
     assert settings.gpu_policy.entries == ("spread",)
     assert settings.node_lock_timeout_s == 300
     assert settings.node_lock_retry_timeout_s == 28
+    assert settings.node_lock_wait_s == 20
     assert settings.filter_mode == "single"
     assert settings.handshake_timeout_s == 300
     assert settings.handshake_interval_s == 15
@@ -86,6 +87,11 @@ def test_flags_with_hami_names() -> None:
     )
 
 
+def test_node_lock_wait() -> None:
+    assert parse_settings(["--node-lock-wait=29s"], {}).node_lock_wait_s == 29
+    assert parse_settings([], {"HAMI_NODE_LOCK_WAIT": "0"}).node_lock_wait_s == 0
+
+
 def test_environment_and_pod_identity() -> None:
     settings = parse_settings(
         ["--leader-elect=true"],
@@ -120,6 +126,12 @@ def test_device_config_file_overrides_flags(tmp_path: Path) -> None:
         (["--gpu-scheduler-policy=fastest"], "unknown GPU policy"),
         (["--node-label-selector=a in"], "--node-label-selector"),
         (["--handshake-timeout=0s"], "--handshake-timeout must be positive"),
+        (
+            ["--node-lock-wait=30s"],
+            "--node-lock-wait must be at least 0 and below 30s: kube-scheduler gives up on a "
+            "bind after the extender's httpTimeout",
+        ),
+        (["--node-lock-wait=-1s"], "--node-lock-wait"),
         (
             ["--leader-elect", "--leader-elect-renew-deadline=20s"],
             "lease duration > renew deadline",

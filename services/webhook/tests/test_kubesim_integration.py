@@ -176,28 +176,50 @@ async def test_namespace_quota_from_watched_objects(cluster: Cluster, tls: Webho
                 },
             },
         )
-        # A pod the scheduler already placed: label + allocation annotation (another scheduler
-        # name keeps the webhook from touching it on its way in).
+        # A pod placed and bound already, as HAMi before 2.5 left it: the allocation
+        # annotation, no hami.io/vgpu-node label (another scheduler name keeps the webhook
+        # from touching it on its way in).
         await cluster.create(
             pod(
-                container(limits=gpu(mem=3000, cores=50)),
+                container(limits=gpu(mem=2000, cores=50)),
                 name="placed",
                 namespace="team",
-                labels={"hami.io/vgpu-node": "node-1"},
+                nodeName="node-1",
                 annotations={
                     "hami.io/vgpu-node": "node-1",
-                    "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,3000,50:;",
+                    "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,2000,50:;",
                 },
+                schedulerName="elsewhere",
+            )
+        )
+        # A pod whose decision arrives with its Binding counts from then on.
+        await cluster.create(
+            pod(
+                container(limits=gpu(mem=1000)),
+                name="binding",
+                namespace="team",
                 schedulerName="elsewhere",
             )
         )
         quota = running.quota
         await eventually(
             lambda: (
-                quota.used("team", "nvidia.com/gpumem") == 3000
+                quota.used("team", "nvidia.com/gpumem") == 2000
                 and quota.limit("team", "nvidia.com/gpumem") is not None
             ),
             what="quota cache follows the cluster",
+        )
+        await cluster.server.bind(
+            "team",
+            "binding",
+            "node-1",
+            annotations={
+                "hami.io/vgpu-node": "node-1",
+                "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,1000,0:;",
+            },
+        )
+        await eventually(
+            lambda: quota.used("team", "nvidia.com/gpumem") == 3000, what="the bound pod counts"
         )
         with pytest.raises(ApiError) as over:
             await cluster.create(
@@ -210,6 +232,7 @@ async def test_namespace_quota_from_watched_objects(cluster: Cluster, tls: Webho
         await cluster.create(pod(container(limits=gpu(mem=2000, cores=10)), name="big"))
 
         await cluster.server.delete("pods", "placed", namespace="team")
+        await cluster.server.delete("pods", "binding", namespace="team")
         await eventually(
             lambda: quota.used("team", "nvidia.com/gpumem") == 0, what="usage released"
         )

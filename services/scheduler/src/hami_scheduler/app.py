@@ -13,7 +13,8 @@
    certificate is configured); leaving a site stops accepting and lets in-flight requests finish
    (until the step's bound), while the caches, the leadership and the client they use are
    still there;
-6. ``loops`` — handshakes, the certificate reloader, the after-sync step and the role label.
+6. ``loops`` — handshakes, the upkeep (overdue node locks, stale pending binds), the
+   certificate reloader, the after-sync step and the role label.
 
 Then it logs ``scheduler_started`` with the bound ports (``--http_bind 127.0.0.1:0`` picks a free
 one) and waits for the stop event (SIGTERM/SIGINT when run as a process) or for a loop to fail.
@@ -60,11 +61,15 @@ from hami_scheduler.filter import FilterService
 from hami_scheduler.handshake import HandshakeLoop
 from hami_scheduler.http import ExtenderState, build_app
 from hami_scheduler.leader import AlwaysLeader, Leadership, LeaseCampaign, LeaseFollower
-from hami_scheduler.locks import NodeLocker
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.pod_writes import KubeDecisionWriter, RoleLabeller
+from hami_scheduler.nodelock.locker import NodeLocker
+from hami_scheduler.nodelock.owners import LockOwners
+from hami_scheduler.nodelock.waits import LockWaits
+from hami_scheduler.pending import PendingBinds
+from hami_scheduler.pod_writes import RoleLabeller
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.settings import Settings
+from hami_scheduler.upkeep import OverdueLocks, Upkeep
 
 __all__ = ["EXIT_SHARES", "RunningScheduler", "run", "serving"]
 
@@ -100,6 +105,7 @@ class RunningScheduler:
     filters: FilterService
     binder: BindService
     metrics: SchedulerMetrics
+    upkeep: Upkeep
 
     @property
     def scheme(self) -> str:
@@ -164,44 +170,81 @@ def _cache(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Deciders:
+    filters: FilterService
+    binder: BindService
+    upkeep: Upkeep
+
+
 def _deciders(
     client: KubeClient,
     settings: Settings,
     *,
     watcher: CacheWatcher,
+    owners: LockOwners,
+    waits: LockWaits,
+    pending: PendingBinds,
     events: SchedulerEvents,
     metrics: SchedulerMetrics,
     leadership: Leadership,
     now: Callable[[], datetime],
-) -> tuple[FilterService, BindService]:
-    """What answers ``/filter``, ``/prioritize`` and ``/bind``."""
+) -> _Deciders:
+    """What answers ``/filter``, ``/prioritize`` and ``/bind``, and what looks after them."""
     planner = Planner(settings.vendors, settings.node_policy, settings.gpu_policy)
     filters = FilterService(
         cache=watcher.cache,
         planner=planner,
-        writer=KubeDecisionWriter(client),
         events=events,
         metrics=metrics,
         mode=settings.filter_mode,
         leadership=leadership,
         watches=watcher,
+        pending=pending,
+        clock=lambda: now().timestamp(),
+    )
+    locker = NodeLocker(
+        client,
+        owners=owners,
+        cached=watcher.nodes.store.get,
+        timeout_s=settings.node_lock_timeout_s,
+        now=now,
+        on_action=lambda action: metrics.lock_actions.labels(action=action.value).inc(),
+        on_miss=lambda: metrics.cache_miss("node"),
+    )
+    overdue = OverdueLocks(
+        events, timeout=locker.timeout, leading=lambda: leadership.is_leader, now=now
     )
     binder = BindService(
         client=client,
         cache=watcher.cache,
         planner=planner,
-        locker=NodeLocker(
-            client,
-            timeout_s=settings.node_lock_timeout_s,
-            retry_timeout_s=settings.node_lock_retry_timeout_s,
-            now=now,
-        ),
+        locker=locker,
+        owners=owners,
         events=events,
         metrics=metrics,
+        pending=pending,
+        waits=waits,
+        overdue=overdue,
+        pods=watcher.pods.store.get,
         mode=settings.filter_mode,
         leadership=leadership,
+        lock_wait_s=settings.node_lock_wait_s,
+        group_wait_s=settings.node_lock_retry_timeout_s,
+        now=now,
     )
-    return filters, binder
+    upkeep = Upkeep(
+        client=client,
+        overdue=overdue,
+        locks=waits.locks,
+        owners=owners,
+        pending=pending,
+        interval_s=settings.handshake_interval_s,
+    )
+    metrics.track_binds(
+        waiting=waits.waiting, overdue=lambda: len(overdue), pending=lambda: len(pending)
+    )
+    return _Deciders(filters, binder, upkeep)
 
 
 def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
@@ -270,7 +313,18 @@ async def run(
         events = SchedulerEvents(recorder)
 
         cache = _cache(settings, events, now)
-        watcher = CacheWatcher(client, cache, config=reflector_config)
+        waits = LockWaits()
+        # The owners read the pod watch's store, which the watcher creates; they are told of
+        # its events too, so they exist first and look the store up late.
+        owners = LockOwners(
+            client,
+            pods=lambda key: watcher.pods.store.get(key),  # noqa: PLW0108 - not created yet
+            on_miss=lambda: metrics.cache_miss("lock_owner"),
+        )
+        pending = PendingBinds(cache)
+        watcher = CacheWatcher(
+            client, cache, config=reflector_config, listeners=(waits, owners, pending)
+        )
         metrics.track_cache(cache, watcher.ready)
         watches = await life.tasks("watches", within=bound("watches"))
         for reflector in watcher.reflectors:
@@ -290,15 +344,19 @@ async def run(
         # that short (a second cancel) when the API server does not answer.
         leading.spawn("leadership", leadership.run())
 
-        filters, binder = _deciders(
+        deciders = _deciders(
             client,
             settings,
             watcher=watcher,
+            owners=owners,
+            waits=waits,
+            pending=pending,
             events=events,
             metrics=metrics,
             leadership=leadership,
             now=now,
         )
+        filters, binder = deciders.filters, deciders.binder
         state = ExtenderState(filters=filters, binder=binder, metrics=metrics, ready=watcher.ready)
         metrics_port = await life.enter(
             "metrics-site",
@@ -331,6 +389,7 @@ async def run(
         )
         loops = await life.tasks("loops", within=bound("loops"))
         loops.spawn("handshakes", handshakes.run())
+        loops.spawn("upkeep", deciders.upkeep.run())
         loops.spawn("after-sync", _after_sync(watcher, handshakes, freeze_gc=freeze_gc))
         if tls is not None:
             loops.spawn("tls-reload", tls.watch())
@@ -363,6 +422,7 @@ async def run(
                     filters=filters,
                     binder=binder,
                     metrics=metrics,
+                    upkeep=deciders.upkeep,
                 )
             )
         await life.run_until(stop)

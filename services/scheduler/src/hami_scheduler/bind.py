@@ -1,59 +1,80 @@
-"""Bind: node lock, bind-phase, Binding — and on any failure, undo and say why.
+"""Bind: the node lock, then one Binding that carries the decision — and on any failure, undo
+and say why.
 
-:meth:`BindService.bind`, as HAMi's ``Bind``:
+:meth:`BindService.bind`:
 
-1. not the leader → ``Error``; the pod read fresh from the API server (gone → its reservation is
-   dropped, ``Error``; a different UID than asked → ``Error``; already bound to that node → done,
-   to another → ``Error``, its reservation untouched; in single mode, filtered onto another
-   node or not at all → ``Error``); the node read (gone → ``BindingFailed`` Event, reservation
-   dropped, ``Error``);
-2. the node lock (:class:`~hami_scheduler.locks.NodeLocker`) when the pod's app containers ask a
-   vendor that uses ``hami.io/mutex.lock``, or any container asks ``koordinator.sh/rdma`` (the
-   device plugin finds the pod through the lock for NICs too, also for pods that get only
-   NICs); PodGroup members retry a contended lock;
-3. ``--filter-mode all`` only: the decision for the node kube-scheduler chose is made now from
-   the cache (the pod's previous reservation dropped first) and assumed at once — HAMi's or the
-   joint GPU + NIC one by the filter's own rule (:mod:`hami_scheduler.core.joint.route`);
-4. one merge patch on the pod: ``hami.io/bind-phase: allocating``, ``hami.io/bind-time`` (and in
-   ``all`` mode the decision's annotations and the ``hami.io/vgpu-node`` label);
-5. POST ``pods/<name>/binding``.
+1. not the leader → ``Error`` (the pod's pending decision forgotten);
+2. the pod: as the filter kept it (:class:`~hami_scheduler.pending.PendingBinds`, with the
+   decision assumed there), else read with a GET (the extender restarted between filter and
+   bind, or another replica filtered: not found → ``Error``; another UID than asked →
+   ``Error``).  Already bound (the pod read, or the pod watch's copy) to that node → done,
+   nothing undone; to another → ``Error``, what it holds untouched;
+3. the node: from the node watch (a GET on a miss; gone → ``Error``).  Single mode: a
+   decision for another node → ``Error`` (the device plugin there could not serve it);
+4. the node lock (:class:`~hami_scheduler.nodelock.locker.NodeLocker`) when the pod's app
+   containers ask a vendor that uses ``hami.io/mutex.lock``, or any container asks
+   ``koordinator.sh/rdma`` (the device plugin finds the pod through the lock for NICs too).
+   Binds needing a node's lock queue for it in arrival order
+   (:class:`~hami_scheduler.nodelock.waits.LockWaits`); a lock another pod still needs is
+   *waited for* — woken by the watch, never by polling — until ``--node-lock-wait`` (20 s;
+   PodGroup members: ``--node-lock-retry-timeout`` if longer) has passed since the bind
+   arrived, then ``Error`` naming the owner (``node n1 is locked by ns/pod, waiting for its
+   device plugin since <time>; waited 20s``).  A lock found overdue is reported
+   (:class:`~hami_scheduler.upkeep.OverdueLocks`);
+5. no decision yet (``--filter-mode all``, or none kept): decide for this node now from the
+   cache — HAMi's or the joint GPU + NIC one by the filter's own rule
+   (:mod:`hami_scheduler.core.joint.route`) — and assume it;
+6. POST ``pods/<name>/binding`` with ``metadata.uid`` as precondition and
+   ``metadata.annotations`` = the decision's annotations (``hami.io/vgpu-node``,
+   ``hami.io/vgpu-time``, every vendor's to-allocate and allocated lists, the RDMA and
+   Koordinator ones) + ``hami.io/bind-phase: allocating`` + ``hami.io/bind-time``; the API
+   server copies them onto the pod as it binds it.  The ``hami.io/vgpu-node`` label is the
+   device plugin's to set once the pod is allocated.
 
-Any failure after the lock releases the lock and the pod's reservation, records
-``BindingFailed`` and answers ``Error``; success records ``BindingSucceed``.  Binds for one node
-are serialised in this process (HAMi's per-node mutex) so they meet the lock one at a time.
+API cost of a bind, nominally: two writes (the lock, the Binding) and no read.
+
+Every failure leaves nothing behind: the lock is released when this bind wrote it (not when it
+only re-entered its own), the decision's assumption is dropped (a Binding that failed on the
+wire but happened after all shows up in the watch and counts from there), ``BindingFailed`` is
+recorded and ``Error`` answered; a bind cancelled before its Binding was sent undoes the same.
+Success records ``BindingSucceed``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from datetime import datetime
 from typing import Final
 
 import structlog
 
-from hami_kube.errors import KubeError, NotFoundError
-from hami_kube.objects import PodView
-from hami_kube.patch import patch_metadata
+from hami_kube.errors import ConflictError, KubeError, NotFoundError
+from hami_kube.objects import PodView, key_for
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
+from hami_kube.timefmt import utc_now
 from hami_protocol import keys
-from hami_protocol.errors import ProtocolError
+from hami_protocol.durations import format_go_duration
+from hami_protocol.errors import DecodeError, ProtocolError
+from hami_protocol.node.lock import LockAction, decode_node_lock
 from hami_protocol.request.containers import PodDeviceRequests
-from hami_scheduler.cache.pods import AllocationKey
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import decide_on
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import not_leader_message
 from hami_scheduler.leader import AlwaysLeader, LeaderView
-from hami_scheduler.locks import LockContendedError, LockError, NodeLocker
 from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.nodelock.locker import LockContendedError, LockError, NodeLocker, describe_lock
+from hami_scheduler.nodelock.owners import LockOwners
+from hami_scheduler.nodelock.waits import LockWaits, Turn
+from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.joint_plan import joint_request, managed, wants_rdma
-from hami_scheduler.selection.plan import Planner
+from hami_scheduler.selection.plan import DecisionRecord, Planner
 from hami_scheduler.selection.select import node_refusal, record_of
-from hami_scheduler.settings import FilterMode
+from hami_scheduler.settings import DEFAULT_NODE_LOCK_WAIT_S, FilterMode
+from hami_scheduler.upkeep import OverdueLocks
 from hami_scheduler.wire import BindingArgs
 
 __all__ = ["BindService"]
@@ -61,6 +82,7 @@ __all__ = ["BindService"]
 log = structlog.get_logger("hami_scheduler")
 
 _MISSING_ARGS: Final = "extender binding args missing PodName, PodNamespace or Node"
+_Asked = tuple[PodDeviceRequests, KoordRequests]
 
 
 class _BindError(Exception):
@@ -70,25 +92,8 @@ class _BindError(Exception):
         self.reason = reason
 
 
-class _NodeGates:
-    """One asyncio lock per node, kept only while someone holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._gates: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def hold(self, node: str) -> AsyncIterator[None]:
-        gate, users = self._gates.get(node, (asyncio.Lock(), 0))
-        self._gates[node] = (gate, users + 1)
-        try:
-            async with gate:
-                yield
-        finally:
-            gate, users = self._gates[node]
-            if users <= 1:
-                del self._gates[node]
-            else:
-                self._gates[node] = (gate, users - 1)
+def _waited(seconds: float) -> str:
+    return format_go_duration(float(round(seconds)))
 
 
 class BindService:
@@ -101,30 +106,45 @@ class BindService:
         cache: SchedulerCache,
         planner: Planner,
         locker: NodeLocker,
+        owners: LockOwners,
         events: SchedulerEvents,
         metrics: SchedulerMetrics,
+        pending: PendingBinds | None = None,
+        waits: LockWaits | None = None,
+        overdue: OverdueLocks | None = None,
+        pods: Callable[[str], JsonObject | None] = lambda _key: None,
         mode: FilterMode = "single",
         leadership: LeaderView | None = None,
-        clock: Callable[[], float] = time.time,
+        lock_wait_s: float = DEFAULT_NODE_LOCK_WAIT_S,
+        group_wait_s: float = 28.0,
+        now: Callable[[], datetime] = utc_now,
     ) -> None:
-        """``leadership``: who may bind (none: this process always does)."""
+        """``leadership``: who may bind (none: this process always does); ``pods``: the pod
+        watch's copy by ``namespace/name``; ``lock_wait_s`` / ``group_wait_s``: the wait
+        budgets (``--node-lock-wait``, ``--node-lock-retry-timeout`` for PodGroup members)."""
         self._client = client
         self._cache = cache
         self._planner = planner
         self._locker = locker
+        self._owners = owners
         self._events = events
         self._metrics = metrics
+        self._pending = pending if pending is not None else PendingBinds(cache)
+        self._waits = waits if waits is not None else LockWaits()
+        self._overdue = overdue
+        self._pods = pods
         self._mode = mode
         self._leadership = leadership or AlwaysLeader()
-        self._clock = clock
-        self._gates = _NodeGates()
+        self._lock_wait_s = lock_wait_s
+        self._group_wait_s = max(group_wait_s, lock_wait_s)
+        self._now = now
 
     async def bind(self, args: BindingArgs) -> str:
         """Bind the pod; returns ``""`` on success, else the error text."""
-        started = time.perf_counter()
+        started = asyncio.get_running_loop().time()
         outcome, reason, error = "bound", "", ""
         try:
-            await self._bind(args)
+            await self._bind(args, started)
         except _BindError as exc:
             outcome, reason, error = "error", exc.reason, exc.message
             log.info(
@@ -133,16 +153,29 @@ class BindService:
                 node=args.node,
                 error=error,
             )
-        self._metrics.observe("bind", outcome, time.perf_counter() - started, reason)
+        elapsed = asyncio.get_running_loop().time() - started
+        self._metrics.observe("bind", outcome, elapsed, reason)
         return error
 
-    async def _bind(self, args: BindingArgs) -> None:
+    async def _bind(self, args: BindingArgs, started: float) -> None:
         if not (args.pod_name and args.pod_namespace and args.node):
             raise _BindError(_MISSING_ARGS, "bad_request")
         if not self._leadership.is_leader:
+            if args.pod_uid:
+                self._pending.drop(args.pod_uid)
             raise _BindError(not_leader_message(self._leadership.leader), "not_leader")
-        pod = await self._read_pod(args)
-        bound = pod.node_name
+        entry = self._pending.take(args.pod_uid) if args.pod_uid else None
+        if entry is not None and entry.pod.key != key_for(args.pod_namespace, args.pod_name):
+            self._cache.release(args.pod_uid)
+            entry = None
+        if entry is None:
+            pod, record = await self._read_pod(args), None
+        else:
+            pod, record = entry.pod, entry.record
+        bound = pod.node_name or self._seen_bound(pod)
+        if bound and record is not None:
+            # What the pod carries counts (the watch has it), not what was kept for it.
+            self._cache.forget(pod.uid, record.holding.key)
         if bound == args.node:
             # A retried bind of a pod that is already there: nothing to do, nothing to undo.
             log.info("bind_already_bound", pod=pod.key, node=args.node)
@@ -150,28 +183,41 @@ class BindService:
         if bound:
             # Never release what a running pod holds.
             raise _BindError(f"pod {pod.key} is already bound to node {bound}", "already_bound")
-        node_obj = await self._read_node(args, pod)
         try:
-            requests = self._planner.requests(pod.raw)
-            koord = koord_requests(pod.raw)
+            asked = (self._planner.requests(pod.raw), koord_requests(pod.raw))
         except ProtocolError as exc:
             message = f"cannot read the pod's device requests: {exc}"
             raise self._failed(pod, message, "bad_pod") from None
-        chosen = pod.annotations.get(keys.VGPU_NODE)
-        if self._mode == "single" and managed(requests, koord) and chosen != args.node:
+        await self._check_node(args.node, pod)
+        chosen = record.holding.node if record is not None else args.node
+        if self._mode == "single" and managed(*asked) and chosen != args.node:
             # The device plugin on another node could not serve this pod's device list.
-            message = (
-                f"pod {pod.key} was filtered onto node {chosen}, not {args.node}"
-                if chosen
-                else f"pod {pod.key} carries no {keys.VGPU_NODE} decision; filter it first"
-            )
+            message = f"pod {pod.key} was filtered onto node {chosen}, not {args.node}"
             raise self._failed(pod, message, "not_filtered")
-        async with self._gates.hold(args.node):
-            await self._locked_bind(args, pod, node_obj, (requests, koord))
+        try:
+            with self._owners.binding(pod.namespace, pod.name):
+                await self._locked(args.node, pod, record, asked, started)
+        except asyncio.CancelledError:
+            # Cancelled while waiting for the lock (the extender stopping, kube-scheduler gone):
+            # nothing was written; the decision is dropped (see _finish for later stages).
+            if pod.uid:
+                self._cache.release(pod.uid)
+            raise
+        self._owners.bound(pod.namespace, pod.name, args.node)
         self._events.binding_succeeded(pod, args.node)
         log.info("bind_succeeded", pod=pod.key, node=args.node)
 
+    # -- reading --------------------------------------------------------------------------
+    def _seen_bound(self, pod: PodView) -> str:
+        """The node the pod watch shows this very pod bound to (``""``: none)."""
+        seen = self._pods(pod.key)
+        if seen is None:
+            return ""
+        view = PodView(seen)
+        return view.node_name if view.uid == pod.uid else ""
+
     async def _read_pod(self, args: BindingArgs) -> PodView:
+        self._metrics.cache_miss("pod")
         try:
             pod_obj = await self._client.get(PODS, args.pod_name, namespace=args.pod_namespace)
         except NotFoundError:
@@ -193,14 +239,17 @@ class BindService:
             )
         return pod
 
-    async def _read_node(self, args: BindingArgs, pod: PodView) -> JsonObject:
+    async def _check_node(self, node: str, pod: PodView) -> None:
+        if self._locker.known_node(node) is not None:
+            return
+        self._metrics.cache_miss("node")
         try:
-            return await self._client.get(NODES, args.node)
+            await self._client.get(NODES, node)
         except NotFoundError:
-            raise self._failed(pod, f"node {args.node} not found", "node_not_found") from None
+            raise self._failed(pod, f"node {node} not found", "node_not_found") from None
         except KubeError as exc:
             self._metrics.api_error("get_node")
-            raise self._failed(pod, f"cannot read node {args.node}: {exc}", "api_error") from exc
+            raise self._failed(pod, f"cannot read node {node}: {exc}", "api_error") from exc
 
     def _failed(self, pod: PodView, message: str, reason: str) -> _BindError:
         """Drop the pod's reservation and record ``BindingFailed``; the error to raise."""
@@ -218,78 +267,163 @@ class BindService:
             for vendor in self._cache.vendors
         )
 
-    async def _locked_bind(
-        self,
-        args: BindingArgs,
-        pod: PodView,
-        node_obj: JsonObject,
-        asked: tuple[PodDeviceRequests, KoordRequests],
+    # -- the lock -------------------------------------------------------------------------
+    async def _locked(
+        self, node: str, pod: PodView, record: DecisionRecord | None, asked: _Asked, started: float
     ) -> None:
-        requests, koord = asked
-        locked = False
-        if self._needs_lock(requests, koord):
+        """Take the lock when the pod needs it (waiting in line), then finish the bind."""
+        if not self._needs_lock(*asked):
+            await self._finish(node, pod, record, asked, wrote_lock=False)
+            return
+        wait = self._group_wait_s if pod.labels.get(keys.POD_GROUP_LABEL) else self._lock_wait_s
+        deadline = started + wait
+        async with self._waits.turn(node, deadline=deadline) as turn:
+            if turn is None:
+                raise self._failed(pod, self._queued(node, started), "lock_wait")
+            action = await self._lock(turn, node, pod, started, deadline)
+            wrote = action is not LockAction.REENTER
+            await self._finish(node, pod, record, asked, wrote_lock=wrote)
+
+    def _queued(self, node: str, started: float) -> str:
+        """Why a bind that never got its turn gave up."""
+        waited = _waited(asyncio.get_running_loop().time() - started)
+        behind = f"waited {waited} in line behind other binds to it"
+        value = self._waits.locks.get(node)
+        try:
+            lock = decode_node_lock(value) if value is not None else None
+        except DecodeError:
+            lock = None
+        if lock is None:
+            return f"node {node} is busy with other binds; {behind}"
+        owner = None
+        if not lock.legacy:
+            owner = self._owners.known(lock.namespace, lock.pod, node, lock)
+        return f"{describe_lock(node, lock, owner)}; {behind}"
+
+    async def _lock(
+        self, turn: Turn, node: str, pod: PodView, started: float, deadline: float
+    ) -> LockAction:
+        loop = asyncio.get_running_loop()
+        logged = False
+        while True:
+            turn.mark()
             try:
-                await self._locker.acquire(
-                    args.node,
-                    namespace=pod.namespace,
-                    pod=pod.name,
-                    node=node_obj,
-                    pod_group=bool(pod.labels.get(keys.POD_GROUP_LABEL)),
-                )
+                action = await self._locker.acquire(node, namespace=pod.namespace, pod=pod.name)
             except LockContendedError as exc:
-                raise self._failed(pod, str(exc), "lock_contended") from exc
+                contention = exc.contention
+                if contention.overdue and self._overdue is not None:
+                    self._overdue.seen(node, contention.value, contention.lock)
+                now = loop.time()
+                if now >= deadline:
+                    self._metrics.lock_wait.labels(outcome="expired").observe(now - started)
+                    message = contention.message(now - started)
+                    raise self._failed(pod, message, "lock_contended") from None
+                if not logged:
+                    logged = True
+                    log.info(
+                        "node_lock_waiting", node=node, pod=pod.key, owner=contention.owner_key
+                    )
+                until = deadline
+                if contention.frees_at is not None:
+                    left = (contention.frees_at - self._now()).total_seconds()
+                    until = min(deadline, now + max(left, 0.0) + 0.01)
+                await turn.wait(owner=contention.owner_key, until=until)
             except LockError as exc:
+                self._metrics.lock_wait.labels(outcome="failed").observe(loop.time() - started)
                 self._metrics.api_error("lock_node")
                 raise self._failed(pod, str(exc), "lock_failed") from exc
-            locked = True
-        assumed: AllocationKey | None = None
-        try:
-            annotations: dict[str, str | None] = {
-                keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
-                keys.BIND_TIME: str(int(self._clock())),
-            }
-            labels: dict[str, str | None] = {}
-            if self._mode == "all" and managed(requests, koord):
-                assumed = self._decide(args.node, pod, asked, annotations, labels)
-            await patch_metadata(
-                self._client,
-                PODS,
-                pod.name,
-                namespace=pod.namespace,
-                annotations=annotations,
-                labels=labels or None,
-            )
-            await self._client.post_subresource(
-                PODS,
-                pod.name,
-                "binding",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Binding",
-                    "metadata": {"name": pod.name, "namespace": pod.namespace},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
-                },
-                namespace=pod.namespace,
-            )
-        except (KubeError, _BindError) as exc:
-            if assumed is not None:
-                self._cache.forget(pod.uid, assumed)
-            if locked:
-                await self._unlock(args.node, pod)
-            if isinstance(exc, _BindError):
-                raise self._failed(pod, exc.message, exc.reason) from None
-            self._metrics.api_error("bind")
-            raise self._failed(pod, f"binding failed: {exc}", "api_error") from exc
+            else:
+                self._metrics.lock_wait.labels(outcome="acquired").observe(loop.time() - started)
+                return action
 
-    def _decide(
+    # -- decision and Binding -------------------------------------------------------------
+    async def _finish(
         self,
         node: str,
         pod: PodView,
-        asked: tuple[PodDeviceRequests, KoordRequests],
-        annotations: dict[str, str | None],
-        labels: dict[str, str | None],
-    ) -> AllocationKey:
-        """``--filter-mode all``: decide for ``node`` now and assume it; returns its key."""
+        record: DecisionRecord | None,
+        asked: _Asked,
+        *,
+        wrote_lock: bool,
+    ) -> None:
+        sent = False
+        try:
+            if record is None and managed(*asked):
+                record = self._decide(node, pod, asked)
+            annotations = dict(record.annotations) if record is not None else {}
+            annotations[keys.BIND_PHASE] = keys.BIND_PHASE_ALLOCATING
+            annotations[keys.BIND_TIME] = str(int(self._now().timestamp()))
+            sent = True
+            await self._post_binding(pod, node, annotations)
+        except ConflictError as exc:
+            if await self._bound_after_all(pod, node, record):
+                if wrote_lock:
+                    await self._unlock(node, pod)
+                return
+            await self._undo(node, pod, wrote_lock)
+            self._metrics.api_error("bind")
+            raise self._failed(pod, f"binding failed: {exc}", "conflict") from exc
+        except KubeError as exc:
+            await self._undo(node, pod, wrote_lock)
+            self._metrics.api_error("bind")
+            raise self._failed(pod, f"binding failed: {exc}", "api_error") from exc
+        except _BindError as exc:
+            await self._undo(node, pod, wrote_lock)
+            raise self._failed(pod, exc.message, exc.reason) from None
+        except asyncio.CancelledError:
+            if not sent:
+                # Cancelled (the extender stopping, kube-scheduler gone) before the Binding.
+                await self._undo(node, pod, wrote_lock)
+            elif pod.uid:
+                self._cache.release(pod.uid)
+            raise
+
+    async def _undo(self, node: str, pod: PodView, wrote_lock: bool) -> None:
+        if pod.uid:
+            self._cache.release(pod.uid)
+        if wrote_lock:
+            await self._unlock(node, pod)
+
+    async def _post_binding(self, pod: PodView, node: str, annotations: dict[str, str]) -> None:
+        meta: dict[str, object] = {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "annotations": annotations,
+        }
+        if pod.uid:
+            meta["uid"] = pod.uid
+        await self._client.post_subresource(
+            PODS,
+            pod.name,
+            "binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+            namespace=pod.namespace,
+        )
+
+    async def _bound_after_all(
+        self, pod: PodView, node: str, record: DecisionRecord | None
+    ) -> bool:
+        """After a 409: whether this very pod is already bound to ``node`` (a retried bind
+        whose first Binding did happen).  Its own annotations count then, not ours."""
+        self._metrics.cache_miss("pod")
+        try:
+            found = PodView(await self._client.get(PODS, pod.name, namespace=pod.namespace))
+        except KubeError:
+            return False
+        if found.uid != pod.uid or found.node_name != node:
+            return False
+        if record is not None:
+            self._cache.forget(pod.uid, record.holding.key)
+        log.info("bind_already_bound", pod=pod.key, node=node)
+        return True
+
+    def _decide(self, node: str, pod: PodView, asked: _Asked) -> DecisionRecord:
+        """No decision kept for this pod: decide for ``node`` now and assume it."""
         requests, koord = asked
         self._cache.release(pod.uid)
         try:
@@ -304,12 +438,15 @@ class BindService:
         if not decision.fits:
             raise _BindError(f"node {node} no longer fits: {decision.reason}", "unschedulable")
         record = record_of(
-            decision, plan, request, pod=pod, cache=self._cache, now_unix=int(self._clock())
+            decision,
+            plan,
+            request,
+            pod=pod,
+            cache=self._cache,
+            now_unix=int(self._now().timestamp()),
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
-        annotations.update(record.annotations)
-        labels.update(record.labels)
-        return record.holding.key
+        return record
 
     async def _unlock(self, node: str, pod: PodView) -> None:
         try:

@@ -4,7 +4,9 @@ On the pod: ``FilteringSucceed`` (``find fit node(<n>), <k> nodes not fit, <m> n
 fit(<n1>:<score>,...)``), ``FilteringFailed`` (``no available node, <N> nodes do not meet``
 followed by ``<count> nodes <Reason>(<nodes>)`` per reason, or the error), ``BindingSucceed``
 (``Successfully binding node [<node>] to <ns>/<name>``) and ``BindingFailed`` (the error).  On a
-node: ``InvalidDeviceAnnotation`` (Warning) when a device annotation cannot be read.
+node: ``InvalidDeviceAnnotation`` (Warning) when a device annotation cannot be read, and
+``NodeLockOverdue`` (Warning) when a pod holds the node lock past ``--node-lock-timeout`` while
+still waiting for its Allocate (:mod:`hami_scheduler.upkeep`).
 
 Events are queued (:meth:`~hami_kube.events.EventRecorder.emit`), never awaited on the request
 path; messages are built only up to the API's length limit, so a 5,000-node answer does not
@@ -25,6 +27,7 @@ __all__ = [
     "FILTERING_FAILED",
     "FILTERING_SUCCEED",
     "INVALID_DEVICE_ANNOTATION",
+    "NODE_LOCK_OVERDUE",
     "SchedulerEvents",
     "filter_failed_message",
     "filter_succeeded_message",
@@ -36,6 +39,7 @@ FILTERING_FAILED: Final = "FilteringFailed"
 BINDING_SUCCEED: Final = "BindingSucceed"
 BINDING_FAILED: Final = "BindingFailed"
 INVALID_DEVICE_ANNOTATION: Final = "InvalidDeviceAnnotation"
+NODE_LOCK_OVERDUE: Final = "NodeLockOverdue"
 
 
 def reason_words(reason: str) -> list[str]:
@@ -125,3 +129,7 @@ class SchedulerEvents:
     def bad_node_annotation(self, node: str, key: str, problem: str) -> None:
         ref = ObjectReference(kind="Node", name=node)
         self._emit(ref, EventType.WARNING, INVALID_DEVICE_ANNOTATION, f"{problem} ({key})")
+
+    def node_lock_overdue(self, node: str, message: str) -> None:
+        ref = ObjectReference(kind="Node", name=node)
+        self._emit(ref, EventType.WARNING, NODE_LOCK_OVERDUE, message)

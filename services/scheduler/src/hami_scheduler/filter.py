@@ -18,16 +18,18 @@
 5. ``--filter-mode single`` (HAMi's): drop the pod's previous reservation, select among the
    candidates (``node unregistered`` for unknown ones, the annotation or handshake problem for
    troubled ones — an unreadable ``hami.io/node-rdma-register`` for pods asking NICs — HAMi's
-   reason text for the rest), assume the decision in the cache and write it in one merge patch
-   (``hami.io/vgpu-node`` annotation and label, ``hami.io/vgpu-time``, each vendor's
-   to-allocate and allocated lists, and for a joint decision the RDMA lists and
-   ``scheduling.koordinator.sh/device-allocated``); a failed patch forgets the assumption and
-   answers ``Error``.  The reply names the chosen node only.  Which core path a pod takes on
-   each node is :mod:`hami_scheduler.core.joint.route`'s rule — the same for the full ``Nodes``
-   path and for ``--filter-mode all`` bind: pods without Koordinator requests keep HAMi's fast
-   path wherever no other pod holds an exclusive claim on the GPUs;
-6. ``--filter-mode all``: the reply names every fitting node and writes nothing; prioritize
-   scores them and bind decides for the node kube-scheduler picked.
+   reason text for the rest), assume the decision in the cache and keep it for the bind
+   (:class:`~hami_scheduler.pending.PendingBinds`: the annotations HAMi's filter patch wrote —
+   ``hami.io/vgpu-node``, ``hami.io/vgpu-time``, each vendor's to-allocate and allocated
+   lists, and for a joint decision the RDMA lists and ``scheduling.koordinator.sh/
+   device-allocated`` — now travel in the Binding).  **Nothing is written**: the API cost of a
+   filter is zero.  The reply names the chosen node only, as before.  Which core path a pod
+   takes on each node is :mod:`hami_scheduler.core.joint.route`'s rule — the same for the full
+   ``Nodes`` path and for ``--filter-mode all`` bind: pods without Koordinator requests keep
+   HAMi's fast path wherever no other pod holds an exclusive claim on the GPUs;
+6. ``--filter-mode all``: the reply names every fitting node and writes nothing; the pod is
+   kept for the bind (so it need not read it), prioritize scores the nodes and bind decides for
+   the node kube-scheduler picked.
 
 Cost: O(candidates × their devices), never O(pods): the core reads the cached node usage, and
 a :class:`~hami_scheduler.core.SelectMemo` reuses per-node answers while a node is unchanged.
@@ -43,7 +45,6 @@ from typing import Final, Protocol
 
 import structlog
 
-from hami_kube.errors import KubeError
 from hami_kube.objects import NodeView, PodView
 from hami_kube.resources import JsonObject
 from hami_protocol.errors import ProtocolError
@@ -56,6 +57,7 @@ from hami_scheduler.core.joint.route import choose, resolved
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.leader import AlwaysLeader, LeaderView
 from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.selection.select import node_refusal, record_of
@@ -64,7 +66,6 @@ from hami_scheduler.wire import ExtenderArgs
 
 __all__ = [
     "MISSING_POD",
-    "DecisionWriter",
     "FilterReply",
     "FilterService",
     "Synced",
@@ -87,19 +88,6 @@ class Synced(Protocol):
 
     @property
     def synced(self) -> bool: ...
-
-
-class DecisionWriter(Protocol):
-    """Writes a decision onto the pod (a merge patch of annotations and labels)."""
-
-    async def write(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        annotations: Mapping[str, str | None],
-        labels: Mapping[str, str | None],
-    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,19 +113,20 @@ class FilterService:
         *,
         cache: SchedulerCache,
         planner: Planner,
-        writer: DecisionWriter,
         events: SchedulerEvents,
         metrics: SchedulerMetrics,
         mode: FilterMode = "single",
         leadership: LeaderView | None = None,
         watches: Synced | None = None,
+        pending: PendingBinds | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``leadership``: who may decide (none: this process always does); ``watches``: what
-        the cache is fed by (none: it counts as synced)."""
+        the cache is fed by (none: it counts as synced); ``pending``: where decisions wait for
+        their bind (shared with the :class:`~hami_scheduler.bind.BindService`)."""
         self._cache = cache
         self._planner = planner
-        self._writer = writer
+        self.pending = pending if pending is not None else PendingBinds(cache)
         self._events = events
         self._metrics = metrics
         self._mode = mode
@@ -207,6 +196,7 @@ class FilterService:
             if not (pod.uid and pod.name and pod.namespace):
                 raise _Refused("extender args pod lacks metadata.uid/name/namespace", "bad_pod")
             # A pod filtered again gave up its previous placement (HAMi drops it too).
+            self.pending.drop(pod.uid)
             self._cache.release(pod.uid)
         plan = self._plan(pod, requests, quota=True)
         failed, candidates = self._screen(args.node_names, plan, joint)
@@ -219,6 +209,8 @@ class FilterService:
             return FilterReply(node_names=None, failed=failed), "unschedulable"
         if self._mode == "all":
             fitting = list(selection.fitting)
+            if pod.uid:
+                self.pending.put(pod, None)
             self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
             log.info("filter_fitting", pod=pod.key, fitting=len(fitting), failed=len(failed))
             return FilterReply(node_names=fitting, failed=failed), "scheduled"
@@ -231,14 +223,7 @@ class FilterService:
             now_unix=int(self._clock()),
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
-        try:
-            await self._writer.write(
-                pod.namespace, pod.name, annotations=record.annotations, labels=record.labels
-            )
-        except KubeError as exc:
-            self._cache.forget(pod.uid, record.holding.key)
-            self._metrics.api_error("patch_pod")
-            raise _Refused(f"cannot record the decision on the pod: {exc}", "patch_failed") from exc
+        self.pending.put(pod, record)
         self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
         log.info(
             "filter_scheduled",

@@ -20,13 +20,22 @@ latency), ``hami_scheduler_decisions_total{verb,outcome,reason}``,
 ``hami_scheduler_cache_objects{kind}``, ``hami_scheduler_cache_synced``,
 ``hami_scheduler_api_errors_total{operation}``, ``hami_scheduler_leader``,
 ``hami_scheduler_unavailable_vendors`` and ``hami_scheduler_tls_certificate_reloads``.
+
+The node lock (bind): ``hami_scheduler_node_lock_wait_seconds{outcome}`` (how long each bind
+that needed the lock waited for it: ``acquired``, ``expired`` — the wait budget ran out — or
+``failed``), ``hami_scheduler_node_lock_waiters{node}`` (binds waiting now),
+``hami_scheduler_node_lock_actions_total{action}`` (``acquire``, ``reenter`` and each
+``takeover_*``), ``hami_node_lock_overdue`` (locks held past ``--node-lock-timeout`` by an owner
+still waiting for its Allocate), ``hami_scheduler_cache_misses_total{object}`` (a GET because
+the watch caches lacked a node, a pod or a lock owner) and ``hami_scheduler_pending_binds``
+(filtered pods whose bind has not come yet).
 Memory is in bytes (MiB × 1048576), as HAMi exports it.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -58,6 +67,7 @@ _BUCKETS: Final = (
     10.0,
     30.0,
 )
+_WAIT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0)
 _DEVICE_LABELS: Final = ("node", "device_uuid", "device_index", "device_type", "zone")
 
 
@@ -184,6 +194,24 @@ class _HamiCollector(Collector):
         yield cores
 
 
+class _WaitersCollector(Collector):
+    """``hami_scheduler_node_lock_waiters{node}``: only nodes with waiting binds appear."""
+
+    def __init__(self, waiting: Callable[[], Mapping[str, int]]) -> None:
+        self._waiting = waiting
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = _gauge(
+            "hami_scheduler_node_lock_waiters", "Binds waiting for a node's lock.", ("node",)
+        )
+        for node, count in sorted(self._waiting().items()):
+            family.add_metric([node], count)
+        yield family
+
+
 class SchedulerMetrics(ServiceMetrics):
     """Every metric the service exports, registered on ``registry``."""
 
@@ -234,6 +262,35 @@ class SchedulerMetrics(ServiceMetrics):
             "Node × vendor pairs marked unavailable by the handshake rule.",
             registry=self.registry,
         )
+        self.lock_wait = Histogram(
+            "hami_scheduler_node_lock_wait_seconds",
+            "How long a bind that needed the node lock waited for it, by outcome.",
+            ["outcome"],
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.lock_actions = Counter(
+            "hami_scheduler_node_lock_actions",
+            "Node locks taken, by how (acquire, reenter, takeover_*).",
+            ["action"],
+            registry=self.registry,
+        )
+        self.cache_misses = Counter(
+            "hami_scheduler_cache_misses",
+            "API reads because the watch caches lacked an object, by object.",
+            ["object"],
+            registry=self.registry,
+        )
+        self.overdue_locks = Gauge(
+            "hami_node_lock_overdue",
+            "Node locks held past --node-lock-timeout by a pod still waiting for its Allocate.",
+            registry=self.registry,
+        )
+        self.pending_binds = Gauge(
+            "hami_scheduler_pending_binds",
+            "Filtered pods whose bind has not come yet (their decisions are assumed).",
+            registry=self.registry,
+        )
 
     def observe(self, verb: str, outcome: str, seconds: float, reason: str = "") -> None:
         self.duration.labels(verb=verb, outcome=outcome).observe(seconds)
@@ -251,6 +308,21 @@ class SchedulerMetrics(ServiceMetrics):
 
     def api_error(self, operation: str) -> None:
         self.api_errors.labels(operation=operation).inc()
+
+    def cache_miss(self, what: str) -> None:
+        self.cache_misses.labels(object=what).inc()
+
+    def track_binds(
+        self,
+        *,
+        waiting: Callable[[], Mapping[str, int]],
+        overdue: Callable[[], int],
+        pending: Callable[[], int],
+    ) -> None:
+        """Read the bind path's gauges at scrape time."""
+        self.overdue_locks.set_function(overdue)
+        self.pending_binds.set_function(pending)
+        self.registry.register(_WaitersCollector(waiting))
 
     def track_cache(self, cache: SchedulerCache, synced: Callable[[], bool]) -> None:
         """Read sizes and HAMi's device metrics from ``cache`` at scrape time."""

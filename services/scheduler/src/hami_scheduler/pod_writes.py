@@ -1,9 +1,11 @@
-"""Writes onto pods through the API server: a filter decision, this replica's role label."""
+"""Writes onto pods through the API server: this replica's role label.
+
+(A decision is no longer written by the filter: it travels in the Binding,
+:mod:`hami_scheduler.bind`.)"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 
 import structlog
 
@@ -13,37 +15,9 @@ from hami_kube.resources import PODS
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import SCHEDULER_ROLE_LABEL
 
-__all__ = ["KubeDecisionWriter", "RoleLabeller"]
+__all__ = ["RoleLabeller"]
 
 log = structlog.get_logger("hami_scheduler")
-
-
-class KubeDecisionWriter:
-    """One merge patch of annotations and labels, retried on transient failures."""
-
-    def __init__(self, client: KubeClient, *, attempts: int = 3) -> None:
-        self._client = client
-        self._attempts = attempts
-
-    async def write(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        annotations: Mapping[str, str | None],
-        labels: Mapping[str, str | None],
-    ) -> None:
-        async def patch() -> None:
-            await patch_metadata(
-                self._client,
-                PODS,
-                name,
-                namespace=namespace,
-                annotations=annotations,
-                labels=labels or None,
-            )
-
-        await with_retries(patch, attempts=self._attempts)
 
 
 class RoleLabeller:

@@ -10,11 +10,14 @@ Durations are Go-style (``5m``, ``30s``, ``1h30m``).  Boolean flags take Go's fo
 (``--leader-elect``, ``--leader-elect=true``, ``=false``).
 
 Our own flags: ``--kube-url``/``--kubeconfig``, ``--log-format``/``--log-level``,
-``--filter-mode single|all``, ``--handshake-timeout`` (default ``5m``, the seed protocol's
-rule; HAMi's code uses 60 s), ``--handshake-interval`` (HAMi's register loop period, 15 s),
-``--tls-reload-interval`` and the leader-election details ``--leader-elect-mode``,
-``--leader-elect-identity``, ``--leader-elect-lease-duration``, ``--leader-elect-renew-deadline``
-and ``--leader-elect-retry-period`` (kube-scheduler's names).
+``--filter-mode single|all``, ``--node-lock-wait`` (default ``20s``: how long a bind waits
+for a node lock another pod still needs; it must stay below the extender ``httpTimeout`` of
+30 s our KubeSchedulerConfiguration sets, since kube-scheduler abandons the bind then and the
+bind still has to write the lock and the Binding after its wait), ``--handshake-timeout``
+(default ``5m``, the seed protocol's rule; HAMi's code uses 60 s), ``--handshake-interval``
+(HAMi's register loop period, 15 s), ``--tls-reload-interval`` and the leader-election
+details ``--leader-elect-mode``, ``--leader-elect-identity``, ``--leader-elect-lease-duration``,
+``--leader-elect-renew-deadline`` and ``--leader-elect-retry-period`` (kube-scheduler's names).
 
 NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
 ``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, cast
 
 from hami_protocol.config.device import DeviceConfig
+from hami_protocol.durations import format_go_duration
 from hami_protocol.pod.policy import (
     SPREAD,
     GpuPolicy,
@@ -53,7 +57,9 @@ from hami_runtime.serving import (
 __all__ = [
     "DEFAULT_HTTP_BIND",
     "DEFAULT_METRICS_BIND",
+    "DEFAULT_NODE_LOCK_WAIT_S",
     "ENV_PREFIX",
+    "EXTENDER_HTTP_TIMEOUT_S",
     "FILTER_MODES",
     "LEADER_MODES",
     "FilterMode",
@@ -67,6 +73,12 @@ __all__ = [
 DEFAULT_HTTP_BIND: Final = "127.0.0.1:8080"
 DEFAULT_METRICS_BIND: Final = ":9395"
 DEFAULT_COMPONENT: Final = "hami-scheduler"
+EXTENDER_HTTP_TIMEOUT_S: Final = 30.0
+"""The extender ``httpTimeout`` our KubeSchedulerConfiguration sets: kube-scheduler abandons a
+``/bind`` after it, so a bind's wait for the node lock must end well before."""
+DEFAULT_NODE_LOCK_WAIT_S: Final = 20.0
+"""``--node-lock-wait``: 20 s of waiting leave 10 s of the 30 s for the lock write and the
+Binding."""
 
 FilterMode = Literal["single", "all"]
 FILTER_MODES: Final[tuple[FilterMode, ...]] = ("single", "all")
@@ -113,7 +125,9 @@ class Settings(ServingSettings):
     """Canonical label selector; only matching nodes are registered (empty: every node)."""
     node_lock_timeout_s: float = 300.0
     node_lock_retry_timeout_s: float = 28.0
-    """How long members of a PodGroup retry a contended node lock (0: no retry)."""
+    """How long members of a PodGroup wait for a contended node lock (0: as other pods)."""
+    node_lock_wait_s: float = DEFAULT_NODE_LOCK_WAIT_S
+    """How long a bind waits for a contended node lock (0: fail at once, as HAMi)."""
     leader: LeaderElectSettings = field(default_factory=LeaderElectSettings)
     filter_mode: FilterMode = "single"
     handshake_timeout_s: float = 300.0
@@ -136,6 +150,13 @@ class Settings(ServingSettings):
                 raise ValueError(f"{name} must be positive")
         if self.node_lock_retry_timeout_s < 0:
             raise ValueError("--node-lock-retry-timeout must not be negative")
+        if not 0 <= self.node_lock_wait_s < EXTENDER_HTTP_TIMEOUT_S:
+            raise ValueError(
+                f"--node-lock-wait must be at least 0 and below "
+                f"{format_go_duration(EXTENDER_HTTP_TIMEOUT_S)}: kube-scheduler gives up on a "
+                f"bind after the extender's httpTimeout (30s in our KubeSchedulerConfiguration), "
+                f"and after the wait the bind still needs its lock write and the Binding"
+            )
 
     @property
     def component(self) -> str:
@@ -176,6 +197,14 @@ _FLAGS: Final = (
         "node_lock_retry_timeout",
         "28s",
         "how long PodGroup members retry a contended node lock (0 disables)",
+        duration,
+    ),
+    Flag(
+        ("--node-lock-wait",),
+        "node_lock_wait",
+        "20s",
+        "how long a bind waits, in line per node, for a node lock another pod still needs "
+        "(below the extender httpTimeout, 30s; 0: fail at once)",
         duration,
     ),
     Flag(
@@ -311,6 +340,7 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         node_label_selector=selector,
         node_lock_timeout_s=args.node_lock_timeout,
         node_lock_retry_timeout_s=args.node_lock_retry_timeout,
+        node_lock_wait_s=args.node_lock_wait,
         leader=_leader_settings(args, env),
         filter_mode=cast("FilterMode", args.filter_mode),
         handshake_timeout_s=args.handshake_timeout,

@@ -178,10 +178,11 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
 
     Real nodes carry kilobytes of status (images, conditions, addresses) the scheduler never
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
-    the device annotations and ``status.allocatable``.
+    the device annotations, the node lock (bind decides on the cached copy) and
+    ``status.allocatable``.
     """
     node = NodeView(obj)
-    wanted = {keys.NVIDIA_SCORE, keys.DEVICE_CORDON, keys.RDMA_REGISTER}
+    wanted = {keys.NVIDIA_SCORE, keys.DEVICE_CORDON, keys.RDMA_REGISTER, keys.NODE_LOCK}
     for vendor in vendors:
         wanted.update(k for k in (vendor.register_key, vendor.handshake_key) if k is not None)
     meta = node.meta

@@ -47,6 +47,7 @@ from hami_protocol.vendor.table import Vendor
 from hami_scheduler.core import pod_usage
 
 __all__ = [
+    "ALLOCATION_EXTRA_KEYS",
     "NIC_ANNOTATIONS",
     "NIC_KEY_WORD",
     "AllocationKey",
@@ -54,6 +55,8 @@ __all__ = [
     "PodFacts",
     "PodNicAllocation",
     "allocation_key",
+    "allocation_keys",
+    "carries_allocation",
     "pod_nic_allocation",
     "read_pod",
     "slim_pod",
@@ -65,12 +68,37 @@ NIC_ANNOTATIONS: Final = (
     keys.KOORD_DEVICE_ALLOCATE_HINT,
 )
 """The pod annotations its NICs and exclusive PCIe claims are read from."""
+ALLOCATION_EXTRA_KEYS: Final = (
+    keys.RDMA_DEVICES_ALLOCATED,
+    keys.RDMA_DEVICES_TO_ALLOCATE,
+    keys.KOORD_DEVICE_ALLOCATED,
+)
+"""Beyond each vendor's ``-devices-allocated`` / ``-devices-to-allocate``: the other
+annotations that say a pod was given devices (see :func:`carries_allocation`)."""
 NIC_KEY_WORD: Final = "RDMA"
 """Stands for ``hami.io/rdma-devices-allocated`` in an :data:`AllocationKey`."""
 
 AllocationKey = tuple[str, ...]
 """``(node, vendor word, written device list, vendor word, ...)``, vendors sorted (the RDMA
 list under :data:`NIC_KEY_WORD`); one flat tuple, as there is one per placed pod."""
+
+
+def allocation_keys(vendors: Sequence[Vendor]) -> frozenset[str]:
+    """Every annotation whose presence says a pod was given devices: each vendor's
+    ``-devices-allocated`` and ``-devices-to-allocate``, and :data:`ALLOCATION_EXTRA_KEYS`."""
+    found = set(ALLOCATION_EXTRA_KEYS)
+    for vendor in vendors:
+        found.update(k for k in (vendor.devices_allocated_key, vendor.devices_to_allocate_key) if k)
+    return frozenset(found)
+
+
+def carries_allocation(obj: Mapping[str, Any], allocation: frozenset[str]) -> bool:
+    """Whether a pod carries one of the ``allocation`` annotations (:func:`allocation_keys`).
+
+    The pod watch keeps only such pods: every bound pod is listed, but memory holds the few
+    placed by us or by an older HAMi (which wrote no ``hami.io/vgpu-node`` label).
+    """
+    return not allocation.isdisjoint(PodView(obj).annotations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +278,9 @@ def _nic_allocation(
     )
 
 
-_KEPT_META: Final = ("name", "namespace", "uid", "resourceVersion")
+_KEPT_META: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+_KEPT_STATE: Final = (keys.BIND_PHASE, keys.BIND_TIME)
+"""Read when the pod owns a node lock (:mod:`hami_scheduler.nodelock.owners`), not by the cache."""
 
 
 def _interned(value: object) -> object:
@@ -264,19 +294,22 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     volumes, managed fields, labels) would take gigabytes.  What stays: name, namespace, uid,
     resourceVersion, ``hami.io/vgpu-node`` and the ``-devices-allocated`` annotations, the init
     containers (as empty entries, for their count), a terminal phase and the init containers'
-    exit codes — ``spec`` and ``status`` are left out entirely when they hold none of these.
+    exit codes, and what the node lock's takeover rule reads of a lock owner (``spec.nodeName``,
+    ``metadata.deletionTimestamp``, ``hami.io/bind-phase`` and ``hami.io/bind-time``) —
+    ``spec`` and ``status`` are left out entirely when they hold none of these.
     """
     pod = PodView(obj)
     meta, annotations = pod.meta, pod.annotations
-    wanted = [keys.VGPU_NODE, *NIC_ANNOTATIONS]
+    wanted = [keys.VGPU_NODE, *NIC_ANNOTATIONS, *_KEPT_STATE]
     wanted += [v.devices_allocated_key for v in vendors if v.devices_allocated_key]
     slim_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if "namespace" in slim_meta:
         slim_meta["namespace"] = _interned(slim_meta["namespace"])
     # Keys from our constants (interned), not the decoded document's own copies.
     kept = {k: annotations[k] for k in wanted if k in annotations}
-    if keys.VGPU_NODE in kept:
-        kept[keys.VGPU_NODE] = sys.intern(kept[keys.VGPU_NODE])
+    for shared in (keys.VGPU_NODE, keys.BIND_PHASE):
+        if shared in kept:
+            kept[shared] = sys.intern(kept[shared])
     if kept:
         slim_meta["annotations"] = kept
     inits = len(pod.init_containers)
@@ -284,11 +317,16 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         {"state": {"terminated": {"exitCode": terminated.get("exitCode")}} if terminated else {}}
         for terminated in _init_terminations(pod)
     ]
-    terminal, phase = pod.terminal, pod.phase
+    terminal, phase, node = pod.terminal, pod.phase, pod.node_name
     obj.clear()
     obj["metadata"] = slim_meta
+    slim_spec: dict[str, Any] = {}
+    if node:
+        slim_spec["nodeName"] = sys.intern(node)
     if inits:
-        obj["spec"] = {"initContainers": [{} for _ in range(inits)]}
+        slim_spec["initContainers"] = [{} for _ in range(inits)]
+    if slim_spec:
+        obj["spec"] = slim_spec
     slim_status: dict[str, Any] = {}
     if terminal:
         slim_status["phase"] = sys.intern(phase)

@@ -26,12 +26,13 @@ Nothing here walks all pods.
 What a pod holds is decided per UID from three inputs:
 
 * ``observed``: what its annotations say (from the watch);
-* ``assumed``: a decision made here whose annotation patch has not been seen yet — it counts at
-  once, so two quick filters cannot hand out the same capacity, and is dropped by
-  :meth:`SchedulerCache.forget` when the patch fails or replaced by ``observed`` once the watch
-  shows the written value;
-* ``released``: allocations the scheduler has given up (a pod filtered again, a failed bind):
-  they stop counting although the pod still carries their annotations.
+* ``assumed``: a decision made here (by the filter, or by a bind deciding itself) whose
+  Binding has not been seen yet — it counts at once, so two quick filters cannot hand out the
+  same capacity, and is dropped by :meth:`SchedulerCache.forget` when the bind fails or
+  replaced by ``observed`` once the watch shows the pod bound with a decision (its own, or the
+  one another replica bound it with);
+* ``released``: observed allocations the scheduler has given up: they stop counting although
+  the pod still carries their annotations.
 
 The cache performs no I/O; callbacks report bad annotations and health changes to the caller.
 """
@@ -310,7 +311,9 @@ class SchedulerCache:
         assumed = record.assumed
         if facts.terminal:
             record.assumed, record.released = None, frozenset()
-        elif assumed is not None and facts.holding is not None and facts.holding.key == assumed.key:
+        elif assumed is not None and facts.holding is not None:
+            # The watch shows bound pods only, each with the decision its Binding carried:
+            # whatever it carries is what it holds (the same decision, or another replica's).
             record.assumed = None
             record.released = record.released - {assumed.key}
         self._settle(facts.uid, record)
@@ -349,7 +352,7 @@ class SchedulerCache:
         self._settle(uid, record)
 
     def forget(self, uid: str, key: AllocationKey) -> None:
-        """Drop the assumption ``key`` (its patch failed)."""
+        """Drop the assumption ``key`` (its bind failed)."""
         record = self._pods.get(uid)
         if record is not None and record.assumed is not None and record.assumed.key == key:
             record.assumed = None
@@ -357,12 +360,16 @@ class SchedulerCache:
 
     def release(self, uid: str) -> None:
         """Stop counting what the pod holds or was assumed to hold (filtered again, or its
-        bind failed); a later, different allocation counts again."""
+        bind failed); a later, different allocation counts again.
+
+        Only an observed allocation is remembered as released: an assumed one was never
+        written before its Binding, so a later event carrying it means the Binding did
+        happen (e.g. it answered with an error after all), and then it counts."""
         record = self._pods.get(uid)
         if record is None:
             return
-        keys = {h.key for h in (record.observed, record.assumed) if h is not None}
-        record.released = record.released | keys
+        if record.observed is not None:
+            record.released = record.released | {record.observed.key}
         record.assumed = None
         self._settle(uid, record)
 

@@ -2,10 +2,19 @@
 
 * every Node (the ``--node-label-selector`` is applied by the cache, so a node that loses its
   label leaves the cache on its next event);
-* pods carrying the ``hami.io/vgpu-node`` label — the scheduler sets it with the annotation of
-  the same name on every pod it places (HAMi's ``PatchPodAnnotations`` does too), so the
-  cluster's other pods never reach this process;
+* every bound pod (``fieldSelector=spec.nodeName!=``, as kube-scheduler watches them), of which
+  only those carrying an allocation annotation are kept
+  (:func:`~hami_scheduler.cache.pods.carries_allocation`: some vendor's ``-devices-allocated``
+  or ``-devices-to-allocate``, the RDMA lists, Koordinator's ``device-allocated``) — so pods
+  placed by HAMi releases before 2.5 (annotations, no ``hami.io/vgpu-node`` label) are counted,
+  and so is a pod whose decision arrives with its Binding, while memory holds only placed pods.
+  Unbound pods never reach this process: a decision is counted from the filter's assumption
+  until its Binding shows up here;
 * every ResourceQuota.
+
+``listeners`` (the bind's :class:`~hami_scheduler.nodelock.waits.LockWaits` and
+:class:`~hami_scheduler.nodelock.owners.LockOwners`) hear of every node event and every event of a
+kept pod, after the cache has applied it.
 
 Objects are stripped to the fields the cache reads before the reflector keeps them
 (:func:`~hami_scheduler.cache.pods.slim_pod`, :func:`~hami_scheduler.cache.nodes.slim_node`), the
@@ -17,16 +26,28 @@ in stream order on the event loop, so the cache needs no locking.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upserting
 from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject
 from hami_kube.rest import KubeClient
-from hami_protocol import keys
 from hami_scheduler.cache.nodes import slim_node
-from hami_scheduler.cache.pods import slim_pod
+from hami_scheduler.cache.pods import allocation_keys, carries_allocation, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 
-__all__ = ["CacheWatcher"]
+__all__ = ["BOUND_PODS", "CacheListener", "CacheWatcher"]
+
+BOUND_PODS: Final = "spec.nodeName!="
+"""The pod watch's field selector: every pod bound to a node."""
+
+
+class CacheListener(Protocol):
+    """Told of watch events once the cache has applied them (objects already slimmed)."""
+
+    def node_event(self, obj: JsonObject, *, deleted: bool) -> None: ...
+
+    def pod_event(self, obj: JsonObject) -> None: ...
 
 
 class CacheWatcher(ReflectorGroup):
@@ -38,31 +59,52 @@ class CacheWatcher(ReflectorGroup):
         cache: SchedulerCache,
         *,
         config: ReflectorConfig | None = None,
+        listeners: Sequence[CacheListener] = (),
     ) -> None:
         base = config or ReflectorConfig()
         vendors = cache.vendors
         self.cache = cache
+        allocation = allocation_keys(vendors)
 
         def upsert_node(obj: JsonObject) -> None:
             slim_node(obj, vendors)
             cache.upsert_node(obj)
+            for listener in listeners:
+                listener.node_event(obj, deleted=False)
+
+        def remove_node(obj: JsonObject) -> None:
+            cache.remove_node(obj)
+            for listener in listeners:
+                listener.node_event(obj, deleted=True)
 
         def upsert_pod(obj: JsonObject) -> None:
             slim_pod(obj, vendors)
             cache.upsert_pod(obj)
+            for listener in listeners:
+                listener.pod_event(obj)
+
+        def remove_pod(obj: JsonObject) -> None:
+            cache.remove_pod(obj)
+            for listener in listeners:
+                listener.pod_event(obj)
+
+        def placed(obj: JsonObject) -> bool:
+            return carries_allocation(obj, allocation)
 
         self.nodes = Reflector(
             client,
             NODES,
             config=base,
-            handlers=[upserting(upsert_node, cache.remove_node)],
+            handlers=[upserting(upsert_node, remove_node)],
             name="scheduler-nodes",
         )
         self.pods = Reflector(
             client,
             PODS,
-            config=dataclasses.replace(base, label_selector=keys.VGPU_NODE),
-            handlers=[upserting(upsert_pod, cache.remove_pod)],
+            config=dataclasses.replace(
+                base, label_selector=None, field_selector=BOUND_PODS, keep=placed
+            ),
+            handlers=[upserting(upsert_pod, remove_pod)],
             name="scheduler-pods",
         )
         self.quotas = Reflector(

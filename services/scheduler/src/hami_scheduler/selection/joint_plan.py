@@ -9,12 +9,13 @@ joint GPU + NIC decision.
   stays on the fast path).  A pod this scheduler already placed (it carries
   ``hami.io/vgpu-node``) has its own earlier ``device-allocated`` on it: that names no VFs for
   the new decision;
-* :func:`joint_record` turns a :class:`~hami_scheduler.core.joint.decide.JointDecision` into one
-  patch: HAMi's GPU annotations (:func:`~hami_scheduler.selection.plan.decision_record`) plus
+* :func:`joint_record` turns a :class:`~hami_scheduler.core.joint.decide.JointDecision` into the
+  annotations its Binding carries: HAMi's GPU annotations
+  (:func:`~hami_scheduler.selection.plan.decision_record`) plus
   ``hami.io/rdma-devices-to-allocate`` / ``-allocated`` and
   ``scheduling.koordinator.sh/device-allocated``, and the holding the cache assumes — its NIC
   part is the :class:`~hami_scheduler.cache.pods.PodNicAllocation` the pod will carry once
-  patched, so the watch event confirming it changes nothing.
+  bound, so the watch event confirming it changes nothing.
 
 Every error is a :class:`~hami_protocol.errors.ProtocolError` naming the annotation or resource.
 """
@@ -77,7 +78,7 @@ def joint_record(
     vendors: Sequence[Vendor],
     now_unix: int,
 ) -> DecisionRecord:
-    """The patch and the assumed holding for a fitting joint decision on ``node``."""
+    """The annotations and the assumed holding for a fitting joint decision on ``node``."""
     extra = joint_annotations(decision, node=node, layout=layout, plan=plan, request=request)
     source = pod_nic_allocation(
         {**pod.annotations, **extra},

@@ -5,11 +5,12 @@ the annotations that record it.
   and every other requested vendor's own ``use/nouse`` keys — with the scheduler's default
   policies, and attaches the namespace quota of each requested vendor that has one;
 * :func:`decision_record` turns a :class:`~hami_scheduler.core.NodeDecision` into the pod
-  annotations and label HAMi writes at filter (``hami.io/vgpu-node`` as annotation *and* label,
-  ``hami.io/vgpu-time``, each vendor's ``-devices-to-allocate`` and ``-devices-allocated``) and
-  the :class:`~hami_scheduler.cache.pods.Holding` the cache assumes; a joint decision adds its
-  RDMA and Koordinator annotations and the holding's NIC part
-  (:mod:`hami_scheduler.selection.joint_plan`).
+  annotations HAMi writes at filter and the Binding carries here (``hami.io/vgpu-node``,
+  ``hami.io/vgpu-time``, each vendor's ``-devices-to-allocate`` and ``-devices-allocated``; the
+  record's ``labels`` are HAMi's ``hami.io/vgpu-node`` label, which a Binding cannot carry: the
+  device plugin sets it) and the :class:`~hami_scheduler.cache.pods.Holding` the cache
+  assumes; a joint decision adds its RDMA and Koordinator annotations and the holding's NIC
+  part (:mod:`hami_scheduler.selection.joint_plan`).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def decision_record(
     nics: PodNicAllocation | None = None,
 ) -> DecisionRecord:
     """``extra_annotations`` (a joint decision's RDMA and Koordinator annotations) are written
-    in the same patch; ``nics`` is the NIC part the cache assumes with the GPUs."""
+    with them; ``nics`` is the NIC part the cache assumes with the GPUs."""
     node = decision.node
     annotations: dict[str, str] = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now_unix)}
     written: dict[str, str] = {}

@@ -5,7 +5,8 @@
   device is looked at: a malformed register annotation or a vendor that stopped answering the
   handshake (for the vendors the pod asks), an unreadable ``hami.io/node-rdma-register`` (for a
   pod asking for NICs);
-* :func:`record_of` — either kind of decision as the patch to write and the holding to assume.
+* :func:`record_of` — either kind of decision as the annotations the Binding carries and the
+  holding to assume.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def record_of(
     cache: SchedulerCache,
     now_unix: int,
 ) -> DecisionRecord:
-    """The patch and the holding to assume for a fitting decision."""
+    """The annotations and the holding to assume for a fitting decision."""
     if isinstance(decision, NodeDecision):
         return decision_record(
             decision, plan, namespace=pod.namespace, vendors=cache.vendors, now_unix=now_unix

@@ -1,0 +1,141 @@
+"""What the extender sends the API server per scheduled pod: two writes (the node lock and the
+Binding that carries the decision), no read — one pod at a time and in a burst on one node.
+
+The requests are counted at the API server's HTTP door (an aiohttp middleware on the emulated
+API server) by User-Agent (``hami``: these tests build Settings directly, without the
+service's ``hami-scheduler``).  List and watch requests (the caches' standing cost) and Events
+are left out, as in the issue's count of HAMi's requests.  (Once kubesim exports
+``kubesim_client_requests_total``, this count can read it instead of the middleware.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from hami_kubesim.apiserver.app import create_app
+from hami_kubesim.apiserver.server import ApiServer
+from hami_kubesim.testing import RunningApiServer, format_url, start_app
+
+from .service_helpers import (
+    Harness,
+    container,
+    eventually,
+    gpu_limits,
+    gpus,
+    pod_object,
+    scheduler_on,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Requests:
+    """``(method, path)`` of every request the scheduler sent that is not a list, a watch or an
+    Event."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        agent = request.headers.get("User-Agent", "")
+        listing = request.method == "GET" and (
+            "watch" in request.query or request.path.rstrip("/").endswith(("/pods", "/nodes"))
+        )
+        if agent.startswith("hami") and not listing and "/events" not in request.path:
+            self.seen.append((request.method, request.path))
+        return await handler(request)
+
+    def counted(self) -> Counter[tuple[str, str]]:
+        return Counter(
+            (method, path)
+            for method, path in self.seen
+            if not path.endswith("/resourcequotas") and "/leases" not in path
+        )
+
+
+@contextlib.asynccontextmanager
+async def counted_cluster() -> AsyncIterator[tuple[Harness, Requests]]:
+    api = ApiServer()
+    requests = Requests()
+    app = create_app(api)
+    app.middlewares.append(requests.middleware)
+    runner, port = await start_app(app, "127.0.0.1", 0)
+    sim = RunningApiServer(format_url("127.0.0.1", port), api, "127.0.0.1", port)
+    try:
+        async with scheduler_on(sim) as scheduler, aiohttp.ClientSession() as http:
+            yield Harness(sim, scheduler, http), requests
+    finally:
+        api.shutdown()
+        await runner.cleanup()
+
+
+async def plugin(h: Harness, stop: asyncio.Event) -> None:
+    """The device plugin's part, in-process (not counted): once a pod is bound, mark it
+    allocated and release the lock it holds."""
+    served: set[str] = set()
+    while not stop.is_set():
+        for pod in h.api.list("pods", namespace="default"):
+            name = pod["metadata"]["name"]
+            if name not in served and pod["spec"].get("nodeName"):
+                served.add(name)
+                await h.allocated(name, pod["spec"]["nodeName"])
+        await asyncio.sleep(0.01)
+
+
+def pod(name: str) -> dict[str, Any]:
+    return pod_object(name, container(limits=gpu_limits(1, mem=1000)))
+
+
+async def test_one_scheduled_pod_costs_two_writes_and_no_read() -> None:
+    async with counted_cluster() as (h, requests):
+        await h.add_node("n", gpus("n", 4))
+        await h.synced_node("n")
+        for name in ("a", "b", "c"):
+            stored = await h.add_pod(pod(name))
+            requests.seen.clear()
+            assert (await h.filter(stored, ["n"]))["NodeNames"] == ["n"]
+            assert requests.counted() == Counter()  # the filter writes nothing
+            assert await h.bind(stored, "n") == ""
+            assert requests.counted() == Counter(
+                {
+                    ("PATCH", "/api/v1/nodes/n"): 1,
+                    ("POST", f"/api/v1/namespaces/default/pods/{name}/binding"): 1,
+                }
+            )
+            await h.allocated(name, "n")
+            await eventually(lambda: "n" not in h.scheduler.binder._waits.locks, what="released")
+
+
+async def test_a_burst_on_one_node_costs_two_writes_per_pod() -> None:
+    async with counted_cluster() as (h, requests):
+        await h.add_node("n", gpus("n", 4))
+        await h.synced_node("n")
+        names = [f"p{i}" for i in range(4)]
+        stored = [await h.add_pod(pod(name)) for name in names]
+        for one in stored:
+            assert (await h.filter(one, ["n"]))["NodeNames"] == ["n"]
+        requests.seen.clear()
+        stop = asyncio.Event()
+        serving = asyncio.create_task(plugin(h, stop))
+        try:
+            errors = await asyncio.gather(*(h.bind(one, "n") for one in stored))
+        finally:
+            stop.set()
+            await serving
+        assert errors == [""] * len(names)
+        counted = requests.counted()
+        assert counted[("PATCH", "/api/v1/nodes/n")] == len(names)
+        for name in names:
+            assert counted[("POST", f"/api/v1/namespaces/default/pods/{name}/binding")] == 1
+        assert sum(counted.values()) == 2 * len(names), counted
