@@ -10,10 +10,10 @@ started that
   core on the cache's own nodes, i.e. they are valid placements;
 * builds every node's open-device views and freezes the heap out of the garbage collector
   (``cache.warm()``, ``gc.freeze()``), as the service does once its caches have synced;
-* serves the real extender application (``--filter-mode single``).  There is no API server:
-  the decision writer applies each decision to the pod in memory and hands the cache the
-  resulting event, as the watch would, so decisions accumulate on the nodes.  The patch's own
-  API round trip is therefore not in these figures.
+* serves the real extender application (``--filter-mode single``).  There is no API server
+  and no bind: each filter's decision is assumed in the cache, as the service keeps it until its
+  bind (the filter writes nothing; the Binding carries the decision), so decisions accumulate on
+  the nodes.
 
 The servers for all sizes run side by side and this process sends filters one at a time over
 HTTP (keep-alive), alternating between them request by request so that whatever else runs on
@@ -165,32 +165,6 @@ def node(n: int, gpus: int) -> JsonObject:
     }
 
 
-class InMemoryPods:
-    """The decision writer: applies the patch to the pod and feeds the cache the event."""
-
-    def __init__(self, cache: SchedulerCache, store: Store) -> None:
-        self._cache = cache
-        self._store = store
-        self.pending: dict[str, JsonObject] = {}
-
-    async def write(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        annotations: Mapping[str, str | None],
-        labels: Mapping[str, str | None],
-    ) -> None:
-        obj = self.pending.pop(f"{namespace}/{name}", None)
-        if obj is None:
-            return
-        obj["metadata"]["annotations"].update(annotations)
-        obj["metadata"]["labels"].update(labels)
-        slim_pod(obj, self._cache.vendors)
-        self._store.upsert(obj)
-        self._cache.upsert_pod(obj)
-
-
 def vm_rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
@@ -238,26 +212,12 @@ async def serve(args: argparse.Namespace) -> None:
     cache.warm()  # what the service does once its watches have listed
     gc.collect()
     gc.freeze()
-    writer = InMemoryPods(cache, pods)
     filters = FilterService(
         cache=cache,
         planner=planner,
-        writer=writer,
         events=SchedulerEvents(None),
         metrics=SchedulerMetrics(),
     )
-
-    original = filters.filter
-
-    async def remembering(extender_args: Any) -> Any:
-        if extender_args.pod is not None:
-            meta = extender_args.pod["metadata"]
-            writer.pending[f"{meta['namespace']}/{meta['name']}"] = json.loads(
-                json.dumps(extender_args.pod)
-            )
-        return await original(extender_args)
-
-    filters.filter = remembering  # type: ignore[method-assign,assignment]
     app = build_app(ExtenderState(filters=filters, binder=None, metrics=SchedulerMetrics()))
     runner, port = await start_site(app, "127.0.0.1:0")
     busy = sum(d.used > 0 for n in cache.nodes.values() for d in n.devices)
