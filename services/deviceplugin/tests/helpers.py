@@ -53,6 +53,7 @@ __all__ = [
     "registration_server",
     "resource_counts",
     "scheduled_pod",
+    "stand_in_settings",
     "submit",
     "write_devices",
 ]
@@ -102,7 +103,7 @@ def plugin_settings(
         "fake_devices": devices,
         "sysfs_root": plugin_dir / "no-sysfs",
         "host_root": host_root,
-        "kube": KubeSettings(kube_url=url, request_timeout_s=10.0),
+        "kube": KubeSettings(kube_url=url, request_timeout_s=10.0, user_agent="hami-deviceplugin"),
         "metrics_bind_address": "127.0.0.1:0",
         "register_interval_s": 30.0,
         "register_retry_interval_s": 0.2,
@@ -110,6 +111,7 @@ def plugin_settings(
         "fake_poll_interval_s": 0.05,
         "usage_interval_s": 0.1,
         "allocate_timeout_s": 3.0,
+        "pod_resources_socket": None,
     }
     values.update(overrides)
     return Settings(**values)
@@ -186,21 +188,36 @@ def resource_counts(kubelet: KubeletStandIn, resource: str = RESOURCE) -> tuple[
     return (0, 0) if devices is None else (devices.capacity, devices.allocatable)
 
 
+def stand_in_settings(sim: RunningApiServer, plugin_dir: Path) -> KubeletSettings:
+    """The kubelet stand-in of this suite's node: ``plugin_dir`` plays the device-plugin
+    directory, ``<plugin_dir>/pod-resources`` the pod-resources one."""
+    return KubeletSettings(
+        node_name=NODE,
+        plugin_dir=plugin_dir,
+        api_url=sim.url,
+        dial_timeout=2,
+        call_timeout=10,
+        pod_resources_dir=plugin_dir / "pod-resources",
+    )
+
+
 @contextlib.asynccontextmanager
 async def node_stack(
     sim: RunningApiServer,
     plugin_dir: Path,
     host_root: Path | None,
     devices: Path,
+    *,
+    pod_resources: bool = True,
     **overrides: Any,
 ) -> AsyncIterator[tuple[KubeletStandIn, RunningPlugin]]:
     """The kubelet stand-in and the plugin (``overrides``: Settings fields), registered and
-    advertising its GPUs."""
-    kubelet = KubeletStandIn(
-        KubeletSettings(
-            node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url, dial_timeout=2, call_timeout=10
-        )
-    )
+    advertising its GPUs.  ``pod_resources``: the plugin asks the stand-in's pod-resources API
+    (False: it identifies pods without it)."""
+    kubelet_settings = stand_in_settings(sim, plugin_dir)
+    kubelet = KubeletStandIn(kubelet_settings)
+    if pod_resources:
+        overrides.setdefault("pod_resources_socket", kubelet_settings.pod_resources_socket)
     settings = plugin_settings(
         url=sim.url, plugin_dir=plugin_dir, devices=devices, host_root=host_root, **overrides
     )

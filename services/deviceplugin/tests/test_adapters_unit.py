@@ -1,69 +1,19 @@
-"""Pod lookup decisions, the host-directory adapter and the metrics registry."""
+"""The host-directory adapter and the metrics registry."""
 
 from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from hami_deviceplugin.allocation.lookup import lock_owner, pick_pending_pod
 from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.plan import ContainerGrant, HookLayout
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
-from hami_kube.objects import PodView
-from hami_protocol.keys import BIND_PHASE, BIND_TIME, NODE_LOCK, VGPU_NODE
 
 NODE = "n1"
-
-
-def pending(name: str, bind_time: str | None, **changes: Any) -> dict[str, Any]:
-    annotations = {VGPU_NODE: NODE, BIND_PHASE: "allocating"}
-    if bind_time is not None:
-        annotations[BIND_TIME] = bind_time
-    annotations.update(changes.pop("annotations", {}))
-    pod: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
-        "spec": {"nodeName": changes.pop("node", NODE)},
-        "status": {"phase": changes.pop("phase", "Pending")},
-    }
-    pod["metadata"].update(changes)
-    return pod
-
-
-def test_pick_pending_pod_takes_the_oldest_bind_time() -> None:
-    pods = [
-        pending("newer", "200"),
-        pending("older", "100"),
-        pending("running", "50", phase="Running"),
-        pending("done", "40", annotations={BIND_PHASE: "success"}),
-        pending("elsewhere", "30", node="n2"),
-        pending("other-node-annotation", "20", annotations={VGPU_NODE: "n2"}),
-        pending("no-time", None),
-        pending("bad-time", "soon"),
-        pending("deleting", "10", deletionTimestamp="2026-01-01T00:00:00Z"),
-    ]
-    picked = pick_pending_pod(pods, NODE)
-    assert picked is not None
-    assert PodView(picked).name == "older"
-    assert pick_pending_pod(pods[2:], NODE) is None
-
-
-@pytest.mark.parametrize(
-    ("value", "owner"),
-    [
-        ("2026-01-01T00:00:00Z,ns,p", ("ns", "p")),
-        ("2026-01-01T00:00:00Z", None),  # legacy: no owner
-        ("garbage", None),
-        ("", None),
-    ],
-)
-def test_lock_owner(value: str, owner: tuple[str, str] | None) -> None:
-    lock = lock_owner({NODE_LOCK: value})
-    assert (None if lock is None else (lock.namespace, lock.pod)) == owner
 
 
 def grant(fresh: str) -> ContainerGrant:

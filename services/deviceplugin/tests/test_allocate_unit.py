@@ -15,7 +15,7 @@ from hami_deviceplugin.gpu.plan import (
     HookLayout,
     MountSpec,
     container_grant,
-    next_entry_uuids,
+    kubelet_mismatch,
     plan_allocation,
     preferred_replicas,
 )
@@ -55,7 +55,6 @@ def plan(pod: AllocatingPod, *requests: list[str], options: AllocateOptions | No
         pod,
         list(requests),
         gpus=GPUS,
-        owners=OWNERS,
         options=options or AllocateOptions(node_name=NODE),
         layout=HookLayout(),
         cache_names=[f"cache{i}" for i in range(len(requests))],
@@ -192,14 +191,40 @@ def test_other_vendor_pending_keeps_the_pod_allocating() -> None:
     assert not plan(pod, ["x"]).done
 
 
-def test_kubelet_choice_when_preferred_allocation_is_on() -> None:
-    value = devices_value([(A, 100, 10)])
-    options = AllocateOptions(node_name=NODE, use_kubelet_devices=True)
-    result = plan(view(value, containers=1), [f"{B}-2"], options=options)
-    assert result.grants[0].envs["NVIDIA_VISIBLE_DEVICES"] == B
+def gpu_entry(*uuids: str) -> tuple[ContainerDevice, ...]:
+    return tuple(ContainerDevice(uuid, "NVIDIA", 100, 10) for uuid in uuids)
+
+
+@pytest.mark.parametrize(
+    ("uuids", "replicas", "reused", "mismatch"),
+    [
+        ((A,), [f"{A}-2"], (), None),
+        ((A, B), [f"{B}-0", f"{A}-3"], (), None),  # any order
+        ((A, A), [f"{A}-0", f"{A}-1"], (), None),  # the same GPU twice
+        ((A,), [f"{B}-2"], (), ((B,), (A,))),
+        ((A, A), [f"{A}-0", f"{B}-1"], (), ((A, B), (A, A))),  # a multiset, not a set
+        ((A,), ["GPU-zzz-0"], (), (("GPU-zzz-0",), (A,))),  # not our replica
+        ((B,), [f"{A}-1"], (f"{A}-1",), None),  # an init container's replica, handed on
+        ((B, B), [f"{A}-1", f"{A}-2"], (f"{A}-1",), ((A, A), (B, B))),
+        ((A, B), [f"{A}-1"], (), None),  # another count: the plan's to report
+        (("GPU-c",), [f"{A}-1"], (), None),  # not a GPU of this node: the plan's to report
+    ],
+)
+def test_kubelet_mismatch(
+    uuids: tuple[str, ...],
+    replicas: list[str],
+    reused: tuple[str, ...],
+    mismatch: tuple[tuple[str, ...], tuple[str, ...]] | None,
+) -> None:
+    found = kubelet_mismatch(gpu_entry(*uuids), replicas, frozenset(reused), owners=OWNERS)
+    assert (None if found is None else (found.chosen, found.given)) == mismatch
+
+
+def test_the_answer_names_the_entrys_gpus_whatever_replicas_the_kubelet_sent() -> None:
+    # Identity has checked the replicas against the entry; the plan answers with the entry.
+    result = plan(view(devices_value([(A, 100, 10)]), containers=1), [f"{A}-3"])
+    assert result.grants[0].envs["NVIDIA_VISIBLE_DEVICES"] == A
     assert result.grants[0].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "100m"
-    with pytest.raises(AllocateError, match="unknown device"):
-        plan(view(value, containers=1), ["GPU-zzz-0"], options=options)
 
 
 @pytest.mark.parametrize(
@@ -275,18 +300,12 @@ def test_pod_view_reads_containers_in_admission_order() -> None:
     }
     parsed = allocating_pod(pod)
     assert parsed.containers == (
-        AllocatingContainer("i", False),
+        AllocatingContainer("i", False, kind="init"),
         AllocatingContainer("m", True),
         AllocatingContainer("n", False),  # Go's ParseBool does not know "yes"
     )
     assert parsed.annotations == {"a": "b"}
     assert allocating_pod({}).containers == ()
-
-
-def test_next_entry_uuids() -> None:
-    assert next_entry_uuids(view(devices_value([], [(B, 1, 0), (A, 1, 0)]))) == (B, A)
-    assert next_entry_uuids(view("garbage,x:;")) == ()
-    assert next_entry_uuids(view(None)) == ()
 
 
 def test_preferred_replicas() -> None:
@@ -305,6 +324,13 @@ def test_preferred_replicas() -> None:
         f"{A}-0",
         f"{A}-1",
     )
+    # A GPU named twice gets two of its replicas; a must-include replica counts toward its GPU.
+    assert preferred_replicas(
+        [B, B], available=available, must_include=[], size=2, owners=OWNERS
+    ) == (f"{B}-0", f"{B}-1")
+    assert preferred_replicas(
+        [B, B], available=available, must_include=[f"{B}-1"], size=2, owners=OWNERS
+    ) == (f"{B}-1", f"{B}-0")
 
 
 def test_encoding_round_trip_used_by_the_tests() -> None:

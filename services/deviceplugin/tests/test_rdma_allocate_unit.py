@@ -13,7 +13,12 @@ from hami_deviceplugin.allocation.pending import others_pending
 from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.plan import AllocateOptions, HookLayout, plan_allocation
 from hami_deviceplugin.rdma.nics import Nic, function_index
-from hami_deviceplugin.rdma.plan import DeviceSpec, plan_rdma_allocation
+from hami_deviceplugin.rdma.plan import (
+    DeviceSpec,
+    plan_rdma_allocation,
+    preferred_units,
+    rdma_mismatch,
+)
 from hami_deviceplugin.rdma.servicer import rdma_grant_response
 from hami_protocol.keys import (
     BIND_PHASE,
@@ -163,7 +168,6 @@ def test_done_waits_for_the_gpu_list_and_the_gpu_plan_waits_for_rdma() -> None:
         gpu_pod,
         [["GPU-a-0"]],
         gpus=frozenset({"GPU-a"}),
-        owners={"GPU-a-0": "GPU-a"},
         options=AllocateOptions(node_name=NODE),
         layout=HookLayout(),
         cache_names=["c"],
@@ -180,7 +184,6 @@ def test_done_waits_for_the_gpu_list_and_the_gpu_plan_waits_for_rdma() -> None:
         gpu_pod_rdma_done,
         [["GPU-a-0"]],
         gpus=frozenset({"GPU-a"}),
-        owners={"GPU-a-0": "GPU-a"},
         options=AllocateOptions(node_name=NODE),
         layout=HookLayout(),
         cache_names=["c"],
@@ -267,3 +270,68 @@ def test_garbage_lists_only_raise_allocate_errors(value: str) -> None:
     except AllocateError as exc:
         kind = exc.kind
     assert kind in {None, FailureKind.INVALID, FailureKind.HOST}
+
+
+# --- the kubelet's units and the entry's NICs ---------------------------------------------------
+
+PF0, PF1, PF2 = (nic.id for nic in NICS)
+VF0 = "0000:1f:00.2"
+
+
+def units(nic: str, *numbers: int) -> list[str]:
+    return [f"{nic}-{n}" for n in numbers]
+
+
+def rdma_entry(*devices: tuple[str, int]) -> tuple[ContainerDevice, ...]:
+    return tuple(ContainerDevice(list_device_id(bus), "RDMA", n, 0) for bus, n in devices)
+
+
+@pytest.mark.parametrize(
+    ("entry", "chosen", "reused", "mismatch"),
+    [
+        (rdma_entry((VF0, 1)), units(PF0, 7), (), None),  # a VF's units are its PF's
+        (rdma_entry((PF0, 100), (PF1, 100)), units(PF0, 0) + units(PF1, 3), (), None),
+        (rdma_entry((PF0, 100), (PF1, 100)), units(PF1, 0, 1), (), None),  # fewer NICs is fine
+        (rdma_entry((VF0, 1)), units(PF1, 0), (), ((PF1,), (PF0,))),
+        (rdma_entry((PF0, 2)), units(PF0, 0) + units(PF2, 1), (), ((PF0, PF2), (PF0,))),
+        (rdma_entry((VF0, 1)), units(PF1, 4), (f"{PF1}-4",), None),  # handed on by init
+        (rdma_entry(("0000:5e:00.0", 1)), units(PF1, 0), (), None),  # the plan says why
+    ],
+)
+def test_rdma_mismatch(
+    entry: tuple[ContainerDevice, ...],
+    chosen: list[str],
+    reused: tuple[str, ...],
+    mismatch: tuple[tuple[str, ...], tuple[str, ...]] | None,
+) -> None:
+    found = rdma_mismatch(entry, chosen, frozenset(reused), functions=FUNCTIONS)
+    assert (None if found is None else (found.chosen, found.given)) == mismatch
+
+
+AVAILABLE = [*units(PF0, 0, 1, 2), *units(PF1, 0, 1, 2), *units(PF2, 0, 1)]
+
+
+@pytest.mark.parametrize(
+    ("entry", "must", "size", "expected"),
+    [
+        (rdma_entry((VF0, 1)), (), 1, units(PF0, 0)),
+        # the units each NIC is charged, then the entry's NICs in turn
+        (rdma_entry((PF1, 2), (PF0, 1)), (), 3, [*units(PF1, 0, 1), *units(PF0, 0)]),
+        (
+            rdma_entry((PF1, 0), (PF2, 0)),
+            (),
+            4,
+            [*units(PF1, 0), *units(PF2, 0), *units(PF1, 1), *units(PF2, 1)],
+        ),
+        # must-include counts toward its NIC; when the entry's NICs run out, the kubelet's order
+        (rdma_entry((PF2, 2)), units(PF2, 1), 4, [*units(PF2, 1, 0), *units(PF0, 0, 1)]),
+        ((), (), 2, units(PF0, 0, 1)),
+    ],
+)
+def test_preferred_units(
+    entry: tuple[ContainerDevice, ...], must: list[str], size: int, expected: list[str]
+) -> None:
+    chosen = preferred_units(
+        entry, available=AVAILABLE, must_include=must, size=size, functions=FUNCTIONS
+    )
+    assert list(chosen) == expected

@@ -49,6 +49,7 @@ def test_defaults() -> None:
     assert settings.socket_path == Path("/var/lib/kubelet/device-plugins/nvidia-gpu.sock")
     assert settings.hook_path == "/usr/local"
     assert settings.host_root == Path("/")
+    assert settings.pod_resources_socket == Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     assert settings.device_backend == "nvml"
     assert settings.health == HealthChecks()
     assert settings.fail_on_init_error
@@ -99,6 +100,7 @@ def test_environment_and_command_line(config_file: Path) -> None:
         "HAMI_DEVICE_BACKEND": "fake",
         "HAMI_FAKE_DEVICES": "/tmp/gpus.yaml",
         "HAMI_HOST_ROOT": "none",
+        "HAMI_POD_RESOURCES_SOCKET": "none",
         "DP_DISABLE_HEALTHCHECKS": "48",
         "NODE_CONFIG_FILE": "",
     }
@@ -110,6 +112,7 @@ def test_environment_and_command_line(config_file: Path) -> None:
     assert settings.device_backend == "fake"
     assert settings.fake_devices == Path("/tmp/gpus.yaml")
     assert settings.host_root is None
+    assert settings.pod_resources_socket is None
     assert 48 in settings.health.ignored_xids
     overridden = parse_settings(["--device-split-count", "2", "--node-name", "cli"], env)
     assert overridden.node.device_split_count == 2

@@ -9,10 +9,12 @@ Layout (pure modules take plain data and never await):
   :class:`~hami_deviceplugin.settings.Settings`); ``app`` (the wiring and the one lifecycle);
   ``metrics``; ``errors`` (pure: both error trees);
 * ``allocation/``: the Allocate path every plugin shares: ``entries`` and ``pending`` (pure:
-  serving the kubelet's requests from a pod's to-allocate list), ``lookup`` (which pod a call is
-  for), ``flow`` (decide, commit, unlock, fail);
+  serving the kubelet's requests from a pod's to-allocate list), ``identity`` (pure: which pod a
+  call is for, or why none), ``node_pods`` (the node's pods from a watch), ``flow`` (identify,
+  decide, commit, unlock, fail);
 * ``kubelet/``: ``server`` (the unix-socket gRPC server), ``servicer`` (what both plugins'
-  services share), ``link`` (staying registered with the kubelet);
+  services share), ``link`` (staying registered with the kubelet), ``podresources`` (the
+  kubelet's pod-resources API, the first source of identity);
 * ``node/``: ``register`` (pure: the node annotations owed) and ``registrar`` (the loop writing
   them);
 * ``gpu/``: ``backends/`` (nvml, fake), ``inventory``, ``replicas`` and ``plan`` (pure),

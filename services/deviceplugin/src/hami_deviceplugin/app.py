@@ -1,9 +1,9 @@
-"""Wiring: backends, inventories, gRPC servers, kubelet links, registration loop, node watch,
-metrics, all on one :class:`~hami_runtime.lifecycle.Lifecycle`.
+"""Wiring: backends, inventories, gRPC servers, kubelet links, registration loop, node and pod
+watches, metrics, all on one :class:`~hami_runtime.lifecycle.Lifecycle`.
 
 Two device plugins run in one process: the GPU plugin and, when enabled, the RDMA NIC plugin
-(its own socket, kubelet registration, ListAndWatch and Allocate; the same node lock, pod lookup
-and allocation lock as the GPU plugin).
+(its own socket, kubelet registration, ListAndWatch and Allocate; the same identity rule, pod and
+node watches, pod-resources client and allocation lock as the GPU plugin).
 
 :func:`run` enters these steps in dependency order; a shutdown (SIGTERM/SIGINT, the stop event,
 or a background loop failing) leaves them in reverse, each under its bound and all within
@@ -16,8 +16,11 @@ api-client           the Kubernetes client                     closed
 gpu-backend          the GPU backend opened                    closed (NVML shut down)
 events, events-flush the Event writer                          queued Events flushed (≤ 2 s),
                                                                then the writer cancelled
+pod-resources        — (the kubelet's pod-resources client)    its channel closed
 feeds                backend health, NIC rescans, GPU usage    cancelled
-node                 registration loop and node watch          cancelled
+node                 registration loop, node watch, and the    cancelled
+                     watch of the pods bound to this node
+                     (Allocate reads pods and lock there)
 metrics-site         ``/metrics``, ``/healthz``, ``/readyz``   stopped
 allocation-cleanups  —                                         clean-ups of cut-off Allocates
                                                                finish (bounded)
@@ -48,7 +51,8 @@ from typing import Any, Final
 
 import structlog
 
-from hami_deviceplugin.allocation.flow import FlowConfig
+from hami_deviceplugin.allocation.flow import AllocationSources, FlowConfig
+from hami_deviceplugin.allocation.node_pods import NodePods
 from hami_deviceplugin.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig
@@ -60,9 +64,11 @@ from hami_deviceplugin.gpu.plan import AllocateOptions
 from hami_deviceplugin.gpu.servicer import DevicePluginService
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.kubelet.link import KubeletLink
+from hami_deviceplugin.kubelet.podresources import PodResourcesClient
 from hami_deviceplugin.kubelet.server import PluginServer
 from hami_deviceplugin.metrics import PluginMetrics, plugin_version
 from hami_deviceplugin.node.registrar import Registrar
+from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.sources import NicSource
 from hami_deviceplugin.rdma.wiring import (
     RunningRdma,
@@ -113,6 +119,8 @@ class RunningPlugin:
     registrar: Registrar
     allocator: Allocator
     metrics: PluginMetrics
+    node_pods: NodePods
+    """The pods bound to this node, as Allocate reads them."""
     rdma: RunningRdma | None = None
     """None when the RDMA plugin does not run."""
 
@@ -193,23 +201,22 @@ async def _plugin_servers(servers: tuple[PluginServer, ...]) -> AsyncIterator[No
             await server.stop()
 
 
-def _assemble(
+def _gpu_plugin(
     settings: Settings,
     *,
     client: KubeClient,
+    sources: AllocationSources,
     recorder: EventRecorder,
-    gpus: tuple[Gpu, ...],
-    rdma: RunningRdma | None,
+    inventory: Inventory,
     metrics: PluginMetrics,
     lock: asyncio.Lock,
-) -> tuple[Inventory, Allocator, PluginServer, KubeletLink, Registrar]:
+) -> tuple[Allocator, PluginServer, KubeletLink]:
     """The GPU plugin's parts (the RDMA plugin's are
     :func:`~hami_deviceplugin.rdma.wiring.rdma_plugin`)."""
     node = settings.node
-    inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
-    inventory.subscribe(metrics.set_gpus)
     allocator = Allocator(
         client=client,
+        sources=sources,
         inventory=inventory,
         host_dirs=HostDirs(settings.host_root, plugin_version=plugin_version()),
         metrics=metrics,
@@ -222,8 +229,8 @@ def _assemble(
                 memory_scaling=node.device_memory_scaling,
                 disable_core_limit=settings.disable_core_limit,
                 lib_cuda_log_level=node.lib_cuda_log_level,
-                use_kubelet_devices=node.enable_get_preferred_allocation,
             ),
+            resource_name=settings.resource_name,
         ),
         lock=lock,
     )
@@ -232,28 +239,16 @@ def _assemble(
         allocator=allocator,
         split=node.device_split_count,
         numa_topology=node.enable_numa_topology,
-        preferred_available=node.enable_get_preferred_allocation,
     )
     server = PluginServer(settings.socket_path, service)
     link = KubeletLink(
         server=server,
         kubelet_socket=settings.kubelet_socket,
         resource_name=settings.resource_name,
-        preferred_available=node.enable_get_preferred_allocation,
         metrics=metrics,
         poll_interval=settings.kubelet_poll_interval_s,
     )
-    registrar = Registrar(
-        client=client,
-        node_name=settings.node_name,
-        inventory=inventory,
-        node=node,
-        metrics=metrics,
-        interval=settings.register_interval_s,
-        retry_interval=settings.register_retry_interval_s,
-        nics=None if rdma is None else rdma.inventory,
-    )
-    return inventory, allocator, server, link, registrar
+    return allocator, server, link
 
 
 async def run(
@@ -286,26 +281,48 @@ async def run(
         events.spawn("events", recorder.run())
         life.on_exit("events-flush", recorder.flush, within=EVENT_FLUSH_S)
 
+        node = settings.node
+        inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
+        inventory.subscribe(metrics.set_gpus)
+        nic_inventory = None if nics is None else NicInventory(nics)
+        registrar = Registrar(
+            client=client,
+            node_name=node_name,
+            inventory=inventory,
+            node=node,
+            metrics=metrics,
+            interval=settings.register_interval_s,
+            retry_interval=settings.register_retry_interval_s,
+            nics=nic_inventory,
+        )
+        pod_resources = PodResourcesClient(settings.pod_resources_socket)
+        life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
+        sources = AllocationSources(
+            pods=NodePods(client, node_name),
+            node=registrar.cached_node,
+            pod_resources=pod_resources,
+        )
         lock = asyncio.Lock()  # one allocation at a time, GPU and RDMA alike
         rdma = (
             None
-            if nics is None
+            if nic_inventory is None
             else rdma_plugin(
                 settings,
                 source=nic_source,
-                nics=nics,
+                inventory=nic_inventory,
                 client=client,
+                sources=sources,
                 metrics=metrics,
                 recorder=recorder,
                 lock=lock,
             )
         )
-        inventory, allocator, server, link, registrar = _assemble(
+        allocator, server, link = _gpu_plugin(
             settings,
             client=client,
+            sources=sources,
             recorder=recorder,
-            gpus=gpus,
-            rdma=rdma,
+            inventory=inventory,
             metrics=metrics,
             lock=lock,
         )
@@ -318,7 +335,8 @@ async def run(
 
         node_loops = await life.tasks("node", within=CLOSE_S)
         node_loops.spawn("node-register", registrar.run())
-        node_loops.spawn("node-watch", registrar.node_reflector().run())
+        node_loops.spawn("node-watch", registrar.node_watch.run())
+        node_loops.spawn("pod-watch", sources.pods.reflector.run())
 
         metrics_port = await life.enter(
             "metrics-site",
@@ -338,6 +356,7 @@ async def run(
             registrar=registrar,
             allocator=allocator,
             metrics=metrics,
+            node_pods=sources.pods,
             rdma=rdma,
         )
         life.on_exit("allocation-cleanups", running.drain_allocations)

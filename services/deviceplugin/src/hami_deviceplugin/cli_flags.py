@@ -8,6 +8,10 @@ flag names upper-cased (``DEVICE_SPLIT_COUNT``, ...), ``HOOK_PATH`` for ``--hook
 take ``HAMI_`` + the upper-cased name (``--fake-devices`` → ``HAMI_FAKE_DEVICES``).  A flag on the
 command line wins over its environment variable.
 
+``--pod-resources-socket`` (``HAMI_POD_RESOURCES_SOCKET``, default
+``/var/lib/kubelet/pod-resources/kubelet.sock``; ``none`` turns it off) is where the kubelet's
+pod-resources API is asked which pod an Allocate is for.
+
 RDMA (a second plugin in the same process, see the README): ``--enable-rdma`` (``auto``, the
 default, serves it when NICs are found at start; ``true``; ``false``), ``--rdma-resource-name``
 (default ``koordinator.sh/rdma``), ``--rdma-socket-name`` (default from the resource name,
@@ -26,7 +30,7 @@ import argparse
 from collections.abc import Callable
 from typing import Final
 
-from hami_kubelet_api.constants import KUBELET_SOCKET
+from hami_kubelet_api.constants import KUBELET_SOCKET, POD_RESOURCES_SOCKET
 from hami_protocol.topology.layout import RDMA_RESOURCE
 from hami_runtime import flags
 from hami_runtime.flags import Flag, parse_bool
@@ -127,6 +131,12 @@ FLAGS: Final = (
         KUBELET_SOCKET,
         "kubelet registration socket",
         env="KUBELET_SOCKET",
+    ),
+    Flag(
+        ("--pod-resources-socket",),
+        "pod_resources_socket",
+        POD_RESOURCES_SOCKET,
+        "the kubelet's pod-resources socket (which pod an Allocate is for); 'none': not used",
     ),
     Flag(
         ("--mig-strategy",),

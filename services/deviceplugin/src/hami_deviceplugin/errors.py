@@ -6,13 +6,12 @@
     ├── BackendError                  a GPU backend or NIC source cannot start
     │   └── FakeDevicesError          the fake devices file is missing or malformed
     └── AllocateError (kind)          an Allocate is refused; ``kind`` picks the gRPC status
-        └── VanishedLockOwnerError    the node lock names a pod that does not exist
 
 A :class:`BackendError` at start stops the daemon under ``--fail-on-init-error`` (else it runs
 without those devices); later, sources log and keep their previous list.  An
-:class:`AllocateError` never escapes the Allocate path: the pod is marked failed, the node lock
-released, and the kubelet gets the message as a gRPC error (it then rejects the pod with
-``UnexpectedAdmissionError``).
+:class:`AllocateError` never escapes the Allocate path: a pod we placed is marked failed and its
+node lock released, and the kubelet gets the message as a gRPC error (it then rejects the pod
+with ``UnexpectedAdmissionError``).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ __all__ = [
     "BackendError",
     "FailureKind",
     "FakeDevicesError",
-    "VanishedLockOwnerError",
     "invalid",
 ]
 
@@ -40,7 +38,7 @@ class FakeDevicesError(BackendError):
 class FailureKind(StrEnum):
     """Why an allocation failed; the gRPC layer maps it to a status code."""
 
-    NO_POD = "no_pod"  # no pod could be identified
+    NO_POD = "no_pod"  # no pod of ours could be identified
     INVALID = "invalid"  # annotations or request do not fit together
     API = "api"  # the API server could not be read or written
     HOST = "host"  # host directories could not be prepared
@@ -58,15 +56,3 @@ class AllocateError(Exception):
 def invalid(message: str) -> AllocateError:
     """The pod's annotations and the kubelet's request do not fit together."""
     return AllocateError(FailureKind.INVALID, message)
-
-
-class VanishedLockOwnerError(AllocateError):
-    """The node lock names a pod that does not exist (any more)."""
-
-    def __init__(self, namespace: str, name: str, value: str) -> None:
-        super().__init__(
-            FailureKind.NO_POD,
-            f"node lock {value!r} names pod {namespace}/{name}, which does not exist",
-        )
-        self.namespace = namespace
-        self.name = name

@@ -38,7 +38,7 @@ from hami_deviceplugin.cli_flags import (
 )
 from hami_deviceplugin.gpu.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
-from hami_kubelet_api.constants import KUBELET_SOCKET
+from hami_kubelet_api.constants import KUBELET_SOCKET, POD_RESOURCES_SOCKET
 from hami_protocol.config.device import DeviceConfig
 from hami_protocol.config.node import NodeSettings, effective_node_config, parse_node_configs
 from hami_protocol.errors import ConfigError
@@ -71,6 +71,8 @@ class Settings:
     node: NodeSettings = field(default_factory=NodeSettings)
     """This node's effective settings (split count, scaling, filters, ...)."""
     kubelet_socket: Path = Path(KUBELET_SOCKET)
+    pod_resources_socket: Path | None = Path(POD_RESOURCES_SOCKET)
+    """The kubelet's pod-resources API; None: pods are identified without it."""
     socket_name: str = ""
     """The plugin's socket file in the kubelet's plugin dir ("" = derived from the resource)."""
     device_backend: BackendKind = "nvml"
@@ -186,7 +188,8 @@ def _node_config_path(given: Mapping[str, Any]) -> str | None:
     return DEFAULT_NODE_CONFIG_FILE if os.path.isfile(DEFAULT_NODE_CONFIG_FILE) else None
 
 
-def _host_root(text: str) -> Path | None:
+def _optional_path(text: str) -> Path | None:
+    """``none`` (or nothing) → None."""
     return None if text.strip().lower() in {"", "none"} else Path(text)
 
 
@@ -223,12 +226,13 @@ def parse_settings(
             device_config=config,
             node=node,
             kubelet_socket=Path(value["kubelet_socket"]),
+            pod_resources_socket=_optional_path(str(value["pod_resources_socket"])),
             socket_name=str(given.get("socket_name") or ""),
             device_backend=cast("BackendKind", value["device_backend"]),
             fake_devices=Path(fake) if fake else None,
             sysfs_root=Path(value["sysfs_root"]),
             hook_path=str(value["hook_path"]),
-            host_root=_host_root(str(value["host_root"])),
+            host_root=_optional_path(str(value["host_root"])),
             kube=KubeSettings(
                 kube_url=given.get("kube_url") or None,
                 kubeconfig=given.get("kubeconfig") or None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from hami_deviceplugin.allocation.pending import others_pending
 from hami_deviceplugin.errors import invalid
@@ -39,6 +39,7 @@ from hami_protocol.pod.devices import (
 __all__ = [
     "AllocatingContainer",
     "AllocatingPod",
+    "ContainerKind",
     "ContainerTurn",
     "ListPlan",
     "allocating_pod",
@@ -52,12 +53,17 @@ G = TypeVar("G")
 _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 
 
+ContainerKind = Literal["init", "sidecar", "app"]
+"""An ordinary init container, a restartable one (sidecar), or an app container."""
+
+
 @dataclass(frozen=True, slots=True)
 class AllocatingContainer:
     name: str
     disable_control: bool = False
     limits: tuple[tuple[str, str], ...] = ()
     """Resource limits (requests where no limit is given), as written, sorted by name."""
+    kind: ContainerKind = "app"
 
     def limit(self, resource: str) -> str | None:
         return next((value for name, value in self.limits if name == resource), None)
@@ -65,13 +71,25 @@ class AllocatingContainer:
 
 @dataclass(frozen=True, slots=True)
 class AllocatingPod:
-    """What Allocate reads from a pod: identity, containers (init first), annotations."""
+    """What Allocate reads from a pod: identity, containers (init first), annotations, and the
+    state the identity rule (:mod:`hami_deviceplugin.allocation.identity`) looks at."""
 
     namespace: str
     name: str
     uid: str
     containers: tuple[AllocatingContainer, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    node_name: str = ""
+    phase: str = ""
+    """``status.phase``; "" (not reported yet) reads as Pending."""
+    deleting: bool = False
+    scheduler_name: str = ""
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,18 +137,30 @@ def _limits(container: ContainerView) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(merged.items()))
 
 
+def _container(container: ContainerView, kind: ContainerKind) -> AllocatingContainer:
+    return AllocatingContainer(
+        container.name, _disable_control(container), _limits(container), kind
+    )
+
+
 def allocating_pod(raw: Mapping[str, Any]) -> AllocatingPod:
     """The parts of a pod object Allocate needs (a missing or mistyped field reads as empty)."""
     pod = PodView(raw)
+    init = tuple(
+        _container(c, "sidecar" if c.restart_policy == "Always" else "init")
+        for c in pod.init_containers
+    )
     return AllocatingPod(
         namespace=pod.namespace,
         name=pod.name,
         uid=pod.uid,
-        containers=tuple(
-            AllocatingContainer(c.name, _disable_control(c), _limits(c))
-            for c in pod.all_containers()
-        ),
+        containers=init + tuple(_container(c, "app") for c in pod.containers),
         annotations=dict(pod.annotations),
+        node_name=pod.node_name,
+        phase=pod.phase,
+        deleting=pod.deleting,
+        scheduler_name=pod.scheduler_name,
+        resource_version=pod.resource_version,
     )
 
 

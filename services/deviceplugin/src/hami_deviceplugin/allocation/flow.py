@@ -1,24 +1,37 @@
-"""The Allocate path every plugin of this daemon shares: find the pod, decide, commit, unlock.
+"""The Allocate path every plugin of this daemon shares: identify the pod, decide, commit, unlock.
 
-One allocation at a time (HAMi holds a process-wide mutex for the whole call; the GPU and RDMA
-plugins of one daemon share one lock), each under its own deadline (default 3 s).  Steps:
+One allocation at a time (the GPU and RDMA plugins of one daemon share one lock), each under its
+own deadline (default 3 s).  Steps:
 
-1. read the node (its lock names the pod) and the pod (:mod:`hami_deviceplugin.allocation.lookup`);
-2. the plugin decides every container's answer (:meth:`PodAllocationFlow._decide`, pure apart
-   from host preparation) and which pod annotations that consumes;
-3. one merge patch on the pod commits the decision: the rewritten ``-devices-to-allocate`` and,
-   when no list of any vendor waits any more, ``bind-phase: success``, guarded by the pod's
-   resourceVersion (a concurrent change, e.g. the other plugin's commit, makes us re-read and
-   decide again, so the last consumer always sees every list);
-4. when the pod is done the node lock is released (resourceVersion-guarded, only if the lock is
-   this pod's or a legacy one).
+1. **identify** the pod (:mod:`hami_deviceplugin.allocation.identity`) from the kubelet's
+   pod-resources listing and the node's pods as the watch has them
+   (:class:`~hami_deviceplugin.allocation.node_pods.NodePods`); a listed pod the watch lacks costs
+   one GET, the rule without a listing one LIST;
+2. check that the pod's next entries name what the kubelet allocated, and let the plugin decide
+   every container's answer (:meth:`PodAllocationFlow._decide`, pure apart from host
+   preparation) and which annotations that consumes;
+3. **commit** with one merge patch on the pod, guarded by the resourceVersion it was decided on:
+   the rewritten ``-devices-to-allocate`` and, when no list of any vendor waits any more,
+   ``bind-phase: success`` and the ``hami.io/vgpu-node`` label (HAMi's tools select by it).  A
+   409 (the other plugin committed, the watch was behind) re-reads the pod (one GET) and goes
+   back to 2, so the last consumer always sees every list;
+4. when the pod is done, **release the node lock** if (and only if) it names that pod: one JSON
+   patch that tests the lock's value and removes it, so a lock taken meanwhile by another pod is
+   never removed.  The lock's value comes from the node watch; the lock plays no part in 1.
 
-Any failure before the commit (bad annotations, no pod, API errors, the deadline) writes
-``bind-phase: failed`` on the pod, releases the lock, records a Warning Event (``AllocateFailed``)
-on the pod (on the node when no pod is known) and raises
-:class:`~hami_deviceplugin.errors.AllocateError` for the gRPC layer.  Because the commit is a
-single patch, a failure never leaves a list half consumed.  A lock that cannot be released after a
-successful commit is logged; the scheduler's lock expiry is the backstop.
+API cost of a served call: 1 write (2 for the pod that completes: the lock release), 0 reads
+when the watch holds the pod.
+
+A refusal or failure gives the kubelet a gRPC error with the reason
+(:class:`~hami_deviceplugin.errors.AllocateError`) and records a Warning Event
+(``AllocateFailed``) on the pod when it is known, else on the node.  A pod placed by us that was
+identified is marked ``bind-phase: failed`` (one merge patch) and its lock released; a pod not
+placed by us is left as it is; when no pod could be identified nothing is written.  Because the
+commit is a single patch, a failure never leaves a list half consumed.  A lock that cannot be
+released after a successful commit is logged; the scheduler frees a finished owner's lock.
+
+Device ids answered to a pod are remembered while it allocates: the kubelet hands an init
+container's devices on to the next container, and those ids match any entry of the same pod.
 
 An Allocate cut off by a shutdown (the gRPC server cancels calls still running after its grace)
 still cleans up, in a task of its own; :meth:`PodAllocationFlow.drain` lets those finish, within
@@ -30,36 +43,64 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import structlog
 
 from hami_deviceplugin.allocation.entries import AllocatingPod, ListPlan, allocating_pod
-from hami_deviceplugin.allocation.lookup import find_pod, lock_owner
-from hami_deviceplugin.errors import AllocateError, FailureKind, VanishedLockOwnerError
-from hami_kube.errors import ConflictError, KubeError, NotFoundError
+from hami_deviceplugin.allocation.identity import (
+    DeviceList,
+    Evidence,
+    Fetch,
+    Identified,
+    ListedPod,
+    Refusal,
+    Relist,
+    check_entries,
+    find,
+    next_entries,
+    placed_by_us,
+)
+from hami_deviceplugin.allocation.node_pods import NodePods
+from hami_deviceplugin.errors import AllocateError, FailureKind
+from hami_deviceplugin.kubelet.podresources import PodResourcesClient
+from hami_kube.errors import ConflictError, InvalidError, KubeError, NotFoundError
 from hami_kube.events import EventRecorder, EventType, ObjectReference
-from hami_kube.objects import NodeView, PodView
+from hami_kube.objects import NodeView
 from hami_kube.patch import patch_metadata
 from hami_kube.resources import NODES, PODS, JsonObject
-from hami_kube.rest import KubeClient
-from hami_protocol.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_PHASE_SUCCESS, NODE_LOCK
-from hami_protocol.node.lock import ReleaseAction, decide_release
+from hami_kube.rest import KubeClient, PatchType
+from hami_protocol.errors import DecodeError
+from hami_protocol.keys import (
+    BIND_PHASE,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    NODE_LOCK,
+    VGPU_NODE,
+)
+from hami_protocol.node.lock import decode_node_lock
+from hami_protocol.pod.devices import ContainerDevices
 
 __all__ = [
     "EVENT_REASON",
     "AllocationDecision",
+    "AllocationSources",
     "FlowConfig",
     "Observe",
     "PodAllocationFlow",
+    "PreferredRequest",
     "list_decision",
 ]
 
 log = structlog.get_logger(__name__)
 
-EVENT_REASON = "AllocateFailed"
+EVENT_REASON: Final = "AllocateFailed"
+_LOCK_PATH: Final = "/metadata/annotations/" + NODE_LOCK.replace("~", "~0").replace("/", "~1")
+_ANSWERED_PODS: Final = 256
+"""Pods whose answered device ids are remembered at most (oldest forgotten first)."""
 
 R = TypeVar("R")
 P = TypeVar("P")
@@ -76,6 +117,26 @@ class FlowConfig:
     failure_timeout_s: float = 3.0
     """Budget for writing bind-phase failed, unlocking and queueing the Event after a failure."""
     conflict_attempts: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSources:
+    """What every plugin's Allocate reads: the node's pods, the node (its lock) from the node
+    watch, and the kubelet's pod-resources API."""
+
+    pods: NodePods
+    node: Callable[[], JsonObject | None]
+    """The node as the node watch has it; None before the watch delivered it."""
+    pod_resources: PodResourcesClient
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredRequest:
+    """One container request of ``GetPreferredAllocation``."""
+
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,42 +171,108 @@ def list_decision(
 
 @dataclass(slots=True)
 class _Attempt:
-    node: JsonObject | None = None
-    target: tuple[str, str] | None = None
-    """``(namespace, name)`` of the pod, known from the lock even before the pod is read."""
-    pod: JsonObject | None = None
+    pod: AllocatingPod | None = None
+    """The pod identified (or refused by name)."""
+    via: str = ""
     committed: bool = False
 
 
+def _reference(pod: AllocatingPod) -> ObjectReference:
+    return ObjectReference(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid)
+
+
 class PodAllocationFlow(ABC, Generic[R, P]):
-    """Subclasses say how to decide; this class finds the pod, commits, unlocks, fails."""
+    """Subclasses say which list they serve and how to decide; this class identifies the pod,
+    commits, unlocks, fails."""
 
     def __init__(
         self,
         *,
         client: KubeClient,
         flow: FlowConfig,
+        sources: AllocationSources,
         observe: Observe,
         recorder: EventRecorder | None = None,
         lock: asyncio.Lock | None = None,
     ) -> None:
         self._client = client
         self._flow = flow
+        self._sources = sources
         self._observe = observe
         self._recorder = recorder
         self._lock = lock or asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        self._answered: OrderedDict[str, frozenset[str]] = OrderedDict()
 
     # --- what a plugin provides ---------------------------------------------------------------
     @abstractmethod
+    def _devices(self) -> DeviceList:
+        """The plugin's resource and list, as the identity rule reads them (now)."""
+
+    @abstractmethod
     async def _prepare(self, requests: Sequence[Sequence[str]]) -> P:
-        """Once per call, after the pod is found (host layout, fresh names, ...)."""
+        """Once per call, after the pod is identified (host layout, fresh names, ...)."""
 
     @abstractmethod
     async def _decide(
         self, pod: AllocatingPod, requests: Sequence[Sequence[str]], prepared: P
     ) -> AllocationDecision[R]:
         """The answer for ``pod`` as just read; called again after a write conflict."""
+
+    # --- identity -----------------------------------------------------------------------------
+    async def _find(
+        self, requests: tuple[tuple[str, ...], ...], *, reads: bool
+    ) -> tuple[Identified | Refusal, Mapping[str, JsonObject]]:
+        """The pod the kubelet is admitting, and the pods it was found among.  ``reads``: a
+        miss may cost a GET and a LIST (Allocate); otherwise the watch cache is taken as it is
+        (a preference)."""
+        devices = self._devices()
+        listing: tuple[ListedPod, ...] | None = await self._sources.pod_resources.list()
+        pods = self._sources.pods.snapshot()
+        fresh = not reads
+        gone: set[str] = set()
+        for _ in range(3):
+            evidence = Evidence(
+                node_name=self._flow.node_name,
+                requests=requests,
+                pods={key: allocating_pod(raw) for key, raw in pods.items()},
+                fresh=fresh,
+                listing=listing,
+                gone=frozenset(gone),
+                answered=self._answered,
+            )
+            outcome = find(evidence, devices)
+            if isinstance(outcome, Fetch):
+                for key in outcome.keys:
+                    found = await self._sources.pods.fetch(key)
+                    if found is None:
+                        gone.add(key)
+                    else:
+                        pods[key] = found
+                continue
+            if isinstance(outcome, Relist):
+                pods = await self._sources.pods.relist()
+                fresh = True
+                gone.update(p.key for p in listing or () if p.key not in pods)
+                continue
+            return outcome, pods
+        raise AllocateError(FailureKind.INTERNAL, "the pod could not be identified")
+
+    async def preferred_entries(self, requests: int) -> tuple[ContainerDevices, ...]:
+        """For a ``GetPreferredAllocation`` of ``requests`` containers: the next entries of the
+        pod it is for, found in the watch cache (a listed pod it lacks costs a GET); () when no
+        single pod is known for sure (the plugin then prefers nothing)."""
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._flow.timeout_s):
+                    asked = tuple(() for _ in range(requests))
+                    outcome, _ = await self._find(asked, reads=False)
+                    if isinstance(outcome, Identified):
+                        return next_entries(outcome.pod, self._devices(), requests)
+                    log.info("no preference", reason=outcome.message)
+            except (AllocateError, KubeError, TimeoutError) as exc:
+                log.info("no preference: the pod cannot be read", error=str(exc))
+            return ()
 
     # --- Allocate -----------------------------------------------------------------------------
     async def allocate(self, requests: Sequence[Sequence[str]]) -> R:
@@ -155,7 +282,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
             attempt = _Attempt()
             try:
                 async with asyncio.timeout(self._flow.timeout_s):
-                    decision = await self._commit(requests, attempt)
+                    decision = await self._allocate(requests, attempt)
             except AllocateError as exc:
                 failure = exc
             except TimeoutError:
@@ -175,8 +302,10 @@ class PodAllocationFlow(ABC, Generic[R, P]):
                 log.exception("allocation crashed")
                 failure = AllocateError(FailureKind.INTERNAL, f"internal error: {exc!r}")
             else:
-                if decision.done and attempt.pod is not None:
-                    await self._unlock_after_success(attempt)
+                assert attempt.pod is not None
+                self._remember_answer(attempt.pod, requests, done=decision.done)
+                if decision.done:
+                    await self._unlock_after_success(attempt.pod)
                 self._observe(ok=True, seconds=time.perf_counter() - started)
                 return decision.result
             await self._fail(failure, attempt)
@@ -185,134 +314,154 @@ class PodAllocationFlow(ABC, Generic[R, P]):
             )
             raise failure
 
-    async def _commit(
+    async def _allocate(
         self, requests: Sequence[Sequence[str]], attempt: _Attempt
     ) -> AllocationDecision[R]:
-        node_name = self._flow.node_name
-        attempt.node = await self._client.get(NODES, node_name)
-        lock = lock_owner(NodeView(attempt.node).annotations)
-        if lock is not None:
-            attempt.target = (lock.namespace, lock.pod)
-        found = await find_pod(self._client, node_name=node_name, node=attempt.node)
-        attempt.pod = found.pod
-        found_pod = PodView(found.pod)
-        attempt.target = (found_pod.namespace, found_pod.name)
+        asked = tuple(tuple(ids) for ids in requests)
+        outcome, pods = await self._find(asked, reads=True)
+        attempt.pod = outcome.pod
+        if isinstance(outcome, Refusal):
+            raise outcome.error()
+        attempt.via = outcome.via
+        raw: JsonObject | None = pods[outcome.pod.key]
         prepared = await self._prepare(requests)
+        devices = self._devices()
         for _ in range(self._flow.conflict_attempts):
-            pod = PodView(attempt.pod)
-            decision = await self._decide(allocating_pod(pod.raw), requests, prepared)
+            if raw is None:
+                raise AllocateError(
+                    FailureKind.NO_POD, f"pod {outcome.pod.key} was deleted while it was allocated"
+                )
+            pod = allocating_pod(raw)
+            attempt.pod = pod
+            refused = check_entries(pod, devices, asked, self._answered)
+            if refused is not None:
+                raise refused.error()
+            decision = await self._decide(pod, requests, prepared)
             writes = dict(decision.writes)
+            labels = None
             if decision.done:
                 writes[BIND_PHASE] = BIND_PHASE_SUCCESS
-            namespace, name = pod.namespace, pod.name
+                labels = {VGPU_NODE: self._flow.node_name}
             try:
-                attempt.pod = await patch_metadata(
+                raw = await patch_metadata(
                     self._client,
                     PODS,
-                    name,
-                    namespace=namespace,
+                    pod.name,
+                    namespace=pod.namespace,
                     annotations=writes,
+                    labels=labels,
                     resource_version=pod.resource_version,
                 )
             except ConflictError:
-                attempt.pod = await self._client.get(PODS, name, namespace=namespace)
+                raw = await self._sources.pods.fetch(pod.key)
                 continue
+            self._sources.pods.remember(raw)
             attempt.committed = True
             log.info(
                 "allocated",
-                pod=f"{namespace}/{name}",
-                via=found.via,
+                pod=pod.key,
+                via=attempt.via,
                 done=decision.done,
                 **decision.summary,
             )
             return decision
         raise AllocateError(FailureKind.API, "the pod kept changing while it was being allocated")
 
-    # --- the node lock ------------------------------------------------------------------------
-    async def _release_lock(
-        self, namespace: str, name: str, node: JsonObject | None = None
+    def _remember_answer(
+        self, pod: AllocatingPod, requests: Sequence[Sequence[str]], *, done: bool
     ) -> None:
-        """Release the node lock if it is ``namespace/name``'s (or a legacy one)."""
+        if done:
+            self._answered.pop(pod.uid, None)
+            return
+        given = self._answered.pop(pod.uid, frozenset())
+        self._answered[pod.uid] = given.union(*requests)
+        while len(self._answered) > _ANSWERED_PODS:
+            self._answered.popitem(last=False)
+
+    # --- the node lock ------------------------------------------------------------------------
+    async def _release_lock(self, pod: AllocatingPod) -> None:
+        """Remove the node lock if it names ``pod`` (a lock of anyone else's stays)."""
+        node = self._sources.node()
         for _ in range(self._flow.conflict_attempts):
             if node is None:
                 node = await self._client.get(NODES, self._flow.node_name)
-            view = NodeView(node)
-            value = view.annotations.get(NODE_LOCK)
-            if decide_release(value, namespace=namespace, pod=name) is ReleaseAction.NOOP:
+            value = NodeView(node).annotations.get(NODE_LOCK)
+            if value is None:
                 return
             try:
-                await patch_metadata(
-                    self._client,
-                    NODES,
-                    self._flow.node_name,
-                    annotations={NODE_LOCK: None},
-                    resource_version=view.resource_version,
+                lock = decode_node_lock(value)
+            except DecodeError:
+                return
+            if not lock.owned_by(pod.namespace, pod.name):
+                return
+            test_and_remove: list[dict[str, str]] = [
+                {"op": "test", "path": _LOCK_PATH, "value": value},
+                {"op": "remove", "path": _LOCK_PATH},
+            ]
+            try:
+                await self._client.patch(
+                    NODES, self._flow.node_name, test_and_remove, patch_type=PatchType.JSON
                 )
-            except ConflictError:
-                node = None
+            except InvalidError:
+                node = None  # the lock changed since it was read: read it again
                 continue
+            except NotFoundError:
+                return
             return
-        raise AllocateError(FailureKind.API, "the node kept changing while its lock was released")
+        raise AllocateError(FailureKind.API, "the node lock kept changing while it was released")
 
-    async def _unlock_after_success(self, attempt: _Attempt) -> None:
-        assert attempt.pod is not None
-        pod = PodView(attempt.pod)
-        namespace, name = pod.namespace, pod.name
+    async def _unlock_after_success(self, pod: AllocatingPod) -> None:
         try:
             async with asyncio.timeout(self._flow.failure_timeout_s):
-                await self._release_lock(namespace, name, attempt.node)
+                await self._release_lock(pod)
         except (KubeError, AllocateError, TimeoutError) as exc:
             log.error(
-                "node lock not released after a successful allocation; it expires on its own",
-                pod=f"{namespace}/{name}",
+                "node lock not released after a successful allocation; the scheduler frees it",
+                pod=pod.key,
                 error=str(exc),
             )
 
     # --- failure ------------------------------------------------------------------------------
     async def _fail(self, failure: AllocateError, attempt: _Attempt) -> None:
-        target = None if isinstance(failure, VanishedLockOwnerError) else attempt.target
+        pod = attempt.pod
+        placed = pod is not None and placed_by_us(pod)
         log.warning(
             "allocation failed",
             reason=failure.kind.value,
             error=failure.message,
-            pod="/".join(target) if target is not None else None,
+            pod=None if pod is None else pod.key,
         )
-        owner = (
-            (failure.namespace, failure.name)
-            if isinstance(failure, VanishedLockOwnerError)
-            else target
-        )
-        try:
-            async with asyncio.timeout(self._flow.failure_timeout_s):
-                if target is not None:
-                    await self._mark_failed(*target)
-                if owner is not None:
-                    await self._release_lock(*owner)
-        except (KubeError, AllocateError, TimeoutError) as exc:
-            log.error("cleanup after a failed allocation incomplete", error=str(exc))
+        if pod is not None and placed:
+            self._answered.pop(pod.uid, None)
+            try:
+                async with asyncio.timeout(self._flow.failure_timeout_s):
+                    await self._mark_failed(pod)
+                    await self._release_lock(pod)
+            except (KubeError, AllocateError, TimeoutError) as exc:
+                log.error("cleanup after a failed allocation incomplete", error=str(exc))
         if self._recorder is not None:
-            involved: ObjectReference | Mapping[str, Any]
-            if attempt.pod is not None and target is not None:
-                involved = attempt.pod
-            elif target is not None:
-                involved = ObjectReference(kind="Pod", namespace=target[0], name=target[1])
-            else:
-                involved = ObjectReference(kind="Node", name=self._flow.node_name)
+            involved = (
+                ObjectReference(kind="Node", name=self._flow.node_name)
+                if pod is None
+                else _reference(pod)
+            )
             self._recorder.emit(involved, EventType.WARNING, EVENT_REASON, failure.message)
 
-    async def _mark_failed(self, namespace: str, name: str) -> None:
+    async def _mark_failed(self, pod: AllocatingPod) -> None:
         try:
-            await patch_metadata(
+            raw = await patch_metadata(
                 self._client,
                 PODS,
-                name,
-                namespace=namespace,
+                pod.name,
+                namespace=pod.namespace,
                 annotations={BIND_PHASE: BIND_PHASE_FAILED},
             )
         except NotFoundError:
             return
         except KubeError as exc:
-            log.error("cannot mark the pod failed", pod=f"{namespace}/{name}", error=str(exc))
+            log.error("cannot mark the pod failed", pod=pod.key, error=str(exc))
+            return
+        self._sources.pods.remember(raw)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)

@@ -5,7 +5,10 @@ Per call: the host layout under ``HOOK_PATH`` is read and one fresh shared-cache
 container; :func:`~hami_deviceplugin.gpu.plan.plan_allocation` decides every container's answer;
 the containers' host directories are created; the flow commits the consumed list (and
 ``bind-phase: success`` when no list of any vendor, RDMA included, is left) and unlocks.
-``GetPreferredAllocation`` names replicas of the GPUs the next waiting container was given.
+``GetPreferredAllocation`` names replicas of the GPUs the identified pod's next entry names
+(:func:`~hami_deviceplugin.gpu.plan.preferred_replicas`), so the replicas the kubelet then
+allocates name those GPUs, as the identity rule requires; when the pod is not known for sure it
+answers the kubelet's own order.
 """
 
 from __future__ import annotations
@@ -15,37 +18,32 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import structlog
-
-from hami_deviceplugin.allocation.entries import AllocatingPod, allocating_pod
+from hami_deviceplugin.allocation.entries import AllocatingPod
 from hami_deviceplugin.allocation.flow import (
     AllocationDecision,
+    AllocationSources,
     FlowConfig,
     PodAllocationFlow,
+    PreferredRequest,
     list_decision,
 )
-from hami_deviceplugin.allocation.lookup import find_pod
-from hami_deviceplugin.errors import AllocateError
+from hami_deviceplugin.allocation.identity import DeviceList
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.plan import (
     AllocateOptions,
     ContainerGrant,
     HookLayout,
-    next_entry_uuids,
+    gpu_device_list,
     plan_allocation,
     preferred_replicas,
 )
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
-from hami_kube.errors import KubeError
 from hami_kube.events import EventRecorder
-from hami_kube.resources import NODES
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import NVIDIA_DEVICES_TO_ALLOCATE
 
-__all__ = ["Allocator", "AllocatorConfig", "PreferredRequest"]
-
-log = structlog.get_logger(__name__)
+__all__ = ["Allocator", "AllocatorConfig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +52,7 @@ class AllocatorConfig:
     """The node, the deadlines and the conflict retries every plugin's Allocate path shares."""
     hook_path: str
     options: AllocateOptions
-
-
-@dataclass(frozen=True, slots=True)
-class PreferredRequest:
-    available: tuple[str, ...]
-    must_include: tuple[str, ...]
-    size: int
+    resource_name: str = "nvidia.com/gpu"
 
 
 _Prepared = tuple[HookLayout, list[str]]
@@ -71,6 +63,7 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
         self,
         *,
         client: KubeClient,
+        sources: AllocationSources,
         inventory: Inventory,
         host_dirs: HostDirs,
         metrics: PluginMetrics,
@@ -82,6 +75,7 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
         super().__init__(
             client=client,
             flow=config.flow,
+            sources=sources,
             observe=metrics.observe_allocate,
             recorder=recorder,
             lock=lock,
@@ -90,6 +84,9 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
         self._host = host_dirs
         self._config = config
         self._cache_name = cache_name
+
+    def _devices(self) -> DeviceList:
+        return gpu_device_list(self._config.resource_name, self._inventory.replica_owners)
 
     async def _prepare(self, requests: Sequence[Sequence[str]]) -> _Prepared:
         layout = await self._host.layout(self._config.hook_path)
@@ -103,7 +100,6 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
             pod,
             requests,
             gpus=self._inventory.uuids(),
-            owners=self._inventory.replica_owners,
             options=self._config.options,
             layout=layout,
             cache_names=names,
@@ -117,24 +113,17 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
 
     # --- GetPreferredAllocation ---------------------------------------------------------------
     async def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
-        """Replicas of the GPUs the next waiting container was given (kubelet order otherwise)."""
-        async with self._lock:
-            uuids: tuple[str, ...] = ()
-            try:
-                async with asyncio.timeout(self._flow.timeout_s):
-                    node = await self._client.get(NODES, self._flow.node_name)
-                    found = await find_pod(self._client, node_name=self._flow.node_name, node=node)
-                uuids = next_entry_uuids(allocating_pod(found.pod))
-            except (AllocateError, KubeError, TimeoutError) as exc:
-                log.info("no preference: the pod cannot be read", error=str(exc))
-            owners = self._inventory.replica_owners
-            return [
-                preferred_replicas(
-                    uuids,
-                    available=request.available,
-                    must_include=request.must_include,
-                    size=request.size,
-                    owners=owners,
-                )
-                for request in requests
-            ]
+        """Replicas of the GPUs the identified pod's next entries name, one entry per request
+        (the kubelet's order when the pod is not known for sure)."""
+        entries = await self.preferred_entries(len(requests))
+        owners = self._inventory.replica_owners
+        return [
+            preferred_replicas(
+                tuple(device.uuid for device in entries[number]) if number < len(entries) else (),
+                available=request.available,
+                must_include=request.must_include,
+                size=request.size,
+                owners=owners,
+            )
+            for number, request in enumerate(requests)
+        ]

@@ -2,9 +2,11 @@
 and the kubelet's request to each container's answer.
 
 Which entry serves which request, and what makes the pod done, is
-:func:`~hami_deviceplugin.allocation.entries.consume_entries` (shared with the RDMA plugin).  The
-answer
-is HAMi-core's contract (HAMi ``plugin/server.go``):
+:func:`~hami_deviceplugin.allocation.entries.consume_entries` (shared with the RDMA plugin).
+What the identity rule needs from this plugin is :func:`gpu_device_list`: the kubelet's replica
+ids name GPUs (``<UUID>-<i>``), and an entry serves a request only when it names the same GPUs
+(:func:`kubelet_mismatch`); :func:`preferred_replicas` steers the kubelet's choice to them in
+``GetPreferredAllocation``.  The answer is HAMi-core's contract (HAMi ``plugin/server.go``):
 
 * env ``NVIDIA_VISIBLE_DEVICES`` (the entry's GPU UUIDs), ``CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m``
   per device, ``CUDA_DEVICE_SM_LIMIT`` (cores of the first device),
@@ -22,6 +24,7 @@ the reason.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -35,11 +38,11 @@ from hami_deviceplugin.allocation.entries import (
     consume_entries,
     decode_entries,
 )
+from hami_deviceplugin.allocation.identity import DeviceList, Mismatch
 from hami_deviceplugin.errors import AllocateError, invalid
 from hami_protocol.keys import NVIDIA_DEVICES_TO_ALLOCATE
 from hami_protocol.pod import envs
 from hami_protocol.pod.devices import (
-    ContainerDevice,
     ContainerDevices,
     PodSingleDevice,
     next_pending,
@@ -53,6 +56,8 @@ __all__ = [
     "HookLayout",
     "MountSpec",
     "container_grant",
+    "gpu_device_list",
+    "kubelet_mismatch",
     "next_entry_uuids",
     "plan_allocation",
     "preferred_replicas",
@@ -89,8 +94,6 @@ class AllocateOptions:
     memory_scaling: float = 1.0
     disable_core_limit: bool = False
     lib_cuda_log_level: str | None = None
-    use_kubelet_devices: bool = False
-    """``enablegetpreferredallocation``: the kubelet's chosen replicas name the GPUs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,16 +136,44 @@ def next_entry_uuids(pod: AllocatingPod) -> tuple[str, ...]:
 # --- deciding -----------------------------------------------------------------------------------
 
 
-def _kubelet_choice(
-    devices: ContainerDevices, device_ids: Sequence[str], owners: Mapping[str, str]
-) -> ContainerDevices:
-    chosen: list[ContainerDevice] = []
-    for device, replica in zip(devices, device_ids, strict=True):
-        uuid = owners.get(replica)
-        if uuid is None:
-            raise invalid(f"kubelet asked for unknown device {replica!r}")
-        chosen.append(ContainerDevice(uuid, device.type, device.usedmem, device.usedcores))
-    return tuple(chosen)
+def kubelet_mismatch(
+    entry: ContainerDevices,
+    device_ids: Sequence[str],
+    reused: frozenset[str],
+    *,
+    owners: Mapping[str, str],
+) -> Mismatch | None:
+    """Whether the kubelet's replicas name the entry's GPUs (as a multiset; a replica in
+    ``reused`` stands for any GPU).  A count that differs, or an entry naming a GPU this node
+    does not have, is the plan's to report."""
+    known = frozenset(owners.values())
+    if len(device_ids) != len(entry) or any(device.uuid not in known for device in entry):
+        return None
+    given = Counter(device.uuid for device in entry)
+    chosen = Counter(owners.get(r, r) for r in device_ids if r not in reused)
+    if chosen <= given:
+        return None
+    return Mismatch(
+        chosen=tuple(owners.get(replica, replica) for replica in device_ids),
+        given=tuple(device.uuid for device in entry),
+    )
+
+
+def gpu_device_list(resource: str, owners: Mapping[str, str]) -> DeviceList:
+    """The GPU plugin's list for :mod:`~hami_deviceplugin.allocation.identity`."""
+
+    def match(
+        entry: ContainerDevices, ids: Sequence[str], reused: frozenset[str]
+    ) -> Mismatch | None:
+        return kubelet_mismatch(entry, ids, reused, owners=owners)
+
+    return DeviceList(
+        resource=resource,
+        key=NVIDIA_DEVICES_TO_ALLOCATE,
+        noun="GPUs",
+        decode=_decoded,
+        match=match,
+    )
 
 
 def container_grant(
@@ -196,15 +227,15 @@ def plan_allocation(
     requests: Sequence[Sequence[str]],
     *,
     gpus: frozenset[str],
-    owners: Mapping[str, str],
     options: AllocateOptions,
     layout: HookLayout,
     cache_names: Sequence[str],
 ) -> AllocationPlan:
     """Serve ``requests`` (one list of replica IDs per container) from ``pod``'s annotations.
 
-    ``gpus`` are this node's GPU UUIDs, ``owners`` maps advertised replica IDs to them,
-    ``cache_names`` gives one fresh name per request for the shared-cache file.
+    ``gpus`` are this node's GPU UUIDs, ``cache_names`` gives one fresh name per request for the
+    shared-cache file.  That the pod is the right one and its entries name the kubelet's GPUs is
+    :mod:`~hami_deviceplugin.allocation.identity`'s to establish first.
     """
     if len(cache_names) < len(requests):
         raise ValueError("one cache name per container request is needed")
@@ -217,8 +248,6 @@ def plan_allocation(
                 f"device number not matched: kubelet asked for {len(turn.requested)} devices, "
                 f"container {turn.container.name!r} was given {len(devices)}"
             )
-        if options.use_kubelet_devices:
-            devices = _kubelet_choice(devices, turn.requested, owners)
         for device in devices:
             if device.uuid not in gpus:
                 raise invalid(f"device {device.uuid!r} is not a GPU of node {options.node_name}")
@@ -250,18 +279,19 @@ def preferred_replicas(
     size: int,
     owners: Mapping[str, str],
 ) -> tuple[str, ...]:
-    """Replicas of the annotated GPUs first (one per GPU), then the kubelet's order."""
+    """Replicas of the entry's GPUs first, each GPU as often as the entry names it (the
+    kubelet's must-include replicas count towards their GPU), then the kubelet's order."""
     chosen = list(dict.fromkeys(must_include))[:size]
-    taken_gpus = {owners.get(replica) for replica in chosen}
-    for uuid in entry_uuids:
-        if len(chosen) >= size:
-            break
-        if uuid in taken_gpus:
-            continue
-        pick = next((r for r in available if owners.get(r) == uuid and r not in chosen), None)
-        if pick is not None:
+    wanted = Counter(entry_uuids)
+    wanted.subtract(owners.get(replica, replica) for replica in chosen)
+    for uuid in dict.fromkeys(entry_uuids):
+        spare = (r for r in available if owners.get(r) == uuid and r not in chosen)
+        while wanted[uuid] > 0 and len(chosen) < size:
+            pick = next(spare, None)
+            if pick is None:
+                break
             chosen.append(pick)
-            taken_gpus.add(uuid)
+            wanted[uuid] -= 1
     for replica in available:
         if len(chosen) >= size:
             break

@@ -1,8 +1,9 @@
 """The GPU plugin's ``v1beta1.DevicePlugin`` service (served by a
 :class:`~hami_deviceplugin.kubelet.server.PluginServer` on the GPU plugin's socket).
 
-* ``GetDevicePluginOptions``: ``get_preferred_allocation_available`` =
-  ``enablegetpreferredallocation``; no PreStartContainer.
+* ``GetDevicePluginOptions``: GetPreferredAllocation offered (always: the identity rule needs the
+  kubelet's replicas to name the GPUs of the pod's entry, so ``enablegetpreferredallocation`` no
+  longer switches it off); no PreStartContainer.
 * ``ListAndWatch``: the complete replica list now and after every inventory change (health),
   until the server stops.
 * ``GetPreferredAllocation`` / ``Allocate``: delegated to the
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_deviceplugin.gpu.allocator import Allocator, PreferredRequest
+from hami_deviceplugin.allocation.flow import PreferredRequest
+from hami_deviceplugin.gpu.allocator import Allocator
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.plan import ContainerGrant
 from hami_deviceplugin.gpu.replicas import plugin_devices
-from hami_deviceplugin.kubelet.servicer import Context, StreamingService, device_message
+from hami_deviceplugin.kubelet.servicer import StreamingService, device_message
 from hami_kubelet_api.v1beta1 import api_pb2
 
 __all__ = ["DevicePluginService", "grant_response"]
@@ -47,9 +49,8 @@ class DevicePluginService(StreamingService):
         allocator: Allocator,
         split: int,
         numa_topology: bool,
-        preferred_available: bool,
     ) -> None:
-        super().__init__(inventory=inventory, preferred_available=preferred_available)
+        super().__init__(inventory=inventory)
         self._inventory = inventory
         self._allocator = allocator
         self._split = split
@@ -64,20 +65,5 @@ class DevicePluginService(StreamingService):
     ) -> list[api_pb2.ContainerAllocateResponse]:
         return [grant_response(g) for g in await self._allocator.allocate(requests)]
 
-    async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.PreferredAllocationRequest, context: Context
-    ) -> api_pb2.PreferredAllocationResponse:
-        requests = [
-            PreferredRequest(
-                available=tuple(r.available_deviceIDs),
-                must_include=tuple(r.must_include_deviceIDs),
-                size=int(r.allocation_size),
-            )
-            for r in request.container_requests
-        ]
-        chosen = await self._allocator.preferred(requests)
-        return api_pb2.PreferredAllocationResponse(
-            container_responses=[
-                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in chosen
-            ]
-        )
+    async def _preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
+        return await self._allocator.preferred(requests)

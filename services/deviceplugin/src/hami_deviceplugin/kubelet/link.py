@@ -45,7 +45,6 @@ class KubeletLink:
         server: PluginServer,
         kubelet_socket: Path,
         resource_name: str,
-        preferred_available: bool,
         metrics: PluginMetrics,
         poll_interval: float = 1.0,
         register_timeout: float = 10.0,
@@ -54,7 +53,6 @@ class KubeletLink:
         self._server = server
         self._kubelet_socket = kubelet_socket
         self._resource = resource_name
-        self._preferred = preferred_available
         self._counter = (
             metrics.kubelet_registrations
             if registrations_counter is None
@@ -77,7 +75,7 @@ class KubeletLink:
                     version=VERSION,
                     endpoint=self._server.socket_path.name,
                     resource_name=self._resource,
-                    options=plugin_options(preferred_available=self._preferred),
+                    options=plugin_options(),
                 ),
                 timeout=self._timeout,
             )

@@ -3,9 +3,12 @@
 :class:`~hami_deviceplugin.rdma.servicer.RdmaPluginService`):
 
 * the plugin options, sent both in ``Register`` and by ``GetDevicePluginOptions``: no
-  PreStartContainer, GetPreferredAllocation as the plugin says;
+  PreStartContainer, GetPreferredAllocation offered;
 * ``ListAndWatch``: the complete device list now and after every change of the plugin's
   inventory, until the server closes the streams;
+* ``GetPreferredAllocation``: the kubelet's available / must-include ids and size per container
+  in, the plugin's preference out (both plugins offer it: the identity rule needs the kubelet's
+  ids to name the devices of the pod's entry);
 * ``Allocate``: the kubelet's device IDs per container in, one answer per container out; an
   :class:`~hami_deviceplugin.errors.AllocateError` becomes a gRPC error carrying the reason (the
   kubelet then rejects the pod with ``UnexpectedAdmissionError``);
@@ -21,6 +24,7 @@ from typing import Final, Protocol
 
 import grpc
 
+from hami_deviceplugin.allocation.flow import PreferredRequest
 from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.replicas import PluginDevice
 from hami_kubelet_api.constants import HEALTHY, UNHEALTHY
@@ -51,9 +55,9 @@ def status_code(kind: FailureKind) -> grpc.StatusCode:
     return _CODES.get(kind, grpc.StatusCode.INTERNAL)
 
 
-def plugin_options(*, preferred_available: bool) -> api_pb2.DevicePluginOptions:
+def plugin_options() -> api_pb2.DevicePluginOptions:
     return api_pb2.DevicePluginOptions(
-        pre_start_required=False, get_preferred_allocation_available=preferred_available
+        pre_start_required=False, get_preferred_allocation_available=True
     )
 
 
@@ -78,13 +82,11 @@ class Watched(Protocol):
 class StreamingService(api_pb2_grpc.DevicePluginServicer, ABC):
     """A ``v1beta1.DevicePlugin`` servicer whose ListAndWatch streams a server can end.
 
-    A plugin says what its device list is, how it answers containers and (when it advertises
-    it) GetPreferredAllocation.
+    A plugin says what its device list is, how it answers containers and what it prefers.
     """
 
-    def __init__(self, *, inventory: Watched, preferred_available: bool) -> None:
+    def __init__(self, *, inventory: Watched) -> None:
         self._watched = inventory
-        self._preferred = preferred_available
         self._closing = asyncio.Event()
 
     @abstractmethod
@@ -97,6 +99,10 @@ class StreamingService(api_pb2_grpc.DevicePluginServicer, ABC):
     ) -> list[api_pb2.ContainerAllocateResponse]:
         """One answer per container request; raises :class:`AllocateError`."""
 
+    @abstractmethod
+    async def _preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
+        """The preferred ids, one tuple per container request."""
+
     def open_streams(self) -> None:
         self._closing = asyncio.Event()
 
@@ -107,7 +113,7 @@ class StreamingService(api_pb2_grpc.DevicePluginServicer, ABC):
     async def GetDevicePluginOptions(  # noqa: N802 - gRPC method name
         self, request: api_pb2.Empty, context: Context
     ) -> api_pb2.DevicePluginOptions:
-        return plugin_options(preferred_available=self._preferred)
+        return plugin_options()
 
     async def ListAndWatch(  # noqa: N802 - gRPC method name
         self, request: api_pb2.Empty, context: Context
@@ -137,6 +143,24 @@ class StreamingService(api_pb2_grpc.DevicePluginServicer, ABC):
         except AllocateError as exc:
             await context.abort(status_code(exc.kind), exc.message)
         return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.PreferredAllocationRequest, context: Context
+    ) -> api_pb2.PreferredAllocationResponse:
+        requests = [
+            PreferredRequest(
+                available=tuple(r.available_deviceIDs),
+                must_include=tuple(r.must_include_deviceIDs),
+                size=int(r.allocation_size),
+            )
+            for r in request.container_requests
+        ]
+        chosen = await self._preferred(requests)
+        return api_pb2.PreferredAllocationResponse(
+            container_responses=[
+                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in chosen
+            ]
+        )
 
     async def PreStartContainer(  # noqa: N802 - gRPC method name
         self, request: api_pb2.PreStartContainerRequest, context: Context

@@ -7,6 +7,9 @@ missing and merge-patches only that.  Passes run every ``interval`` (30 s) after
 when the node watch shows something to answer: the scheduler rewrote the handshake to
 ``Requesting_<ts>``, or the register value differs from ours.  So a ``Requesting`` handshake is
 answered within a watch round trip, not at the next tick.
+
+The node watch (:attr:`Registrar.node_watch`, this node only) is also where the Allocate path
+reads the node lock (:meth:`Registrar.cached_node`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from hami_deviceplugin.node.register import annotations_to_write, register_value
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
 from hami_kube.errors import KubeError
-from hami_kube.objects import NodeView
+from hami_kube.objects import NodeView, key_for
 from hami_kube.patch import patch_metadata
 from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
 from hami_kube.resources import NODES, JsonObject
@@ -54,6 +57,7 @@ class Registrar:
         retry_interval: float = 5.0,
         now: Callable[[], datetime] = utc_now,
         nics: NicInventory | None = None,
+        watch_timeout_s: int = 300,
     ) -> None:
         """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
         register."""
@@ -73,6 +77,8 @@ class Registrar:
         inventory.subscribe(self._on_inventory)
         if nics is not None:
             nics.subscribe(self._on_nics)
+        self.node_watch = self._node_reflector(watch_timeout_s)
+        """A watch on this node only, feeding :meth:`observe_node`; run it with the loop."""
 
     @property
     def register(self) -> str:
@@ -139,8 +145,11 @@ class Registrar:
                 async with asyncio.timeout(self._interval):
                     await self._wake.wait()
 
-    def node_reflector(self, *, watch_timeout_s: int = 300) -> Reflector:
-        """A watch on this node only, feeding :meth:`observe_node`."""
+    def cached_node(self) -> JsonObject | None:
+        """The node as the node watch has it; None before the watch delivered it."""
+        return self.node_watch.store.get(key_for(None, self._node_name))
+
+    def _node_reflector(self, watch_timeout_s: int) -> Reflector:
 
         def updated(_: JsonObject, new: JsonObject) -> None:
             self.observe_node(new)

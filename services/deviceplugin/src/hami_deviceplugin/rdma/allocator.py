@@ -2,8 +2,10 @@
 deciding from ``hami.io/rdma-devices-to-allocate`` with
 :func:`~hami_deviceplugin.rdma.plan.plan_rdma_allocation`.
 
-It shares the GPU plugin's lock, pod lookup, commit, unlock and failure handling; it prepares no
-host directories (device nodes are the container runtime's business).
+It shares the GPU plugin's lock, identity rule, commit, unlock and failure handling; it prepares
+no host directories (device nodes are the container runtime's business).  ``GetPreferredAllocation``
+names units of the NICs the identified pod's next entry names
+(:func:`~hami_deviceplugin.rdma.plan.preferred_units`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,21 @@ from collections.abc import Sequence
 from hami_deviceplugin.allocation.entries import AllocatingPod
 from hami_deviceplugin.allocation.flow import (
     AllocationDecision,
+    AllocationSources,
     FlowConfig,
     PodAllocationFlow,
+    PreferredRequest,
     list_decision,
 )
+from hami_deviceplugin.allocation.identity import DeviceList
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.rdma.inventory import NicInventory
-from hami_deviceplugin.rdma.plan import RdmaGrant, plan_rdma_allocation
+from hami_deviceplugin.rdma.plan import (
+    RdmaGrant,
+    plan_rdma_allocation,
+    preferred_units,
+    rdma_device_list,
+)
 from hami_kube.events import EventRecorder
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
@@ -33,6 +43,7 @@ class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
         self,
         *,
         client: KubeClient,
+        sources: AllocationSources,
         inventory: NicInventory,
         metrics: PluginMetrics,
         flow: FlowConfig,
@@ -43,12 +54,16 @@ class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
         super().__init__(
             client=client,
             flow=flow,
+            sources=sources,
             observe=metrics.observe_rdma_allocate,
             recorder=recorder,
             lock=lock,
         )
         self._inventory = inventory
         self._resource = resource_name
+
+    def _devices(self) -> DeviceList:
+        return rdma_device_list(self._resource, self._inventory.functions)
 
     async def _prepare(self, requests: Sequence[Sequence[str]]) -> None:
         return None
@@ -68,3 +83,19 @@ class RdmaAllocator(PodAllocationFlow[tuple[RdmaGrant, ...], None]):
             key=RDMA_DEVICES_TO_ALLOCATE,
             rdma=[[f.bus_id for f in grant.functions] for grant in plan.grants],
         )
+
+    async def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
+        """Units of the NICs the identified pod's next entries name, one entry per request (the
+        kubelet's order when the pod is not known for sure)."""
+        entries = await self.preferred_entries(len(requests))
+        functions = self._inventory.functions
+        return [
+            preferred_units(
+                entries[number] if number < len(entries) else (),
+                available=request.available,
+                must_include=request.must_include,
+                size=request.size,
+                functions=functions,
+            )
+            for number, request in enumerate(requests)
+        ]

@@ -11,7 +11,15 @@ The answer, per container:
   for a VF, the PF's for a whole NIC (each once, in list order);
 * device spec ``/dev/infiniband/rdma_cm``;
 
-all with permissions ``rw``.  Checks, each an :class:`~hami_deviceplugin.errors.AllocateError`
+all with permissions ``rw``.
+
+The kubelet's devices are ``<PF bus id>-<i>``, 100 per NIC; which NIC a unit belongs to is the
+only meaning they carry.  For the identity rule (:func:`rdma_device_list`) an entry serves a
+request when every unit the kubelet chose belongs to a NIC of the entry (:func:`rdma_mismatch`);
+``GetPreferredAllocation`` steers the kubelet to such units (:func:`preferred_units`: the
+entry's units per NIC where it names them, else the entry's NICs in turn).
+
+Checks, each an :class:`~hami_deviceplugin.errors.AllocateError`
 with the reason: the pod belongs to this node and has not failed; an entry is waiting; the entry's
 container asks for the RDMA resource, as many units as the kubelet asked for ("device number not
 matched" otherwise: the list and the containers are out of step); every device is an ``RDMA``
@@ -20,6 +28,7 @@ entry naming a PF or VF of this node, none twice; every function has a uverbs de
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -33,12 +42,13 @@ from hami_deviceplugin.allocation.entries import (
     consume_entries,
     decode_entries,
 )
+from hami_deviceplugin.allocation.identity import DeviceList, Mismatch
 from hami_deviceplugin.allocation.pending import RDMA_DEVICE_TYPE
 from hami_deviceplugin.errors import AllocateError, FailureKind, invalid
 from hami_deviceplugin.rdma.nics import RDMA_CM_DEVICE, NicFunction
 from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import RDMA_DEVICES_TO_ALLOCATE
-from hami_protocol.pod.devices import ContainerDevices
+from hami_protocol.pod.devices import ContainerDevices, PodSingleDevice
 from hami_protocol.request.quantity import as_integer, parse_quantity
 from hami_protocol.topology.layout import bus_id_from_list_device_id
 
@@ -48,7 +58,12 @@ __all__ = [
     "RdmaGrant",
     "RdmaPlan",
     "device_specs",
+    "entry_nics",
     "plan_rdma_allocation",
+    "preferred_units",
+    "rdma_device_list",
+    "rdma_mismatch",
+    "unit_nic",
 ]
 
 DEVICE_PERMISSIONS: Final = "rw"
@@ -163,3 +178,107 @@ def plan_rdma_allocation(
         waiting_for="RDMA devices",
         grant=grant,
     )
+
+
+# --- identity -----------------------------------------------------------------------------------
+
+
+def unit_nic(unit: str) -> str:
+    """The NIC (PF bus id) of a kubelet device ``<PF bus id>-<i>``."""
+    return unit.rpartition("-")[0] or unit
+
+
+def entry_nics(entry: ContainerDevices, functions: Mapping[str, NicFunction]) -> tuple[str, ...]:
+    """The NIC of each device of ``entry`` (its own id when it is not a function of this
+    node)."""
+    nics: list[str] = []
+    for device in entry:
+        try:
+            bus_id = bus_id_from_list_device_id(device.uuid, annotation=RDMA_DEVICES_TO_ALLOCATE)
+        except ProtocolError:
+            nics.append(device.uuid)
+            continue
+        function = functions.get(bus_id)
+        nics.append(bus_id if function is None else function.nic_id)
+    return tuple(nics)
+
+
+def rdma_mismatch(
+    entry: ContainerDevices,
+    units: Sequence[str],
+    reused: frozenset[str],
+    *,
+    functions: Mapping[str, NicFunction],
+) -> Mismatch | None:
+    """Whether every unit the kubelet chose (but ``reused`` ones) belongs to a NIC of
+    ``entry``.  An entry naming a device this node does not have is the plan's to report."""
+    nics = entry_nics(entry, functions)
+    if any(nic not in functions for nic in nics):
+        return None
+    given = tuple(dict.fromkeys(nics))
+    if {unit_nic(unit) for unit in units if unit not in reused} <= set(given):
+        return None
+    return Mismatch(chosen=tuple(dict.fromkeys(unit_nic(unit) for unit in units)), given=given)
+
+
+def rdma_device_list(resource: str, functions: Mapping[str, NicFunction]) -> DeviceList:
+    """The RDMA plugin's list for :mod:`~hami_deviceplugin.allocation.identity`."""
+
+    def match(
+        entry: ContainerDevices, ids: Sequence[str], reused: frozenset[str]
+    ) -> Mismatch | None:
+        return rdma_mismatch(entry, ids, reused, functions=functions)
+
+    def decode(pod: AllocatingPod) -> PodSingleDevice:
+        return decode_entries(pod, RDMA_DEVICES_TO_ALLOCATE)
+
+    return DeviceList(
+        resource=resource,
+        key=RDMA_DEVICES_TO_ALLOCATE,
+        noun="RDMA NICs",
+        decode=decode,
+        match=match,
+    )
+
+
+def preferred_units(
+    entry: ContainerDevices,
+    *,
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    functions: Mapping[str, NicFunction],
+) -> tuple[str, ...]:
+    """Units of the entry's NICs: as many of each as the entry charges it (``usedmem``), the
+    rest from the entry's NICs in turn, then the kubelet's order."""
+    chosen = list(dict.fromkeys(must_include))[:size]
+    taken = set(chosen)
+    nics = entry_nics(entry, functions)
+    wanted: Counter[str] = Counter()
+    for nic, device in zip(nics, entry, strict=True):
+        wanted[nic] += max(device.usedmem, 0)
+    wanted.subtract(unit_nic(unit) for unit in chosen)
+    spare: dict[str, list[str]] = {}
+    for unit in available:
+        if unit not in taken:
+            spare.setdefault(unit_nic(unit), []).append(unit)
+
+    def take(nic: str) -> bool:
+        units = spare.get(nic)
+        if not units or len(chosen) >= size:
+            return False
+        unit = units.pop(0)
+        chosen.append(unit)
+        taken.add(unit)
+        return True
+
+    order = tuple(dict.fromkeys(nics))
+    for nic in order:
+        while wanted[nic] > 0 and take(nic):
+            wanted[nic] -= 1
+    progress = True
+    while progress and len(chosen) < size:
+        took = [take(nic) for nic in order]  # one unit of each NIC per round
+        progress = any(took)
+    chosen.extend(unit for unit in available if unit not in taken)
+    return tuple(chosen[:size])

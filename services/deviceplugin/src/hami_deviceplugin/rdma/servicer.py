@@ -1,8 +1,9 @@
 """The RDMA plugin's ``v1beta1.DevicePlugin`` service (served by its own
 :class:`~hami_deviceplugin.kubelet.server.PluginServer` on its own socket).
 
-* ``GetDevicePluginOptions``: no PreStartContainer, no GetPreferredAllocation (the kubelet's
-  devices are interchangeable units; the pod's annotation says which NIC a container gets).
+* ``GetDevicePluginOptions``: no PreStartContainer; GetPreferredAllocation offered: units of the
+  NICs the identified pod's entry names (the pod's annotation says which NIC or VF a container
+  gets; the units the kubelet holds then name the same NICs).
 * ``ListAndWatch``: 100 units per NIC (:func:`~hami_deviceplugin.rdma.nics.rdma_plugin_devices`) now
   and after every NIC inventory change, until the server stops.
 * ``Allocate``: delegated to the :class:`~hami_deviceplugin.rdma.allocator.RdmaAllocator`; the
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_deviceplugin.kubelet.servicer import Context, StreamingService, device_message
+from hami_deviceplugin.allocation.flow import PreferredRequest
+from hami_deviceplugin.kubelet.servicer import StreamingService, device_message
 from hami_deviceplugin.rdma.allocator import RdmaAllocator
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import rdma_plugin_devices
@@ -40,7 +42,7 @@ class RdmaPluginService(StreamingService):
     def __init__(
         self, *, inventory: NicInventory, allocator: RdmaAllocator, numa_topology: bool
     ) -> None:
-        super().__init__(inventory=inventory, preferred_available=False)
+        super().__init__(inventory=inventory)
         self._inventory = inventory
         self._allocator = allocator
         self._numa = numa_topology
@@ -54,17 +56,5 @@ class RdmaPluginService(StreamingService):
     ) -> list[api_pb2.ContainerAllocateResponse]:
         return [rdma_grant_response(g) for g in await self._allocator.allocate(requests)]
 
-    async def GetPreferredAllocation(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.PreferredAllocationRequest, context: Context
-    ) -> api_pb2.PreferredAllocationResponse:
-        # Not advertised; answer the kubelet's own order if asked anyway.
-        responses = []
-        for r in request.container_requests:
-            chosen = list(dict.fromkeys(r.must_include_deviceIDs))
-            chosen += [d for d in r.available_deviceIDs if d not in chosen]
-            responses.append(
-                api_pb2.ContainerPreferredAllocationResponse(
-                    deviceIDs=chosen[: int(r.allocation_size)]
-                )
-            )
-        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+    async def _preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
+        return await self._allocator.preferred(requests)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from hami_deviceplugin.allocation.flow import FlowConfig
+from hami_deviceplugin.allocation.flow import AllocationSources, FlowConfig
 from hami_deviceplugin.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.kubelet.link import KubeletLink
@@ -85,17 +85,19 @@ def rdma_plugin(
     settings: Settings,
     *,
     source: NicSource,
-    nics: tuple[Nic, ...],
+    inventory: NicInventory,
     client: KubeClient,
+    sources: AllocationSources,
     metrics: PluginMetrics,
     recorder: EventRecorder,
     lock: asyncio.Lock,
 ) -> RunningRdma:
-    inventory = NicInventory(nics)
+    """The RDMA plugin's parts around ``inventory`` (the NICs found at start)."""
     metrics.enable_rdma()
     inventory.subscribe(metrics.set_nics)
     allocator = RdmaAllocator(
         client=client,
+        sources=sources,
         inventory=inventory,
         metrics=metrics,
         flow=FlowConfig(node_name=settings.node_name, timeout_s=settings.allocate_timeout_s),
@@ -113,7 +115,6 @@ def rdma_plugin(
         server=server,
         kubelet_socket=settings.kubelet_socket,
         resource_name=settings.rdma_resource_name,
-        preferred_available=False,
         metrics=metrics,
         poll_interval=settings.kubelet_poll_interval_s,
         registrations_counter=metrics.rdma_kubelet_registrations,
