@@ -98,14 +98,24 @@ class DeviceInfo:
 
 
 def decode_node_devices(value: str, *, key: str = "") -> tuple[DeviceInfo, ...]:
-    """Decode a registry annotation in either encoding (JSON when it starts with ``[``).
+    """Decode a registry annotation in either encoding (JSON when it starts with ``[``; a value
+    that is not JSON but reads as the colon form — a first device id starting with ``[`` — is
+    read as that).
 
     Whitespace and line breaks around separators and at the ends are ignored, so values that were
     wrapped in a manifest still decode; whitespace inside a field (``NVIDIA-Tesla V100-...``) is
     kept, a wrapped line inside a field reads as one space.  Raises :class:`DecodeError`.
     """
     if value.strip().startswith("["):
-        return _decode_json_devices(value, key)
+        try:
+            return _decode_json_devices(value, key)
+        except DecodeError as not_json:
+            if ":" not in value:
+                raise
+            try:
+                return _decode_colon_devices(value, key)
+            except DecodeError:
+                raise not_json from None
     return _decode_colon_devices(value, key)
 
 
