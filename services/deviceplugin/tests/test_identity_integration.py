@@ -20,7 +20,14 @@ import pytest
 from hami_deviceplugin.app import serving
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
-from hami_protocol.keys import BIND_PHASE, NODE_LOCK, NVIDIA_DEVICES_TO_ALLOCATE, NVIDIA_REGISTER
+from hami_protocol.keys import (
+    ALLOCATE_IDENTITY_POD_RESOURCES,
+    BIND_PHASE,
+    NODE_ALLOCATE_IDENTITY,
+    NODE_LOCK,
+    NVIDIA_DEVICES_TO_ALLOCATE,
+    NVIDIA_REGISTER,
+)
 
 from .helpers import (
     NODE,
@@ -332,3 +339,15 @@ async def test_api_requests_for_one_pod(
         ours = spent.by("verb", "resource", client="hami-deviceplugin")
         # One pod patch (the commit) and one node patch (the lock), nothing read.
         assert ours == {("PATCH", "pods"): 1, ("PATCH", "nodes"): 1}
+
+
+@pytest.mark.parametrize("pod_resources", [True, False])
+async def test_the_node_says_how_the_plugin_tells_pods_apart(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path, pod_resources: bool
+) -> None:
+    """``hami.io/node-allocate-identity: pod-resources`` lets the scheduler bind without the
+    node lock; only a plugin the kubelet's PodResources API answers may say it."""
+    async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=pod_resources):
+        await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
+        said = annotations_of(sim, "nodes", NODE).get(NODE_ALLOCATE_IDENTITY)
+        assert said == (ALLOCATE_IDENTITY_POD_RESOURCES if pod_resources else None)

@@ -28,7 +28,12 @@ from hami_kube.config import KubeSettings
 from hami_kube.rest import open_client
 from hami_kubesim.testing import RunningApiServer, eventually
 from hami_protocol.config.node import FilterDevices, NodeSettings
-from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER
+from hami_protocol.keys import (
+    ALLOCATE_IDENTITY_POD_RESOURCES,
+    NODE_ALLOCATE_IDENTITY,
+    NVIDIA_HANDSHAKE,
+    NVIDIA_REGISTER,
+)
 from hami_protocol.node.registry import decode_node_devices
 
 from .helpers import NODE
@@ -134,6 +139,23 @@ def test_annotations_to_write() -> None:
     }
     changed = {**current, NVIDIA_REGISTER: "[]"}
     assert annotations_to_write(changed, register=register, now=NOW) == {NVIDIA_REGISTER: register}
+
+
+def test_the_identity_annotation_follows_what_the_plugin_can_tell() -> None:
+    register = register_value([T4], NodeSettings())
+    current = {NVIDIA_REGISTER: register, NVIDIA_HANDSHAKE: "Reported 2026-05-01 12:00:00"}
+    said = {**current, NODE_ALLOCATE_IDENTITY: ALLOCATE_IDENTITY_POD_RESOURCES}
+    assert annotations_to_write(
+        current, register=register, now=NOW, identity=ALLOCATE_IDENTITY_POD_RESOURCES
+    ) == {NODE_ALLOCATE_IDENTITY: ALLOCATE_IDENTITY_POD_RESOURCES}
+    assert (
+        annotations_to_write(
+            said, register=register, now=NOW, identity=ALLOCATE_IDENTITY_POD_RESOURCES
+        )
+        == {}
+    )
+    # The kubelet stopped answering: the node must not say so any more.
+    assert annotations_to_write(said, register=register, now=NOW) == {NODE_ALLOCATE_IDENTITY: None}
 
 
 def test_plugin_devices_are_split_replicas() -> None:

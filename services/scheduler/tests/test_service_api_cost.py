@@ -1,5 +1,6 @@
 """What the extender sends the API server per scheduled pod: two writes (the node lock and the
-Binding that carries the decision), no read — one pod at a time and in a burst on one node.
+Binding that carries the decision), no read — one pod at a time and in a burst on one node; one
+write (the Binding) on a node whose device plugin identifies pods through the kubelet.
 
 The requests are counted at the API server's HTTP door (an aiohttp middleware on the emulated
 API server) by User-Agent (``hami``: these tests build Settings directly, without the
@@ -23,6 +24,7 @@ from aiohttp import web
 from hami_kubesim.apiserver.app import create_app
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, format_url, start_app
+from hami_protocol import keys
 
 from .service_helpers import (
     Harness,
@@ -139,3 +141,29 @@ async def test_a_burst_on_one_node_costs_two_writes_per_pod() -> None:
         for name in names:
             assert counted[("POST", f"/api/v1/namespaces/default/pods/{name}/binding")] == 1
         assert sum(counted.values()) == 2 * len(names), counted
+
+
+async def test_where_the_plugin_identifies_pods_through_the_kubelet_a_bind_is_one_write() -> None:
+    """``hami.io/node-allocate-identity: pod-resources``: no lock, no queue — a burst of binds to
+    one node goes through while every earlier pod still waits for its Allocate."""
+    identity = {keys.NODE_ALLOCATE_IDENTITY: keys.ALLOCATE_IDENTITY_POD_RESOURCES}
+    async with counted_cluster() as (h, requests):
+        await h.add_node("n", gpus("n", 4), annotations=identity)
+        await h.synced_node("n")
+        names = [f"p{i}" for i in range(4)]
+        stored = [await h.add_pod(pod(name)) for name in names]
+        for one in stored:
+            assert (await h.filter(one, ["n"]))["NodeNames"] == ["n"]
+        requests.seen.clear()
+        # Nobody allocates: with a lock, every bind after the first would wait.
+        async with asyncio.timeout(10):
+            errors = await asyncio.gather(*(h.bind(one, "n") for one in stored))
+        assert errors == [""] * len(names)
+        assert requests.counted() == Counter(
+            {("POST", f"/api/v1/namespaces/default/pods/{name}/binding"): 1 for name in names}
+        )
+        assert keys.NODE_LOCK not in (h.node("n")["metadata"].get("annotations") or {})
+        for name in names:
+            bound = h.pod(name)
+            assert bound["spec"]["nodeName"] == "n"
+            assert bound["metadata"]["annotations"][keys.BIND_PHASE] == "allocating"

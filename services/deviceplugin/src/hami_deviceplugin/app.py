@@ -285,6 +285,7 @@ async def run(
         inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
         inventory.subscribe(metrics.set_gpus)
         nic_inventory = None if nics is None else NicInventory(nics)
+        pod_resources = PodResourcesClient(settings.pod_resources_socket)
         registrar = Registrar(
             client=client,
             node_name=node_name,
@@ -294,8 +295,8 @@ async def run(
             interval=settings.register_interval_s,
             retry_interval=settings.register_retry_interval_s,
             nics=nic_inventory,
+            identity=pod_resources.identity,
         )
-        pod_resources = PodResourcesClient(settings.pod_resources_socket)
         life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
         sources = AllocationSources(
             pods=NodePods(client, node_name),

@@ -20,7 +20,9 @@ and say why.
    PodGroup members: ``--node-lock-retry-timeout`` if longer) has passed since the bind
    arrived, then ``Error`` naming the owner (``node n1 is locked by ns/pod, waiting for its
    device plugin since <time>; waited 20s``).  A lock found overdue is reported
-   (:class:`~hami_scheduler.upkeep.OverdueLocks`);
+   (:class:`~hami_scheduler.upkeep.OverdueLocks`).  No lock at all on a node whose device
+   plugin says ``hami.io/node-allocate-identity: pod-resources``: it tells pods apart through
+   the kubelet's PodResources API, so binds there neither lock nor queue;
 5. no decision yet (``--filter-mode all``, or none kept): decide for this node now from the
    cache — HAMi's or the joint GPU + NIC one by the filter's own rule
    (:mod:`hami_scheduler.core.joint.route`) — and assume it;
@@ -31,7 +33,8 @@ and say why.
    server copies them onto the pod as it binds it.  The ``hami.io/vgpu-node`` label is the
    device plugin's to set once the pod is allocated.
 
-API cost of a bind, nominally: two writes (the lock, the Binding) and no read.
+API cost of a bind, nominally: two writes (the lock, the Binding) and no read; one write (the
+Binding) where the node's plugin identifies pods through PodResources.
 
 Every failure leaves nothing behind: the lock is released when this bind wrote it (not when it
 only re-entered its own), the decision's assumption is dropped (a Binding that failed on the
@@ -50,13 +53,14 @@ from typing import Final
 import structlog
 
 from hami_kube.errors import ConflictError, KubeError, NotFoundError
-from hami_kube.objects import PodView, key_for
+from hami_kube.objects import NodeView, PodView, key_for
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol import keys
 from hami_protocol.durations import format_go_duration
 from hami_protocol.errors import DecodeError, ProtocolError
+from hami_protocol.keys import ALLOCATE_IDENTITY_POD_RESOURCES, NODE_ALLOCATE_IDENTITY
 from hami_protocol.node.lock import LockAction, decode_node_lock
 from hami_protocol.request.containers import PodDeviceRequests
 from hami_scheduler.cache.view import SchedulerCache
@@ -267,12 +271,19 @@ class BindService:
             for vendor in self._cache.vendors
         )
 
+    def _identifies_without_lock(self, node: str) -> bool:
+        """The node's device plugin tells pods apart through the kubelet's PodResources API
+        (``hami.io/node-allocate-identity``): binds need no lock there, and do not queue."""
+        known = self._locker.known_node(node)
+        value = None if known is None else NodeView(known).annotations.get(NODE_ALLOCATE_IDENTITY)
+        return value == ALLOCATE_IDENTITY_POD_RESOURCES
+
     # -- the lock -------------------------------------------------------------------------
     async def _locked(
         self, node: str, pod: PodView, record: DecisionRecord | None, asked: _Asked, started: float
     ) -> None:
         """Take the lock when the pod needs it (waiting in line), then finish the bind."""
-        if not self._needs_lock(*asked):
+        if not self._needs_lock(*asked) or self._identifies_without_lock(node):
             await self._finish(node, pod, record, asked, wrote_lock=False)
             return
         wait = self._group_wait_s if pod.labels.get(keys.POD_GROUP_LABEL) else self._lock_wait_s

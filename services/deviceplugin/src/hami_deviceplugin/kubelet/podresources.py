@@ -23,6 +23,7 @@ import structlog
 
 from hami_deviceplugin.allocation.identity import ListedContainer, ListedPod
 from hami_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
+from hami_protocol.keys import ALLOCATE_IDENTITY_POD_RESOURCES
 
 __all__ = ["DEADLINE_S", "PodResourcesClient", "listed_pods"]
 
@@ -87,6 +88,13 @@ class PodResourcesClient:
             log.info("kubelet pod-resources API answers again", socket=str(self._path))
             self._failing = None
         return listed_pods(response)
+
+    async def identity(self) -> str | None:
+        """What the node may say of this plugin (``hami.io/node-allocate-identity``): that it
+        tells pods apart through the kubelet, while the kubelet answers; None otherwise."""
+        if self._path is None or await self.list() is None:
+            return None
+        return ALLOCATE_IDENTITY_POD_RESOURCES
 
     async def _failed(self, reason: str) -> None:
         self.failures += 1

@@ -22,7 +22,12 @@ from datetime import datetime
 
 from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_protocol.config.node import FilterDevices, NodeSettings
-from hami_protocol.keys import NVIDIA_HANDSHAKE, NVIDIA_REGISTER, RDMA_REGISTER
+from hami_protocol.keys import (
+    NODE_ALLOCATE_IDENTITY,
+    NVIDIA_HANDSHAKE,
+    NVIDIA_REGISTER,
+    RDMA_REGISTER,
+)
 from hami_protocol.node.handshake import format_reported, parse_handshake
 from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
 
@@ -86,11 +91,14 @@ def annotations_to_write(
     register: str,
     now: datetime,
     rdma_register: str | None = None,
+    identity: str | None = None,
 ) -> dict[str, str | None]:
     """The node annotations to patch (empty when the node already says it all).
 
     ``rdma_register`` is the RDMA register value, or None when the node must not have one (the
-    value None in the result removes the annotation).
+    value None in the result removes the annotation); ``identity`` likewise for
+    ``hami.io/node-allocate-identity`` (set while the kubelet's PodResources API answers, so the
+    scheduler may bind without the node lock).
     """
     writes: dict[str, str | None] = {}
     if current.get(NVIDIA_REGISTER) != register:
@@ -99,4 +107,6 @@ def annotations_to_write(
         writes[NVIDIA_HANDSHAKE] = format_reported(now)
     if current.get(RDMA_REGISTER) != rdma_register:
         writes[RDMA_REGISTER] = rdma_register
+    if current.get(NODE_ALLOCATE_IDENTITY) != identity:
+        writes[NODE_ALLOCATE_IDENTITY] = identity
     return writes

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -58,9 +58,11 @@ class Registrar:
         now: Callable[[], datetime] = utc_now,
         nics: NicInventory | None = None,
         watch_timeout_s: int = 300,
+        identity: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
-        register."""
+        register.  ``identity``: asked once a pass, the ``hami.io/node-allocate-identity`` value
+        the node should carry (None: none)."""
         self._client = client
         self._node_name = node_name
         self._inventory = inventory
@@ -72,6 +74,8 @@ class Registrar:
         self._wake = asyncio.Event()
         self._register = register_value(inventory.gpus, node)
         self._rdma_register: str | None = None
+        self._probe_identity = identity
+        self._identity: str | None = None
         self.passes = 0
         self.patches = 0
         inventory.subscribe(self._on_inventory)
@@ -104,6 +108,7 @@ class Registrar:
             register=self._register,
             now=self._now(),
             rdma_register=self._rdma_register,
+            identity=self._identity,
         )
 
     def wake(self) -> None:
@@ -118,6 +123,8 @@ class Registrar:
         """One pass; True when the node is current (patched or already so)."""
         started = time.perf_counter()
         self.passes += 1
+        if self._probe_identity is not None:
+            self._identity = await self._probe_identity()
         try:
             node = await self._client.get(NODES, self._node_name)
             writes = self._writes(node)

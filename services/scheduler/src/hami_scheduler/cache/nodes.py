@@ -182,7 +182,13 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     ``status.allocatable``.
     """
     node = NodeView(obj)
-    wanted = {keys.NVIDIA_SCORE, keys.DEVICE_CORDON, keys.RDMA_REGISTER, keys.NODE_LOCK}
+    wanted = {
+        keys.NVIDIA_SCORE,
+        keys.DEVICE_CORDON,
+        keys.RDMA_REGISTER,
+        keys.NODE_LOCK,
+        keys.NODE_ALLOCATE_IDENTITY,
+    }
     for vendor in vendors:
         wanted.update(k for k in (vendor.register_key, vendor.handshake_key) if k is not None)
     meta = node.meta
