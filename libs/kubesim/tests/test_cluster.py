@@ -70,6 +70,13 @@ async def test_cluster_schedules_and_runs_a_plain_pod(tmp_path: Path) -> None:
         assert cluster.info()["nodes"]["worker-1"]["pluginDir"] == str(
             cluster.plugin_dirs["worker-1"]
         )
+        pod_resources = cluster.kubelet("worker-1").pod_resources_socket
+        assert pod_resources.is_socket()
+        assert pod_resources.parent == cluster.plugin_dirs["worker-1"].with_name(
+            "worker-1-pod-resources"
+        )
+        assert cluster.info()["nodes"]["worker-1"]["podResourcesSocket"] == str(pod_resources)
+        assert set(server.kubelets) == {"worker-1"}  # /_sim/kubelets/worker-1/...
         assert cluster.scheduler is not None
         assert cluster.admission is not None
 
@@ -90,6 +97,7 @@ async def test_cluster_schedules_and_runs_a_plain_pod(tmp_path: Path) -> None:
         assert running["hostIP"] == config.nodes[0].address
         plugin_root = cluster.plugin_dirs["worker-1"].parent
     assert not plugin_root.exists()  # the temporary plugin root is removed
+    assert server.kubelets == {}
 
 
 async def test_cluster_without_scheduler_or_admission(tmp_path: Path) -> None:

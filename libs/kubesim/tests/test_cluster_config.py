@@ -41,7 +41,10 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     )
     config = parse_cluster_config(
         {
-            "nodes": [{"name": "n1"}, {"name": "n2", "kubelet": False, "pluginDir": "dp/n2"}],
+            "nodes": [
+                {"name": "n1"},
+                {"name": "n2", "kubelet": False, "pluginDir": "dp/n2", "podResourcesDir": "pr"},
+            ],
             "scheduling": {"config": "sched.yaml", "extenderURLs": ["http://127.0.0.1:1"]},
             "objectFiles": ["more.yaml"],
         },
@@ -52,10 +55,12 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     n1, n2 = config.nodes
     assert n1.kubelet
     assert n1.plugin_dir is None
+    assert n1.pod_resources_dir is None
     assert n1.address != n2.address
     assert n1.pod_cidr != n2.pod_cidr
     assert not n2.kubelet
     assert n2.plugin_dir == tmp_path / "dp/n2"
+    assert n2.pod_resources_dir == tmp_path / "pr"
     assert config.scheduling.config == tmp_path / "sched.yaml"
     assert config.scheduling.extender_urls == ("http://127.0.0.1:1",)
     assert [o["metadata"]["name"] for o in config.objects] == ["a", "b"]

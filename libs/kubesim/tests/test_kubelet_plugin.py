@@ -1,8 +1,9 @@
 """Device manager and Registration service against a small fake device plugin over unix sockets.
 
-The fake plugin lives here so the whole handshake is exercised through real gRPC: it serves
-``v1beta1.DevicePlugin`` on a socket in the node's plugin dir, registers on ``kubelet.sock``,
-streams its device list, records every call and re-registers when ``kubelet.sock`` is recreated.
+The fake plugin (:mod:`hami_kubesim.kubelet.testing`) exercises the whole handshake through
+real gRPC: it serves ``v1beta1.DevicePlugin`` on a socket in the node's plugin dir, registers on
+``kubelet.sock``, streams its device list, records every call and re-registers when
+``kubelet.sock`` is recreated.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,179 +19,20 @@ import grpc
 import pytest
 
 from hami_kube.objects import PodView
-from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
-from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager
 from hami_kubesim.kubelet.registration import RegistrationServer
-from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
 from hami_kubesim.kubelet.status import ALLOCATIONS_ANNOTATION
-from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
+from hami_kubesim.kubelet.testing import (
+    FAKE_RESOURCE,
+    TEST_NODE,
+    FakePlugin,
+    device_pod,
+    kubelet_on_node,
+    pod_phase,
+)
+from hami_kubesim.testing import RunningApiServer, eventually
 
-RESOURCE = "example.com/gpu"
-
-
-class FakePlugin(api_pb2_grpc.DevicePluginServicer):
-    """A device plugin with a settable device list that records the kubelet's calls."""
-
-    def __init__(
-        self,
-        plugin_dir: Path,
-        devices: dict[str, str],
-        *,
-        resource: str = RESOURCE,
-        endpoint: str = "fake.sock",
-        preferred: bool = True,
-        pre_start: bool = False,
-    ) -> None:
-        self.plugin_dir = plugin_dir
-        self.devices = dict(devices)
-        self.resource = resource
-        self.endpoint = endpoint
-        self.preferred_available = preferred
-        self.pre_start_required = pre_start
-        self.allocate_error: str | None = None
-        self.preferred_calls: list[tuple[list[str], list[str], int]] = []
-        self.allocate_calls: list[list[list[str]]] = []
-        self.pre_start_calls: list[list[str]] = []
-        self.registrations = 0
-        self._changed = asyncio.Condition()
-        self._version = 0
-        self._server: grpc.aio.Server | None = None
-
-    # --- DevicePlugin service ---
-    async def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
-        return api_pb2.DevicePluginOptions(
-            pre_start_required=self.pre_start_required,
-            get_preferred_allocation_available=self.preferred_available,
-        )
-
-    async def ListAndWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        seen = [-1]
-        while True:
-            async with self._changed:
-                await self._changed.wait_for(lambda: self._version != seen[0])
-                seen[0] = self._version
-                reply = api_pb2.ListAndWatchResponse(
-                    devices=[
-                        api_pb2.Device(ID=i, health=h) for i, h in sorted(self.devices.items())
-                    ]
-                )
-            yield reply
-
-    async def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
-        responses = []
-        for req in request.container_requests:
-            available = list(req.available_deviceIDs)
-            must = list(req.must_include_deviceIDs)
-            self.preferred_calls.append((available, must, req.allocation_size))
-            # Prefer from the end so the test can tell a preference from kubelet's own order.
-            picked = must + [d for d in reversed(available) if d not in must]
-            responses.append(
-                api_pb2.ContainerPreferredAllocationResponse(
-                    deviceIDs=picked[: req.allocation_size]
-                )
-            )
-        return api_pb2.PreferredAllocationResponse(container_responses=responses)
-
-    async def Allocate(self, request: Any, context: Any) -> Any:
-        ids = [list(r.devices_ids) for r in request.container_requests]
-        self.allocate_calls.append(ids)
-        if self.allocate_error is not None:
-            await context.abort(grpc.StatusCode.UNKNOWN, self.allocate_error)
-        return api_pb2.AllocateResponse(
-            container_responses=[
-                api_pb2.ContainerAllocateResponse(
-                    envs={"FAKE_DEVICES": ",".join(c)},
-                    mounts=[api_pb2.Mount(container_path="/fake", host_path="/host/fake")],
-                    devices=[
-                        api_pb2.DeviceSpec(
-                            container_path=f"/dev/{d}", host_path=f"/dev/{d}", permissions="rw"
-                        )
-                        for d in c
-                    ],
-                    annotations={"fake.io/ids": ",".join(c)},
-                )
-                for c in ids
-            ]
-        )
-
-    async def PreStartContainer(self, request: Any, context: Any) -> Any:
-        self.pre_start_calls.append(list(request.devices_ids))
-        return api_pb2.PreStartContainerResponse()
-
-    # --- plugin lifecycle ---
-    async def set_devices(self, devices: dict[str, str]) -> None:
-        async with self._changed:
-            self.devices = dict(devices)
-            self._version += 1
-            self._changed.notify_all()
-
-    async def serve(self) -> None:
-        server = grpc.aio.server()
-        api_pb2_grpc.add_DevicePluginServicer_to_server(self, server)
-        socket = self.plugin_dir / self.endpoint
-        socket.unlink(missing_ok=True)
-        server.add_insecure_port(f"unix:{socket}")
-        await server.start()
-        self._server = server
-
-    async def register(self, version: str = "v1beta1", resource: str | None = None) -> None:
-        path = self.plugin_dir / "kubelet.sock"
-        async with grpc.aio.insecure_channel(f"unix:{path}") as channel:
-            await api_pb2_grpc.RegistrationStub(channel).Register(
-                api_pb2.RegisterRequest(
-                    version=version,
-                    endpoint=self.endpoint,
-                    resource_name=resource or self.resource,
-                    options=api_pb2.DevicePluginOptions(
-                        get_preferred_allocation_available=self.preferred_available,
-                        pre_start_required=self.pre_start_required,
-                    ),
-                ),
-                timeout=10,
-            )
-        self.registrations += 1
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(grace=None)
-            self._server = None
-
-    async def watch_kubelet(self) -> None:
-        """Serve again and re-register each time the kubelet deletes this plugin's socket
-        (a restart) until cancelled.
-
-        Real plugins watch the directory with inotify; polling with ``eventually`` is enough
-        here.
-        """
-        own = self.plugin_dir / self.endpoint
-        while True:
-            await eventually(
-                lambda: not own.exists(), within=WATCH_S, what="the kubelet removes our socket"
-            )
-            await self.stop()
-            await self.serve()
-            # kubelet.sock may not be back yet
-            await eventually(self._registered, within=10, what="registration with the kubelet")
-
-    async def _registered(self) -> bool:
-        try:
-            await self.register()
-        except grpc.aio.AioRpcError:
-            return False
-        return True
-
-
-WATCH_S = 3600.0
-"""How long the fake plugin's watcher waits for a kubelet restart (it is cancelled sooner)."""
-
-
-@pytest.fixture
-def plugin_dir() -> Iterator[Path]:
-    # Short path: unix socket names are limited to 107 bytes.
-    path = Path(tempfile.mkdtemp(prefix="ksim-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+RESOURCE = FAKE_RESOURCE
 
 
 @contextlib.asynccontextmanager
@@ -215,17 +55,9 @@ async def manager_and_server(
 def _pod(
     uid: str, containers: list[tuple[str, int]], init: list[tuple[str, int]] | None = None
 ) -> dict[str, Any]:
-    def spec(name: str, count: int) -> dict[str, Any]:
-        limits = {RESOURCE: str(count)} if count else {}
-        return {"name": name, "image": "x", "resources": {"limits": limits}}
-
-    return {
-        "metadata": {"name": f"pod-{uid}", "namespace": "default", "uid": uid},
-        "spec": {
-            "initContainers": [spec(n, c) for n, c in init or []],
-            "containers": [spec(n, c) for n, c in containers],
-        },
-    }
+    pod = device_pod(f"pod-{uid}", containers, init=init or ())
+    pod["metadata"]["uid"] = uid
+    return pod
 
 
 async def test_register_list_and_watch_and_disconnect(plugin_dir: Path) -> None:
@@ -331,29 +163,9 @@ async def test_admit_without_preference_and_errors(plugin_dir: Path) -> None:
 
 # ----- the stand-in against the API server ----------------------------------------------------
 
-NODE = "node-a"
-
-
-@contextlib.asynccontextmanager
-async def node_with_kubelet(
-    plugin_dir: Path, **settings: Any
-) -> AsyncIterator[tuple[RunningApiServer, KubeletStandIn]]:
-    async with running_apiserver() as sim:
-        node = NodeSpec(name=NODE, address="10.1.2.3", pod_cidr="10.244.7.0/24")
-        await sim.server.create("nodes", node.to_object())
-        kubelet = KubeletStandIn(
-            KubeletSettings(
-                node_name=NODE,
-                plugin_dir=plugin_dir,
-                api_url=sim.url,
-                pod_cidr=node.pod_cidr,
-                dial_timeout=0.5,
-                call_timeout=5,
-                **settings,
-            )
-        )
-        async with kubelet:
-            yield sim, kubelet
+NODE = TEST_NODE
+node_with_kubelet = kubelet_on_node
+_phase = pod_phase
 
 
 def _node_devices(sim: RunningApiServer) -> tuple[str | None, str | None]:
@@ -361,16 +173,8 @@ def _node_devices(sim: RunningApiServer) -> tuple[str | None, str | None]:
     return status.get("capacity", {}).get(RESOURCE), status.get("allocatable", {}).get(RESOURCE)
 
 
-def _phase(sim: RunningApiServer, name: str) -> str | None:
-    pod = sim.server.try_get("pods", name, namespace="default")
-    return None if pod is None else pod.get("status", {}).get("phase")
-
-
 def _bound_pod(name: str, containers: list[tuple[str, int]], **extra: Any) -> dict[str, Any]:
-    pod = _pod(name, containers, init=extra.pop("init", None))
-    pod["metadata"] = {"name": name, "namespace": "default"}
-    pod["spec"].update(extra)
-    return pod
+    return device_pod(name, containers, init=extra.pop("init", None) or (), **extra)
 
 
 async def test_standin_registration_and_health_reach_node_status(plugin_dir: Path) -> None:

@@ -17,9 +17,20 @@ from hami_kubesim.stack.invariants import (
     check_env,
     check_locks,
     check_outcomes,
+    check_replicas,
     stale_locks,
 )
-from hami_kubesim.stack.state import ClusterState, Outcome, device_loads, outcome, stage
+from hami_kubesim.stack.state import (
+    ALLOCATIONS_ANNOTATION,
+    ClusterState,
+    LockMoment,
+    Outcome,
+    PodMoment,
+    Timeline,
+    device_loads,
+    outcome,
+    stage,
+)
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, encode_node_lock
 from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
@@ -58,19 +69,29 @@ def pod(
     envs: dict[str, dict[str, str]] | None = None,
     conditions: list[dict[str, Any]] | None = None,
     status_reason: str = "",
+    replicas: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
+    """A pod placed on ``node_name``; ``envs`` per container name writes the kubelet's record,
+    whose device IDs are one replica of each allocated GPU unless ``replicas`` says others."""
     allocated = encode_pod_devices(
         tuple(tuple(ContainerDevice(u, "NVIDIA", m, c) for u, m, c in cs) for cs in containers)
     )
     names = [f"c{i}" for i in range(len(containers))]
     annotations = {keys.VGPU_NODE: node_name, keys.NVIDIA_DEVICES_ALLOCATED: allocated}
     if envs is not None:
+        given = {
+            n: [f"{uuid}-{name}{i}" for i, (uuid, _, _) in enumerate(cs)]
+            for n, cs in zip(names, containers, strict=True)
+        }
+        given.update(replicas or {})
         record = {
             "node": node_name,
             "containers": [
                 {
                     "name": n,
-                    "resources": [{"resource": "nvidia.com/gpu", "envs": envs[n]}]
+                    "resources": [
+                        {"resource": "nvidia.com/gpu", "deviceIDs": given[n], "envs": envs[n]}
+                    ]
                     if n in envs
                     else [],
                 }
@@ -254,3 +275,152 @@ def test_an_unschedulable_pod_the_scheduler_retries_is_still_in_flight() -> None
     assert outcome(retried, waiting) is Outcome.IN_FLIGHT
     assert stage(retried, waiting) == "retrying"
     assert [v.subject for v in check_outcomes(retried)] == ["default/waiting"]
+
+
+# ----- kubelet replicas and the GPUs they name ----------------------------------------------
+
+
+def test_no_two_containers_hold_the_same_replica() -> None:
+    env = {"c0": good_env(GPU_A, 1000, 10)}
+    a = pod("a", [[(GPU_A, 1000, 10)]], envs=env, replicas={"c0": [f"{GPU_A}-3"]})
+    b = pod("b", [[(GPU_A, 1000, 10)]], envs=env, replicas={"c0": [f"{GPU_A}-3"]})
+    found = check_replicas(state([a, b]))
+    assert [(v.subject, v.message) for v in found] == [
+        (f"n1/{GPU_A}-3", "nvidia.com/gpu held by default/a/c0, default/b/c0")
+    ]
+    assert any(v.check == "replicas" for v in check_all(state([a, b])))
+    # A pod that ended holds nothing any more.
+    b["status"]["phase"] = "Succeeded"
+    assert check_replicas(state([a, b])) == []
+
+
+def test_a_container_may_reuse_a_finished_init_containers_replica_of_its_own_pod() -> None:
+    both = pod(
+        "p",
+        [[(GPU_A, 1000, 10)], [(GPU_A, 1000, 10)]],
+        envs={"c0": good_env(GPU_A, 1000, 10), "c1": good_env(GPU_A, 1000, 10)},
+        replicas={"c0": [f"{GPU_A}-1"], "c1": [f"{GPU_A}-1"]},
+    )
+    assert [v.check for v in check_replicas(state([both]))] == ["replicas"]  # two app containers
+    record = json.loads(both["metadata"]["annotations"][ALLOCATIONS_ANNOTATION])
+    record["containers"][0]["kind"] = "init"
+    both["metadata"]["annotations"][ALLOCATIONS_ANNOTATION] = json.dumps(record)
+    assert check_replicas(state([both])) == []
+
+
+def test_env_naming_other_gpus_than_the_kubelet_allocated_is_found() -> None:
+    # HAMi #3096: the kubelet chose a replica of GPU B, the plugin answered with GPU A's env.
+    swapped = pod(
+        "a",
+        [[(GPU_A, 1000, 10)]],
+        envs={"c0": good_env(GPU_A, 1000, 10)},
+        replicas={"c0": [f"{GPU_B}-0"]},
+    )
+    (found,) = check_env(state([swapped]))
+    assert found.subject == "default/a/c0"
+    assert found.message.startswith(f"the kubelet allocated replicas of ['{GPU_B}']")
+
+
+def test_a_pod_not_placed_by_the_scheduler_must_get_no_gpu() -> None:
+    default = pod("d", [[(GPU_A, 1000, 10)]], envs={"c0": good_env(GPU_A, 1000, 10)})
+    del default["metadata"]["annotations"][keys.NVIDIA_DEVICES_ALLOCATED]
+    (found,) = check_env(state([default]))
+    assert found.subject == "default/d"
+    assert "got nvidia.com/gpu from the device plugin but the pod has no device decision" in (
+        found.message
+    )
+    default["metadata"]["annotations"].pop(ALLOCATIONS_ANNOTATION)
+    assert check_env(state([default])) == []
+
+
+# ----- node locks judged by the timeline -------------------------------------------------------
+
+TIMEOUT = timedelta(seconds=3)
+ACQUIRED = NOW - timedelta(seconds=20)
+LOCK = encode_node_lock(NodeLock(ACQUIRED, "default", "owner"))
+
+
+def _refused_at(
+    when: datetime, message: str = "node n1 has been locked within 3s"
+) -> dict[str, Any]:
+    return {
+        "reason": "FailedScheduling",
+        "message": f"binding rejected: {message}",
+        "firstTimestamp": format_time(when),
+        "lastTimestamp": format_time(when),
+        "involvedObject": {"kind": "Pod", "name": "x", "namespace": "default"},
+    }
+
+
+def _owner(at: datetime, **fields: Any) -> PodMoment:
+    return PodMoment(at=at, key="default/owner", **{"exists": True, "node": "n1", **fields})
+
+
+def _judged(refusal_at: datetime, *moments: PodMoment, lock: str | None = LOCK) -> list[str]:
+    timeline = Timeline(
+        since=NOW - timedelta(seconds=60),
+        locks=(LockMoment(ACQUIRED, "n1", lock),),
+        pods=tuple(moments),
+    )
+    snapshot = dataclasses.replace(
+        state([], nodes=[node()], events=[_refused_at(refusal_at)]), timeline=timeline
+    )
+    return [v.message for v in check_locks(snapshot, lock_timeout=TIMEOUT)]
+
+
+def test_a_lock_whose_owner_waits_may_refuse_at_any_age() -> None:
+    waiting = _owner(ACQUIRED, bind_phase="allocating")
+    assert _judged(NOW - timedelta(seconds=1), waiting) == []
+
+
+def test_a_lock_whose_owner_had_finished_or_gone_must_not_refuse() -> None:
+    start = _owner(ACQUIRED, bind_phase="allocating")
+    for end in (
+        _owner(NOW - timedelta(seconds=10), bind_phase="success"),
+        _owner(NOW - timedelta(seconds=10), bind_phase="failed"),
+        _owner(NOW - timedelta(seconds=10), bind_phase="allocating", phase="Failed"),
+        _owner(NOW - timedelta(seconds=10), bind_phase="allocating", node="n2"),
+        PodMoment(NOW - timedelta(seconds=10), "default/owner", exists=False),
+    ):
+        (message,) = _judged(NOW - timedelta(seconds=1), start, end)
+        assert "refused the bind of default/x" in message
+        assert "had no owner waiting for its Allocate" in message
+    # Finished a moment before the refusal's second: the extender may have seen it waiting.
+    just_done = _owner(NOW - timedelta(seconds=2), bind_phase="success")
+    assert _judged(NOW - timedelta(seconds=1), start, just_done) == []
+
+
+def test_an_owner_not_bound_yet_keeps_the_lock_until_its_timeout() -> None:
+    binding = _owner(ACQUIRED, node="")
+    assert _judged(ACQUIRED + timedelta(seconds=1), binding) == []
+    assert len(_judged(ACQUIRED + timedelta(seconds=10), binding)) == 1
+
+
+def test_a_refusal_names_its_owner_and_refusals_before_the_recording_are_not_judged() -> None:
+    timeline = Timeline(
+        since=NOW - timedelta(seconds=30),
+        locks=(LockMoment(NOW - timedelta(seconds=30), "n1", LOCK),),
+        pods=(
+            _owner(NOW - timedelta(seconds=30), bind_phase="allocating"),
+            PodMoment(NOW - timedelta(seconds=30), "default/other", exists=False),
+        ),
+    )
+    message = "node n1 is locked by default/other, waiting for its device plugin since x"
+    events = [
+        _refused_at(NOW - timedelta(seconds=5), message),
+        _refused_at(NOW - timedelta(seconds=40)),  # before the recording
+    ]
+    snapshot = dataclasses.replace(state([], events=events), timeline=timeline)
+    (found,) = check_locks(snapshot, lock_timeout=TIMEOUT)
+    assert "refused the bind of default/x" in found.message
+
+
+def test_without_a_timeline_a_waiting_owner_may_refuse_after_expiry() -> None:
+    waiting = pod("owner", [[(GPU_A, 1, 1)]], phase="Pending")
+    waiting["metadata"]["annotations"][keys.BIND_PHASE] = "allocating"
+    refused = state(
+        [waiting], nodes=[node(lock=LOCK)], events=[_refused_at(NOW - timedelta(seconds=1))]
+    )
+    assert check_locks(refused, lock_timeout=TIMEOUT) == []
+    waiting["metadata"]["annotations"][keys.BIND_PHASE] = "success"
+    assert len(check_locks(refused, lock_timeout=TIMEOUT)) == 1

@@ -1,10 +1,13 @@
 """``/_sim`` control endpoints for tests driving the emulator over HTTP: fault plan, forced
-compaction, dropping watches, statistics.  They are never subject to injected faults."""
+compaction, dropping watches, statistics, and the knob of each node's kubelet stand-in (pause,
+resume, admission delay, restart).  They are never subject to injected faults, and requests to
+them are not counted in the request metrics."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+import math
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -12,6 +15,20 @@ from hami_kubesim.apiserver.errors import BadRequestError, StatusError
 
 if TYPE_CHECKING:
     from hami_kubesim.apiserver.server import ApiServer
+
+
+class KubeletControl(Protocol):
+    """What ``/_sim/kubelets`` does to one node's kubelet stand-in."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def set_admission_delay(self, seconds: float) -> None: ...
+
+    async def restart(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 def _ok(body: Any) -> web.Response:
@@ -47,6 +64,12 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
     * ``POST /_sim/history`` - ``{"size": N}``: per-resource history length
     * ``POST /_sim/drop-watches`` - ``{"resource": "pods", "mode": "close|expire|abort"}``
     * ``GET /_sim/stats`` - object and watcher counts, resourceVersion, history windows
+    * ``GET /_sim/kubelets`` - ``{"kubelets": [state, ...]}``; ``GET /_sim/kubelets/<node>`` -
+      one node's state: ``{"node", "paused", "admissionDelaySeconds", "waiting", "admitting"}``
+    * ``POST /_sim/kubelets/<node>/pause`` and ``.../resume`` - hold and release admission
+    * ``POST /_sim/kubelets/<node>/admission-delay`` - ``{"seconds": N}``: every admission starts
+      N seconds late (0: none)
+    * ``POST /_sim/kubelets/<node>/restart`` - a kubelet restart as the plugins see it
     """
 
     async def get_faults(request: web.Request) -> web.Response:
@@ -99,6 +122,45 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
     async def stats(request: web.Request) -> web.Response:
         return _ok(server.stats())
 
+    def kubelet(request: web.Request) -> KubeletControl:
+        node = request.match_info["node"]
+        found = server.kubelets.get(node)
+        if found is None:
+            raise StatusError(404, f"no kubelet stand-in runs for node {node!r}", reason="NotFound")
+        return found
+
+    async def list_kubelets(request: web.Request) -> web.Response:
+        return _ok({"kubelets": [k.describe() for _, k in sorted(server.kubelets.items())]})
+
+    async def kubelet_state(request: web.Request) -> web.Response:
+        try:
+            return _ok(kubelet(request).describe())
+        except StatusError as err:
+            return _fail(err)
+
+    async def kubelet_action(request: web.Request) -> web.Response:
+        try:
+            target = kubelet(request)
+            action = request.match_info["action"]
+            if action == "pause":
+                target.pause()
+            elif action == "resume":
+                target.resume()
+            elif action == "admission-delay":
+                target.set_admission_delay(_seconds((await _json(request)).get("seconds")))
+            elif action == "restart":
+                await target.restart()
+            else:
+                raise StatusError(
+                    404,
+                    f"unknown kubelet action {action!r}; use pause, resume, admission-delay "
+                    "or restart",
+                    reason="NotFound",
+                )
+        except StatusError as err:
+            return _fail(err)
+        return _ok(target.describe())
+
     app.router.add_get("/_sim/faults", get_faults)
     app.router.add_post("/_sim/faults", set_faults)
     app.router.add_delete("/_sim/faults", clear_faults)
@@ -106,3 +168,14 @@ def add_admin_routes(app: web.Application, server: ApiServer) -> None:
     app.router.add_post("/_sim/history", history)
     app.router.add_post("/_sim/drop-watches", drop_watches)
     app.router.add_get("/_sim/stats", stats)
+    app.router.add_get("/_sim/kubelets", list_kubelets)
+    app.router.add_get("/_sim/kubelets/{node}", kubelet_state)
+    app.router.add_post("/_sim/kubelets/{node}/{action}", kubelet_action)
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequestError(f"seconds must be a number, got {value!r}")
+    if value < 0:
+        raise BadRequestError(f"seconds must not be negative, got {value!r}")
+    return float(value)

@@ -1,12 +1,13 @@
 """The HTTP face of :class:`~hami_kubesim.apiserver.server.ApiServer`: an aiohttp application
-serving the
-Kubernetes REST paths, discovery, and the ``/_sim`` control endpoints."""
+serving the Kubernetes REST paths, discovery, ``/metrics`` (requests counted as kube-apiserver
+counts them, see :mod:`.metrics`) and the ``/_sim`` control endpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -17,6 +18,7 @@ from hami_kubesim.apiserver.errors import BadRequestError, MethodNotAllowedError
 from hami_kubesim.apiserver.history import Entry, encode
 from hami_kubesim.apiserver.http_watch import serve_watch
 from hami_kubesim.apiserver.listing import ListPage
+from hami_kubesim.apiserver.metrics import client_name, kube_verb
 from hami_kubesim.apiserver.routing import Discovery, Target, parse
 from hami_kubesim.apiserver.selectors import label_selector_from_query, parse_field_selector
 from hami_kubesim.apiserver.server import ApiServer
@@ -142,11 +144,38 @@ class Handlers:
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
             target = parse(self.server.registry, request.path)
-            if isinstance(target, Discovery):
-                if request.method != "GET":
-                    raise MethodNotAllowedError()
-                return self._discovery(request, target)
-            verb = _verb(request, target)
+        except StatusError as err:
+            return error_response(err)
+        if isinstance(target, Discovery):
+            if request.method != "GET":
+                return error_response(MethodNotAllowedError())
+            return self._discovery(request, target)  # not counted: not a resource request
+        verb = _verb(request, target)
+        count = self._counter(request, target, verb)
+        response = await self._answer(request, target, verb, count)
+        if verb != "watch" or response.status != 200:  # a started watch counted itself
+            count(response.status)
+        return response
+
+    def _counter(self, request: web.Request, target: Target, verb: str) -> Callable[[int], None]:
+        """Records this request in ``apiserver_request_total`` with the code it is given."""
+        resource, sub = target.rt.plural, target.subresource or ""
+        if target.legacy_binding:
+            resource, sub = "bindings", ""
+        client = client_name(request.headers.get("User-Agent"))
+        kube = kube_verb(verb, media_type(request.headers.get("Content-Type")))
+
+        def count(code: int) -> None:
+            self.server.requests.record(
+                client=client, verb=kube, resource=resource, subresource=sub, code=code
+            )
+
+        return count
+
+    async def _answer(
+        self, request: web.Request, target: Target, verb: str, count: Callable[[int], None]
+    ) -> web.StreamResponse:
+        try:
             names = target.fault_names()
             delay = self.server.faults.latency_for(verb, names)
             if delay > 0:
@@ -154,6 +183,8 @@ class Handlers:
             injected = self.server.faults.error_for(verb, names)
             if injected is not None:
                 return error_response(injected)
+            if verb == "watch":
+                return await serve_watch(request, self.server, target, on_start=lambda: count(200))
             return await self._resource(request, target, verb)
         except StatusError as err:
             return error_response(err)
@@ -189,8 +220,6 @@ class Handlers:
             return _object_response(request, rt, store.entry(rt, ns, name))
         if verb == "list":
             return self._list(request, target)
-        if verb == "watch":
-            return await serve_watch(request, self.server, target)
         dry = bool(request.query.get("dryRun"))
         if verb == "create":
             body = await _body(request)
@@ -269,6 +298,18 @@ async def _plain(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+def _metrics_handler(server: ApiServer) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(
+            text=server.requests.render(),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
+
+    return handler
+
+
 async def _version(request: web.Request) -> web.Response:
     return json_response(encode(discovery.version()))
 
@@ -300,6 +341,7 @@ def create_app(server: ApiServer) -> web.Application:
     app.router.add_get("/version", _version)
     app.router.add_get("/version/", _version)
     app.router.add_get("/openapi/{tail:.*}", _openapi_handler(server))
+    app.router.add_get("/metrics", _metrics_handler(server))
     add_admin_routes(app, server)
     app.router.add_route("*", "/{tail:.*}", handlers.dispatch)
 

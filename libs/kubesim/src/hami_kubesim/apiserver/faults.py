@@ -70,6 +70,10 @@ class Faults:
         self._errors.clear()
         self._latency.clear()
 
+    def clear_latency(self) -> None:
+        """Drop the latency rules only (requests already delayed keep their delay)."""
+        self._latency.clear()
+
     def reseed(self, seed: int) -> None:
         self.seed = seed
         self._rng = random.Random(seed)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -62,8 +63,13 @@ def _flag(value: str | None) -> bool | None:
 
 
 async def serve_watch(
-    request: web.Request, server: ApiServer, target: Target
+    request: web.Request,
+    server: ApiServer,
+    target: Target,
+    *,
+    on_start: Callable[[], None] | None = None,
 ) -> web.StreamResponse:
+    """Serve one watch until it ends; ``on_start`` is called once its 200 answer has begun."""
     rt, query = target.rt, request.query
     labels = label_selector_from_query(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"), rt.field_labels)
@@ -102,6 +108,8 @@ async def serve_watch(
         final_bookmark = deadline - min(2.0, timeout / 4)
     try:
         await resp.prepare(request)
+        if on_start is not None:
+            on_start()
         while True:
             batch = watcher.drain()
             if batch:

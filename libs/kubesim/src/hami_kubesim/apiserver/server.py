@@ -8,13 +8,16 @@ writes are coroutines because pod creation runs the admission chain.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hami_kubesim.apiserver.admin import KubeletControl
 from hami_kubesim.apiserver.errors import BadRequestError, StatusError, reason_for
 from hami_kubesim.apiserver.faults import ErrorRule, Faults, LatencyRule
-from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Entry, clone
+from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Change, Entry, clone
 from hami_kubesim.apiserver.hooks import AdmissionDenied, MutatingAdmission
+from hami_kubesim.apiserver.metrics import RequestCounter
 from hami_kubesim.apiserver.selectors import (
     FieldSelector,
     label_selector_from_query,
@@ -97,6 +100,10 @@ class ApiServer:
         self.admission = admission
         self.watch_queue_limit = watch_queue_limit
         self.bookmark_interval = bookmark_interval
+        self.requests = RequestCounter()
+        """Requests answered over HTTP (``/metrics``; ``requests.counts()`` in-process)."""
+        self.kubelets: dict[str, KubeletControl] = {}
+        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster)."""
         self._watchers: set[Watcher] = set()
 
     # ----- lookups -----------------------------------------------------------------------
@@ -263,6 +270,17 @@ class ApiServer:
             namespace = (obj.get("metadata") or {}).get("namespace") or "default"
         return self.wire(rt, await self.create_entry(rt, clone(obj), namespace))
 
+    def restore(
+        self, resource: str | ResourceType, obj: dict[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Store an object that already existed, as found in etcd when the server starts: it is
+        validated and defaulted but keeps its ``status`` and ``creationTimestamp``, and goes
+        through no admission — e.g. a pod placed and started long ago. Watchers see it ADDED."""
+        rt = self.resource(resource)
+        if namespace is None and rt.namespaced:
+            namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        return self.wire(rt, self.store.create(rt, clone(obj), namespace=namespace, restore=True))
+
     async def update(
         self,
         resource: str | ResourceType,
@@ -331,6 +349,20 @@ class ApiServer:
             resource_version=resource_version,
         )
         return LocalWatch(self, watcher)
+
+    def observe(
+        self, callback: Callable[[str, str, Mapping[str, Any]], None]
+    ) -> Callable[[], None]:
+        """Call ``callback(resource, event type, object)`` — e.g. ``("pods", "MODIFIED", pod)``
+        — synchronously as each change is committed, in commit order; returns the function that
+        stops it. Unlike a watch it is never dropped, compacted or behind: for recorders in the
+        test driver. ``object`` is the stored object: read it there, never keep or change it."""
+
+        def observer(rt: ResourceType, change: Change) -> None:
+            callback(rt.plural, change.type, change.entry.obj)
+
+        self.store.observers.append(observer)
+        return lambda: self.store.observers.remove(observer)
 
     # ----- faults and history control ----------------------------------------------------
     def inject_error(

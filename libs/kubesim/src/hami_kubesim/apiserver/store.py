@@ -56,6 +56,8 @@ class Store:
         self.hubs: dict[str, WatchHub] = {}
         self.listing = Listing(self)
         self._dry = False
+        self.observers: list[Callable[[ResourceType, Change], None]] = []
+        """Called synchronously with every committed change (see ``ApiServer.observe``)."""
         for rt in self.registry.types:
             self._objects[rt.key] = {}
             self._history[rt.key] = History(history)
@@ -104,8 +106,15 @@ class Store:
         strategies.prepare_for_create(rt, normalized)
         return normalized
 
-    def create(self, rt: ResourceType, obj: Any, *, namespace: str | None) -> Entry:
+    def create(
+        self, rt: ResourceType, obj: Any, *, namespace: str | None, restore: bool = False
+    ) -> Entry:
+        """Store a new object. ``restore``: an object that already existed (as found in etcd
+        when the server starts) keeps the ``status`` and ``creationTimestamp`` it carries."""
+        kept = dict(obj) if restore and isinstance(obj, dict) else {}
         obj = self.prepare_create(rt, obj, namespace)
+        if rt.has_status and isinstance(kept.get("status"), dict):
+            obj["status"] = kept["status"]
         meta = obj["metadata"]
         if rt.namespaced:
             self.check_namespace(namespace or "")
@@ -141,7 +150,8 @@ class Store:
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(key, None)
         meta["uid"] = new_uid()
-        meta["creationTimestamp"] = self._clock()
+        created = (kept.get("metadata") or {}).get("creationTimestamp")
+        meta["creationTimestamp"] = created if isinstance(created, str) else self._clock()
         return self._commit(rt, ADDED, obj, None)
 
     def update(
@@ -376,6 +386,8 @@ class Store:
     def _publish(self, rt: ResourceType, change: Change) -> None:
         self._history[rt.key].append(change)
         self.hubs[rt.key].dispatch(change)
+        for observer in list(self.observers):
+            observer(rt, change)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         for rt in self.registry.types:

@@ -15,6 +15,7 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
         podCIDR: 10.244.1.0/24            # default 10.244.<1+i>.0/24
         kubelet: true                     # run a kubelet stand-in (default true)
         pluginDir: /tmp/kubesim/gpu-node-1  # default <kubelet.pluginRoot>/<name>
+        podResourcesDir: /tmp/kubesim/pr-1  # default <pluginDir>-pod-resources
     kubelet:
       pluginRoot: /tmp/kubesim            # default: a fresh temporary directory
       gracePeriodSeconds: 300
@@ -67,6 +68,7 @@ class NodeSpec:
     pod_cidr: str = "10.244.1.0/24"
     kubelet: bool = True
     plugin_dir: Path | None = None
+    pod_resources_dir: Path | None = None
 
     def to_object(self) -> dict[str, Any]:
         """The Node as a freshly joined kubelet would register it (Ready, addresses, capacity)."""
@@ -218,6 +220,7 @@ def _node(index: int, raw: object, base_dir: Path) -> NodeSpec:
             f"{key}.address/podCIDR", (address, pod_cidr), str(error)
         ) from error
     plugin_dir = node.get("pluginDir")
+    pod_resources_dir = node.get("podResourcesDir")
     return NodeSpec(
         name=name,
         labels=_strings(f"{key}.labels", node.get("labels", {})),
@@ -229,6 +232,9 @@ def _node(index: int, raw: object, base_dir: Path) -> NodeSpec:
         pod_cidr=pod_cidr,
         kubelet=_bool(f"{key}.kubelet", node.get("kubelet", True)),
         plugin_dir=None if plugin_dir is None else base_dir / _str(f"{key}.pluginDir", plugin_dir),
+        pod_resources_dir=None
+        if pod_resources_dir is None
+        else base_dir / _str(f"{key}.podResourcesDir", pod_resources_dir),
     )
 
 

@@ -60,7 +60,8 @@ class Cluster:
     kubelets: Mapping[str, KubeletStandIn]
     """Kubelet stand-ins by node name (restart simulation, allocation records)."""
     plugin_dirs: Mapping[str, Path]
-    """Where each node's ``kubelet.sock`` is: point that node's device plugin here."""
+    """Where each node's ``kubelet.sock`` is: point that node's device plugin here (and at
+    ``kubelet(node).pod_resources_socket`` for pod-resources)."""
     admission: AdmissionDispatcher | None
     scheduler: SchedulingLoop | None
 
@@ -75,6 +76,7 @@ class Cluster:
                 name: {
                     "pluginDir": str(path),
                     "kubeletSocket": str(self.kubelets[name].kubelet_socket),
+                    "podResourcesSocket": str(self.kubelets[name].pod_resources_socket),
                 }
                 for name, path in self.plugin_dirs.items()
             },
@@ -135,6 +137,7 @@ async def running_cluster(
                     host_ip=node.address,
                     grace_period=config.kubelet.grace_period,
                     call_timeout=config.kubelet.call_timeout,
+                    pod_resources_dir=node.pod_resources_dir,
                 )
             )
             for node in config.nodes
@@ -159,6 +162,8 @@ async def running_cluster(
             for stand_in in stand_ins:
                 starting.create_task(stack.enter_async_context(stand_in))
         log.info("cluster ready", url=sim.url, nodes=sorted(plugin_dirs))
+        sim.server.kubelets.update(kubelets)  # /_sim/kubelets/<node>/...
+        stack.callback(sim.server.kubelets.clear)
         async with crash_cancels_the_block(stand_ins):
             yield cluster
 

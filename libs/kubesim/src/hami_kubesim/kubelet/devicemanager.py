@@ -168,6 +168,18 @@ class DeviceManager:
     def holds(self, pod_uid: str) -> bool:
         return pod_uid in self._ledger.pod_uids()
 
+    def pod_devices(self, pod_uid: str) -> dict[str, dict[str, tuple[str, ...]]]:
+        """What each container of a pod holds so far (recorded as each Allocate returns)."""
+        return self._ledger.pod_devices(pod_uid)
+
+    def restore(self, allocation: PodAllocation) -> None:
+        """Take a pod's devices from the checkpoint (a pod started before this kubelet ran)."""
+        for container in allocation.containers:
+            for given in container.resources:
+                self._ledger.record(
+                    allocation.uid, container.name, given.resource, given.device_ids
+                )
+
     async def admit(self, pod: PodView) -> PodAllocation:
         """Allocate devices to every container of ``pod``; :class:`AdmissionError` on refusal.
 

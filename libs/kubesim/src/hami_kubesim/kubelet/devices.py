@@ -232,6 +232,13 @@ class DeviceLedger:
     def container_devices(self, pod_uid: str, container: str, resource: str) -> tuple[str, ...]:
         return self._pods.get(pod_uid, {}).get(container, {}).get(resource, ())
 
+    def pod_devices(self, pod_uid: str) -> dict[str, dict[str, tuple[str, ...]]]:
+        """What each container of a pod holds so far, by container and resource (a copy)."""
+        return {
+            container: dict(resources)
+            for container, resources in self._pods.get(pod_uid, {}).items()
+        }
+
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(
             device_id

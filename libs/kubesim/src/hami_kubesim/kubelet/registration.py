@@ -6,6 +6,7 @@ name, dials the plugin back at ``<plugin dir>/<endpoint>``, asks for its options
 connected :class:`PluginEndpoint` to the device manager. :class:`PluginEndpoint` wraps the calls the
 kubelet makes to a plugin, turning replies into plain data and failures into
 :class:`PluginCallError` carrying the Go-style text the kubelet would print.
+:class:`UnixGrpcServer` is the unix-socket gRPC server both kubelet sockets are served with.
 """
 
 from __future__ import annotations
@@ -220,7 +221,37 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
         return api_pb2.Empty()
 
 
-class RegistrationServer:
+class UnixGrpcServer:
+    """A gRPC server on one unix socket: ``start`` (any stale socket file replaced), ``stop``
+    (the socket file removed), start again. ``add`` puts the servicers on a new server."""
+
+    def __init__(self, socket_path: Path, add: Callable[[grpc.aio.Server], None]) -> None:
+        self.socket_path = socket_path
+        self._add = add
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        if len(str(self.socket_path).encode()) > _MAX_SOCKET_PATH:
+            raise ValueError(
+                f"{self.socket_path} is longer than a unix socket path may be "
+                f"({_MAX_SOCKET_PATH} bytes); use a shorter directory"
+            )
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        self.socket_path.unlink(missing_ok=True)
+        server = grpc.aio.server()
+        self._add(server)
+        server.add_insecure_port(f"unix:{self.socket_path}")
+        await server.start()
+        self._server = server
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace=None)
+        self.socket_path.unlink(missing_ok=True)
+
+
+class RegistrationServer(UnixGrpcServer):
     """``v1beta1.Registration`` on ``<plugin_dir>/kubelet.sock``; start, stop, start again."""
 
     def __init__(
@@ -231,30 +262,13 @@ class RegistrationServer:
         dial_timeout: float,
         call_timeout: float,
     ) -> None:
-        self.socket_path = plugin_dir / KUBELET_SOCKET_NAME
-        self._servicer = _Registration(
+        servicer = _Registration(
             plugin_dir=plugin_dir,
             on_register=on_register,
             dial_timeout=dial_timeout,
             call_timeout=call_timeout,
         )
-        self._server: grpc.aio.Server | None = None
-
-    async def start(self) -> None:
-        if len(str(self.socket_path).encode()) > _MAX_SOCKET_PATH:
-            raise ValueError(
-                f"{self.socket_path} is longer than a unix socket path may be "
-                f"({_MAX_SOCKET_PATH} bytes); use a shorter plugin dir"
-            )
-        self.socket_path.unlink(missing_ok=True)
-        server = grpc.aio.server()
-        api_pb2_grpc.add_RegistrationServicer_to_server(self._servicer, server)
-        server.add_insecure_port(f"unix:{self.socket_path}")
-        await server.start()
-        self._server = server
-
-    async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            await server.stop(grace=None)
-        self.socket_path.unlink(missing_ok=True)
+        super().__init__(
+            plugin_dir / KUBELET_SOCKET_NAME,
+            lambda server: api_pb2_grpc.add_RegistrationServicer_to_server(servicer, server),
+        )

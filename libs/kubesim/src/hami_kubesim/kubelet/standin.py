@@ -1,8 +1,10 @@
 """A kubelet stand-in for one simulated node.
 
-It serves the device-plugin ``Registration`` service on ``<plugin dir>/kubelet.sock``, keeps the
+It serves the device-plugin ``Registration`` service on ``<plugin dir>/kubelet.sock`` and the
+pod-resources API on ``<pod-resources dir>/kubelet.sock`` (:mod:`.podresources`), keeps the
 node's device capacity/allocatable current from every plugin's ListAndWatch stream, and admits
-the pods bound to its node one at a time, like the kubelet's pod workers. No container runs.
+the pods bound to its node one at a time, as the kubelet does (:mod:`.admission`: batches sorted
+by creation time; a knob pauses or delays admission). No container runs.
 
 What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
 
@@ -12,16 +14,23 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
 * A plugin's stream ending: all its devices become unhealthy (capacity kept, allocatable 0);
   after the grace period (5 min) without a new registration the resource is dropped and reported
   with capacity and allocatable 0. A re-registration replaces the old endpoint at once.
-* Admission: see :mod:`.kubelet_devicemanager`. A refusal marks the pod ``Failed`` with reason
+* The pod manager: a pod enters it when its admission starts (before any ``Allocate``) and
+  leaves it when deleted; the *active* pods (not terminal, not rejected) are what pod-resources
+  ``List`` shows, each container with the devices recorded as its ``Allocate`` returned.
+* Admission: see :mod:`.devicemanager`. A refusal marks the pod ``Failed`` with reason
   ``UnexpectedAdmissionError`` and message ``Pod was rejected: Allocate failed due to <error>,
   which is unexpected`` and posts a Warning Event, as ``rejectPod`` does. Pods asking for no
   device-plugin resource go straight to ``Running``.
 * Devices are freed when a pod is deleted or reaches ``Succeeded``/``Failed``; a pod marked for
   deletion is deleted with grace period 0 once "stopped".
+* A pod already ``Running`` when the stand-in first sees it is not admitted again: it joins the
+  pod manager with the devices its allocation record names (the kubelet's checkpoint; see below),
+  or none when it has no record.
 * Restart (:meth:`KubeletStandIn.restart`): every unix socket in the plugin dir is deleted
   (plugin sockets included, other files kept), plugin connections drop, ``kubelet.sock`` is
   created again; pod allocations survive (the kubelet's checkpoint) and device lists stay empty
-  until the plugins register again. Node status is not rewritten meanwhile.
+  until the plugins register again. The pod-resources socket is served anew. Node status is not
+  rewritten meanwhile.
 
 What each container was given (device IDs, envs, mounts, devices, annotations, CDI devices) is
 kept in memory (:attr:`KubeletStandIn.allocations`) and, for pods that got any device, written
@@ -61,11 +70,15 @@ from hami_kube.timefmt import format_time, utc_now
 from hami_kubelet_api.constants import (
     ENDPOINT_STOP_GRACE_PERIOD_SECONDS,
     KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS,
+    KUBELET_SOCKET_NAME,
 )
 from hami_kubesim.access import RECONNECT_BACKOFF, connect, reflector_config
 from hami_kubesim.background_tasks import BackgroundRunner, RunsInBackground
+from hami_kubesim.kubelet.admission import AdmissionQueue
 from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager, PreStartError
 from hami_kubesim.kubelet.devices import ResourceDevices
+from hami_kubesim.kubelet.podmanager import PodManager
+from hami_kubesim.kubelet.podresources import PodResourcesServer
 from hami_kubesim.kubelet.registration import RegistrationServer
 from hami_kubesim.kubelet.status import (
     ALLOCATIONS_ANNOTATION,
@@ -90,8 +103,11 @@ class KubeletSettings:
     """How one kubelet stand-in runs.
 
     ``plugin_dir`` plays ``/var/lib/kubelet/device-plugins/``; keep its path short (unix socket
-    paths are limited to 107 bytes). ``pod_cidr`` is where pod IPs come from; ``host_ip`` is used
-    when the node object has no ``InternalIP`` address.
+    paths are limited to 107 bytes). ``pod_resources_dir`` plays
+    ``/var/lib/kubelet/pod-resources/`` (default: beside the plugin dir, named
+    ``<plugin dir>-pod-resources``). ``pod_cidr`` is where pod IPs come from; ``host_ip`` is used
+    when the node object has no ``InternalIP`` address. ``admission_delay`` makes every
+    admission start that many seconds late (see :mod:`.admission`; changeable while it runs).
     """
 
     node_name: str
@@ -103,6 +119,19 @@ class KubeletSettings:
     call_timeout: float = 60.0
     """Deadline for GetPreferredAllocation/Allocate (the kubelet sets none; a safeguard here)."""
     grace_period: float = float(ENDPOINT_STOP_GRACE_PERIOD_SECONDS)
+    pod_resources_dir: Path | None = None
+    admission_delay: float = 0.0
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return pod_resources_socket_for(self.plugin_dir, self.pod_resources_dir)
+
+
+def pod_resources_socket_for(plugin_dir: Path, pod_resources_dir: Path | None = None) -> Path:
+    """Where a kubelet stand-in serving in ``plugin_dir`` serves pod-resources: in
+    ``pod_resources_dir``, by default ``<plugin dir>-pod-resources`` beside the plugin dir."""
+    directory = pod_resources_dir or plugin_dir.with_name(f"{plugin_dir.name}-pod-resources")
+    return directory / KUBELET_SOCKET_NAME
 
 
 class KubeletStandIn(RunsInBackground):
@@ -122,10 +151,18 @@ class KubeletStandIn(RunsInBackground):
             dial_timeout=settings.dial_timeout,
             call_timeout=settings.call_timeout,
         )
-        self._pods: dict[str, PodView] = {}
+        self._manager = PodManager(self._devices, node=settings.node_name)
+        self._pods = self._manager.views  # the latest view of each pod of the node, by UID
+        self._pod_resources = PodResourcesServer(
+            socket_path=settings.pod_resources_socket, source=self._manager
+        )
         self._handled: set[str] = set()
         self._finalizing: set[str] = set()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queue = AdmissionQueue()
+        self._queue.delay = settings.admission_delay
+        self._admitting: str | None = None
+        self.admission_log: list[str] = []
+        """``namespace/name`` of every pod whose admission started, in that order."""
         self._allocations: dict[tuple[str, str], PodAllocation] = {}
         self._pod_ips: dict[str, str] = {}
         runner = BackgroundRunner(
@@ -170,6 +207,48 @@ class KubeletStandIn(RunsInBackground):
         """Device IDs held by active pods on this node."""
         return self._devices.in_use(resource)
 
+    @property
+    def pod_resources_socket(self) -> Path:
+        """Where pod-resources ``v1.PodResourcesLister`` is served."""
+        return self._pod_resources.socket_path
+
+    @property
+    def pod_resources_calls(self) -> Mapping[str, int]:
+        """Pod-resources calls answered so far, by method (``List``, ``Get``, ...)."""
+        return dict(self._pod_resources.calls)
+
+    @property
+    def admitting(self) -> str | None:
+        """``namespace/name`` of the pod being admitted right now, if any."""
+        return self._admitting
+
+    # ----- the knob ----------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Start no admission until :meth:`resume` (see :mod:`.admission`)."""
+        self._queue.pause()
+        log.info("kubelet admission paused", node=self.node_name)
+
+    def resume(self) -> None:
+        self._queue.resume()
+        log.info("kubelet admission resumed", node=self.node_name)
+
+    @property
+    def paused(self) -> bool:
+        return self._queue.paused
+
+    @property
+    def admission_delay(self) -> float:
+        return self._queue.delay
+
+    def set_admission_delay(self, seconds: float) -> None:
+        """Every admission from now on starts ``seconds`` late (0: none)."""
+        self._queue.delay = seconds
+
+    def describe(self) -> dict[str, Any]:
+        """The knob's state (``/_sim/kubelets/<node>``)."""
+        return {"node": self.node_name, **self._queue.describe(), "admitting": self._admitting}
+
     # ----- lifecycle ---------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -184,6 +263,7 @@ class KubeletStandIn(RunsInBackground):
             self.runner.ready.clear()
             self._client = None
             await self._registration.stop()
+            await self._pod_resources.stop()
             await self._devices.aclose()
 
     async def _serve(self, client: KubeClient) -> None:
@@ -200,6 +280,7 @@ class KubeletStandIn(RunsInBackground):
         )
         self._remove_sockets()
         await self._registration.start()
+        await self._pod_resources.start()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
             group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
@@ -216,9 +297,11 @@ class KubeletStandIn(RunsInBackground):
         device lists are empty until each plugin registers again.
         """
         await self._registration.stop()
+        await self._pod_resources.stop()
         self._remove_sockets()
         await self._devices.forget_plugins()
         await self._registration.start()
+        await self._pod_resources.start()
         self.restarts += 1
         log.info("kubelet restarted", node=self.node_name)
 
@@ -274,8 +357,14 @@ class KubeletStandIn(RunsInBackground):
         elif uid not in self._handled:
             self._handled.add(uid)
             if pod.phase == "Running":
-                return  # started before this stand-in knew it; nothing to admit
-            self._queue.put_nowait(uid)
+                self._adopt(pod)  # started before this stand-in knew it; nothing to admit
+                return
+            self._queue.put(uid, pod.creation_timestamp)
+
+    def _adopt(self, pod: PodView) -> None:
+        allocation = self._manager.adopt(pod)
+        if allocation is not None:
+            self._allocations[(allocation.namespace, allocation.name)] = allocation
 
     def _free(self, uid: str) -> None:
         # Freed devices change nothing on the node object: allocatable never subtracts usage.
@@ -284,7 +373,7 @@ class KubeletStandIn(RunsInBackground):
 
     def _forget(self, uid: str) -> None:
         self._free(uid)
-        pod = self._pods.pop(uid, None)
+        pod = self._manager.forget(uid)
         self._handled.discard(uid)
         self._finalizing.discard(uid)
         if pod is not None:
@@ -305,10 +394,16 @@ class KubeletStandIn(RunsInBackground):
 
     async def _admit_loop(self, client: KubeClient, events: EventRecorder) -> None:
         while True:
-            uid = await self._queue.get()
-            pod = self._pods.get(uid)
-            if pod is None or pod.deleting:
+            uid = await self._queue.next()
+            pod = self._pods.get(uid)  # the latest view: it may have changed while it waited
+            if pod is None or pod.deleting or pod.terminal:
                 continue
+            if pod.phase == "Running":
+                self._adopt(pod)
+                continue
+            self._manager.enter(uid)  # the pod manager has it before it is admitted
+            self._admitting = pod.key
+            self.admission_log.append(pod.key)
             try:
                 await self._admit(client, events, pod)
             except KubeError as error:
@@ -316,6 +411,8 @@ class KubeletStandIn(RunsInBackground):
             except Exception:
                 # One bad pod must not stop the node's pod worker.
                 log.exception("pod admission crashed", node=self.node_name)
+            finally:
+                self._admitting = None
 
     async def _admit(self, client: KubeClient, events: EventRecorder, pod: PodView) -> None:
         uid, namespace, name = pod.uid, pod.namespace, pod.name
@@ -356,6 +453,7 @@ class KubeletStandIn(RunsInBackground):
         self, client: KubeClient, events: EventRecorder, pod: PodView, message: str
     ) -> None:
         log.info("pod rejected", node=self.node_name, pod=pod.key, message=message)
+        self._manager.reject(pod.uid)  # no longer active, before its status is written
         await _patch_status(client, pod, rejected_status(pod, message))
         await events.record(pod.raw, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
 

@@ -1,7 +1,8 @@
 """Pure builders for what the kubelet stand-in writes back to the API server.
 
 Holds the allocation records (what each container was given by the device plugins) and their
-JSON form stored in the emulator's own pod annotation ``kubesim.hami.io/container-allocations``,
+JSON form stored in the emulator's own pod annotation ``kubesim.hami.io/container-allocations``
+(written, and read back as the checkpoint of a pod that was running before the stand-in saw it),
 the pod status of an admitted (Running) pod, of a pod the kubelet rejected
 (``Failed``/``UnexpectedAdmissionError``) and of a pod whose container could not start, the
 node-status patch for device capacity, and the Go-style text of a gRPC error as the kubelet
@@ -141,6 +142,76 @@ class PodAllocation:
 
     def annotation_value(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=False)
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _text_map(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def _resource_from_json(raw: object) -> ResourceAllocation | None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("resource"), str):
+        return None
+    mounts = [m for m in raw.get("mounts") or () if isinstance(m, Mapping)]
+    devices = [d for d in raw.get("devices") or () if isinstance(d, Mapping)]
+    return ResourceAllocation(
+        resource=raw["resource"],
+        device_ids=_strings(raw.get("deviceIDs")),
+        envs=_text_map(raw.get("envs")),
+        mounts=tuple(
+            MountRecord(
+                str(m.get("containerPath", "")), str(m.get("hostPath", "")), bool(m.get("readOnly"))
+            )
+            for m in mounts
+        ),
+        devices=tuple(
+            DeviceSpecRecord(
+                str(d.get("containerPath", "")),
+                str(d.get("hostPath", "")),
+                str(d.get("permissions", "")),
+            )
+            for d in devices
+        ),
+        annotations=_text_map(raw.get("annotations")),
+        cdi_devices=_strings(raw.get("cdiDevices")),
+    )
+
+
+_KINDS: dict[str, ContainerKind] = {"init": "init", "sidecar": "sidecar", "app": "app"}
+
+
+def parse_allocation_record(value: str, *, pod: PodView) -> PodAllocation | None:
+    """The :class:`PodAllocation` an ``ALLOCATIONS_ANNOTATION`` value records for ``pod`` — the
+    stand-in's checkpoint of a pod it did not admit itself; ``None`` when unreadable.  Entries
+    that are not well formed are left out."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(record, Mapping):
+        return None
+    containers = []
+    for raw in record.get("containers") or ():
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+            continue
+        resources = (_resource_from_json(r) for r in raw.get("resources") or ())
+        containers.append(
+            ContainerAllocation(
+                raw["name"],
+                _KINDS.get(str(raw.get("kind")), "app"),
+                tuple(r for r in resources if r is not None),
+            )
+        )
+    return PodAllocation(
+        namespace=pod.namespace or "default",
+        name=pod.name,
+        uid=pod.uid,
+        node=str(record.get("node") or ""),
+        containers=tuple(containers),
+    )
 
 
 def _condition(kind: str, now: str) -> dict[str, Any]:

@@ -6,13 +6,25 @@ Each check is a pure function ``ClusterState -> list[Violation]``:
   the pods holding it (from their ``hami.io/vgpu-devices-allocated``) stay within what the node's
   ``hami.io/node-nvidia-register`` declares; a pod holding every core of a device holds it alone;
   no pod holds a device its node does not register; a bound pod sits on the node it was placed on.
+* ``replicas``: no two containers hold the same kubelet device (replica) ID on a node, per the
+  kubelet stand-in's allocation records of the node's active pods (a container may reuse the
+  devices of an init container of its own pod that has finished, as the kubelet does).
 * ``env``: every Running pod's containers got, per the kubelet stand-in's allocation record,
   exactly what its allocated annotation says (``NVIDIA_VISIBLE_DEVICES``,
-  ``CUDA_DEVICE_MEMORY_LIMIT_<i>``, ``CUDA_DEVICE_SM_LIMIT``), and containers without devices
-  got none.
-* ``locks``: no node lock (``hami.io/mutex.lock``) outlives its expiry: no bind is refused
-  because of a lock that had expired by then. (Expired lock annotations may stay until the next
-  bind on the node takes them over; :func:`stale_locks` lists them.)
+  ``CUDA_DEVICE_MEMORY_LIMIT_<i>``, ``CUDA_DEVICE_SM_LIMIT``), and the GPUs the env names are
+  exactly the GPUs of the replica IDs the kubelet allocated to that container; containers
+  without devices got none, and a pod the scheduler did not place (no allocated annotation) got
+  no GPU from the device plugin at all.
+* ``locks``: a bind refused because of a node lock (``node <n> has been locked ...`` or
+  ``node <n> is locked ...``) is legitimate only while the lock's owner still waits for its
+  Allocate on that node (bound there, not terminal, ``bind-phase`` neither success nor failed),
+  or has not been bound yet and the lock is within its timeout; a refusal by a lock whose owner
+  had finished, was gone, terminal or bound elsewhere (or by an unreadable lock) is a violation.
+  With a :class:`~hami_kubesim.stack.state.Timeline` each refusal is judged by the owner's state
+  around the refusal (events are stamped to the second: any moment from 2 s before the stamped
+  second to its end may be the one); without one, only a lock still held at the snapshot can be
+  judged: a refusal after its expiry is a violation unless its owner still waits. Expired lock
+  annotations may stay until the next bind on the node takes them over (:func:`stale_locks`).
 * ``outcomes``: every pod is Running, Succeeded, Failed with a reason, or Pending unassigned with
   a FailedScheduling reason — none lost in between.
 
@@ -22,7 +34,8 @@ and topology) add their own check function to :data:`CHECKS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -32,18 +45,23 @@ from hami_kube.timefmt import parse_time
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
+    Timeline,
     allocated_devices,
     allocation_record,
     container_devices,
     device_loads,
+    expected_env,
+    node_devices,
     outcome,
     pod_key,
     record_containers,
+    record_device_ids,
     record_envs,
+    replica_gpu,
 )
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
-from hami_protocol.node.lock import NodeLock, decode_node_lock
+from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, owner_state
 from hami_protocol.pod import envs
 
 __all__ = [
@@ -56,6 +74,7 @@ __all__ = [
     "check_env",
     "check_locks",
     "check_outcomes",
+    "check_replicas",
     "stale_locks",
 ]
 
@@ -119,19 +138,47 @@ def check_devices(state: ClusterState) -> list[Violation]:
     return found
 
 
-def _expected_env(devices: tuple[Any, ...]) -> dict[str, str]:
-    uuids = list(dict.fromkeys(d.uuid for d in devices))
-    expected = {envs.NVIDIA_VISIBLE_DEVICES: ",".join(uuids)}
-    for index, device in enumerate(devices):
-        expected[envs.cuda_device_memory_limit(index)] = f"{device.usedmem}m"
-    expected[envs.CUDA_DEVICE_SM_LIMIT] = str(devices[0].usedcores)
-    return expected
+def _kubelet_gpus(
+    container: Mapping[str, Any], resource: str, uuids: frozenset[str]
+) -> list[str] | None:
+    """The GPUs of the replica IDs the kubelet gave the container (None: it gave none)."""
+    ids = record_device_ids(container, resource)
+    if ids is None:
+        return None
+    return [replica_gpu(replica, uuids) or f"unknown replica {replica}" for replica in ids]
+
+
+def _registered_uuids(state: ClusterState, node: str) -> frozenset[str]:
+    found = state.node(node)
+    return frozenset(d.id for d in (node_devices(found) or ())) if found else frozenset()
+
+
+def _undecided_gpus(pod: Mapping[str, Any], resource: str) -> list[Violation]:
+    """A Running pod with no allocated annotation: the plugin must have refused it."""
+    given = [
+        name
+        for name, container in record_containers(allocation_record(pod)).items()
+        if record_envs(container, resource) is not None
+    ]
+    if not given:
+        return []
+    return [
+        Violation(
+            "env",
+            pod_key(pod),
+            f"containers {given} got {resource} from the device plugin but the pod has no "
+            "device decision (not placed by the scheduler)",
+        )
+    ]
 
 
 def check_env(state: ClusterState, *, resource: str = GPU_RESOURCE) -> list[Violation]:
     found: list[Violation] = []
     for pod in state.pods:
-        if PodView(pod).phase != "Running" or allocated_devices(pod) is None:
+        if PodView(pod).phase != "Running":
+            continue
+        if allocated_devices(pod) is None:
+            found.extend(_undecided_gpus(pod, resource))
             continue
         key = pod_key(pod)
         record = allocation_record(pod)
@@ -146,39 +193,71 @@ def check_env(state: ClusterState, *, resource: str = GPU_RESOURCE) -> list[Viol
                 Violation("env", key, f"allocated on {record.get('node')}, runs on {node}")
             )
         containers = record_containers(record)
+        uuids = _registered_uuids(state, node)
         for name, devices in per_container:
-            given = record_envs(containers.get(name) or {}, resource)
+            container = containers.get(name) or {}
+            given = record_envs(container, resource)
+            subject = f"{key}/{name}"
             if not devices:
                 if given is not None:
-                    found.append(
-                        Violation("env", f"{key}/{name}", f"got {resource} without an allocation")
-                    )
+                    found.append(Violation("env", subject, f"got {resource} without an allocation"))
                 continue
             if given is None:
-                found.append(
-                    Violation("env", f"{key}/{name}", f"allocated but given no {resource}")
-                )
+                found.append(Violation("env", subject, f"allocated but given no {resource}"))
                 continue
-            for variable, wanted in _expected_env(devices).items():
+            for variable, wanted in expected_env(devices).items():
                 if given.get(variable) != wanted:
                     found.append(
                         Violation(
                             "env",
-                            f"{key}/{name}",
+                            subject,
                             f"{variable}={given.get(variable)!r}, allocation says {wanted!r}",
                         )
                     )
+            kubelet = sorted(_kubelet_gpus(container, resource, uuids) or ())
+            if kubelet != sorted(d.uuid for d in devices):
+                named = given.get(envs.NVIDIA_VISIBLE_DEVICES)
+                found.append(
+                    Violation(
+                        "env",
+                        subject,
+                        f"the kubelet allocated replicas of {kubelet} but the env names "
+                        f"{named!r} (allocation: {[d.uuid for d in devices]})",
+                    )
+                )
     return found
 
 
-def _event_time(event: Mapping[str, Any]) -> datetime | None:
-    text = event.get("lastTimestamp") or event.get("eventTime")
-    if not isinstance(text, str):
-        return None
-    try:
-        return parse_time(text)
-    except ValueError:
-        return None
+def _holdings(state: ClusterState) -> Iterator[tuple[str, str, str, str, str, str]]:
+    """``(node, resource, replica, pod key, container, kind)`` for every device ID the kubelet
+    gave a container of an active pod."""
+    for pod in state.pods:
+        view = PodView(pod)
+        record = allocation_record(pod)
+        if not view.node_name or view.terminal or record is None:
+            continue
+        for name, container in record_containers(record).items():
+            kind = str(container.get("kind") or "app")
+            for entry in container.get("resources") or ():
+                if not isinstance(entry, Mapping):
+                    continue
+                resource = str(entry.get("resource"))
+                for replica in record_device_ids(container, resource) or ():
+                    yield view.node_name, resource, replica, pod_key(pod), name, kind
+
+
+def check_replicas(state: ClusterState) -> list[Violation]:
+    found: list[Violation] = []
+    holders: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    for node, resource, replica, key, container, kind in _holdings(state):
+        holders.setdefault((node, resource, replica), []).append((key, container, kind))
+    for (node, resource, replica), held in sorted(holders.items()):
+        apps = [(key, container) for key, container, kind in held if kind != "init"]
+        pods = {key for key, _, _ in held}
+        if len(pods) > 1 or len(apps) > 1:
+            names = ", ".join(f"{key}/{container}" for key, container, _ in held)
+            found.append(Violation("replicas", f"{node}/{replica}", f"{resource} held by {names}"))
+    return found
 
 
 def _locks(state: ClusterState) -> list[tuple[str, NodeLock | None, str]]:
@@ -187,13 +266,8 @@ def _locks(state: ClusterState) -> list[tuple[str, NodeLock | None, str]]:
     for node in state.nodes:
         view = NodeView(node)
         value = view.annotations.get(keys.NODE_LOCK)
-        if not value:
-            continue
-        try:
-            lock: NodeLock | None = decode_node_lock(value)
-        except ProtocolError:
-            lock = None
-        found.append((view.name, lock, value))
+        if value:
+            found.append((view.name, _decode(value), value))
     return found
 
 
@@ -209,36 +283,161 @@ def stale_locks(
     ]
 
 
-def check_locks(
-    state: ClusterState, *, lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT
+_REFUSAL: Final = re.compile(
+    r"\bnode (?P<node>[^\s,;:\"']+) (?:has been locked|is locked)"
+    r"(?: by (?P<owner>[^\s,;:\"']+/[^\s,;:\"']+))?"
+)
+_BEFORE: Final = timedelta(seconds=2)
+"""How long before a refusal's stamped second the lock may have been judged (cache lag)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    node: str
+    owner: str
+    """``namespace/pod`` the message names (empty when it names none)."""
+    when: datetime
+    pod: str
+
+
+def _refusals(state: ClusterState) -> Iterator[_Refusal]:
+    """Every bind refused because of a node lock, once per time an event was stamped."""
+    for event in state.events:
+        match = _REFUSAL.search(str(event.get("message") or ""))
+        if match is None:
+            continue
+        involved = event.get("involvedObject")
+        who = involved if isinstance(involved, Mapping) else {}
+        pod = f"{who.get('namespace', '')}/{who.get('name', '')}"
+        stamps = {event.get("firstTimestamp"), event.get("lastTimestamp"), event.get("eventTime")}
+        for stamp in stamps:
+            when = _parse(stamp)
+            if when is not None:
+                yield _Refusal(match["node"], match["owner"] or "", when, pod)
+
+
+def _parse(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+def _holds_legitimately(
+    timeline: Timeline, refusal: _Refusal, at: datetime, timeout: timedelta
+) -> bool:
+    """Whether, at ``at``, the node's lock (or the owner the refusal names) could refuse."""
+    value = timeline.lock_at(refusal.node, at)
+    lock = None if value is None else _decode(value)
+    owner = refusal.owner or (f"{lock.namespace}/{lock.pod}" if lock and not lock.legacy else "")
+    within = lock is not None and at - lock.acquired <= timeout + _SLACK
+    if not owner:
+        return lock is not None and lock.legacy and within
+    moment = timeline.pod_at(owner, at)
+    state = owner_state(
+        exists=moment is not None and moment.exists,
+        node=refusal.node,
+        bound_to=moment.node if moment else "",
+        phase=moment.phase if moment else "",
+        bind_phase=moment.bind_phase if moment else "",
+        deleting=moment.deleting if moment else False,
+    )
+    if state is OwnerState.WAITING:
+        return True
+    named = lock is not None and not lock.legacy and f"{lock.namespace}/{lock.pod}" == owner
+    return state is OwnerState.BINDING and named and within
+
+
+def _decode(value: str) -> NodeLock | None:
+    try:
+        return decode_node_lock(value)
+    except ProtocolError:
+        return None
+
+
+def _judge_by_timeline(
+    state: ClusterState, timeline: Timeline, timeout: timedelta
 ) -> list[Violation]:
-    """A lock must stop counting at its expiry: no bind may be refused because of a lock that
-    had expired by then (events are stamped to the second, hence the second of slack). A lock
-    annotation may stay past its expiry — the next bind on the node takes it over — see
-    :func:`stale_locks`."""
     found: list[Violation] = []
-    for name, lock, value in _locks(state):
+    for refusal in _refusals(state):
+        if refusal.when < timeline.since:
+            continue  # before the recording: nothing to judge it by
+        start, end = refusal.when - _BEFORE, refusal.when + _SLACK
+        moments = [start, *timeline.changes(start, end)]
+        if any(_holds_legitimately(timeline, refusal, at, timeout) for at in moments):
+            continue
+        value = timeline.lock_at(refusal.node, refusal.when)
+        found.append(
+            Violation(
+                "locks",
+                refusal.node,
+                f"refused the bind of {refusal.pod} at {refusal.when:%H:%M:%S} although the lock "
+                f"({value or 'none'}) had no owner waiting for its Allocate on the node",
+            )
+        )
+    return found
+
+
+def _judge_by_snapshot(state: ClusterState, timeout: timedelta) -> list[Violation]:
+    found: list[Violation] = []
+    for name, lock, _ in _locks(state):
         if lock is None:
-            found.append(Violation("locks", name, f"unreadable node lock {value!r}"))
             continue
-        expiry = lock.acquired + lock_timeout
-        if state.taken_at <= expiry:
+        expiry = lock.acquired + timeout
+        owner = f"{lock.namespace}/{lock.pod}" if lock.pod else ""
+        if owner and _owner_waits_now(state, owner, name):
             continue
-        refused = f"node {name} has been locked within"
-        for event in state.events:
-            when = _event_time(event)
-            if refused in str(event.get("message") or "") and when and when > expiry + _SLACK:
-                owner = f"{lock.namespace}/{lock.pod}" if lock.pod else "an unnamed owner"
+        for refusal in _refusals(state):
+            if refusal.node != name or (refusal.owner and refusal.owner != owner):
+                continue
+            if refusal.when > expiry + _SLACK:
+                shown = owner or "an unnamed owner"
                 found.append(
                     Violation(
                         "locks",
                         name,
-                        f"lock of {owner} expired at {expiry:%H:%M:%S} but refused a bind at "
-                        f"{when:%H:%M:%S}",
+                        f"lock of {shown} expired at {expiry:%H:%M:%S} and its owner does not "
+                        f"wait for an Allocate here, but it refused a bind at "
+                        f"{refusal.when:%H:%M:%S}",
                     )
                 )
                 break
     return found
+
+
+def _owner_waits_now(state: ClusterState, owner: str, node: str) -> bool:
+    namespace, _, name = owner.partition("/")
+    pod = state.pod(namespace, name)
+    if pod is None:
+        return False
+    view = PodView(pod)
+    return (
+        owner_state(
+            exists=True,
+            node=node,
+            bound_to=view.node_name,
+            phase=view.phase,
+            bind_phase=view.annotations.get(keys.BIND_PHASE, ""),
+            deleting=view.deleting,
+        )
+        is OwnerState.WAITING
+    )
+
+
+def check_locks(
+    state: ClusterState, *, lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT
+) -> list[Violation]:
+    """A lock refuses a bind only while its owner may still need it (see the module doc)."""
+    found = [
+        Violation("locks", name, f"unreadable node lock {value!r}")
+        for name, lock, value in _locks(state)
+        if lock is None
+    ]
+    if state.timeline is not None:
+        return found + _judge_by_timeline(state, state.timeline, lock_timeout)
+    return found + _judge_by_snapshot(state, lock_timeout)
 
 
 def check_outcomes(state: ClusterState) -> list[Violation]:
@@ -266,6 +465,7 @@ Check = Callable[[ClusterState, timedelta], list[Violation]]
 
 CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("devices", lambda state, _: check_devices(state)),
+    ("replicas", lambda state, _: check_replicas(state)),
     ("env", lambda state, _: check_env(state)),
     ("locks", lambda state, timeout: check_locks(state, lock_timeout=timeout)),
     ("outcomes", lambda state, _: check_outcomes(state)),

@@ -10,34 +10,50 @@ Steps:
   containers, type selectors, node/GPU policies, now and then a pod no node can fit;
 * :class:`InjectErrors` — answer a share of matching API requests with 500/503/429 (409 only
   for creates and updates, the writes a real API server can refuse with a conflict);
-* :class:`InjectLatency` — delay matching API requests;
+* :class:`InjectLatency` — delay matching API requests (:class:`ClearLatency` ends that);
 * :class:`DropWatches` — end open watches cleanly, with an ERROR 410, or by cutting them;
 * :class:`Compact` — drop the watch history (watchers resuming from an old resourceVersion get
   410 Expired and must relist), then end the open watches so they do;
 * :class:`StopService` / :class:`StartService` — SIGKILL or SIGTERM a service and start it again
-  later in the stream.
+  later in the stream;
+* now and then (``ScenarioConfig.incident_share``) one *incident* of the bind path on one node
+  (:mod:`.incidents` holds them), built from :class:`PauseKubelet` / :class:`ResumeKubelet`
+  (hold that node's kubelet admission), :class:`AwaitBound` (wait until a pod is bound),
+  :class:`Ungate` (remove a pod's scheduling gates) and :class:`RestoreRunningPods` (pods that
+  were placed and started long ago, put straight into the store).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "HOSTNAME_LABEL",
+    "AwaitBound",
+    "ClearLatency",
     "Compact",
     "CreatePod",
     "DeletePod",
     "DropWatches",
+    "Incident",
     "InjectErrors",
     "InjectLatency",
+    "PauseKubelet",
+    "RestoreRunningPods",
+    "ResumeKubelet",
     "Scenario",
     "ScenarioConfig",
     "StartService",
     "Step",
     "StopService",
+    "Ungate",
+    "describe",
     "generate_scenario",
+    "incident_scenario",
+    "pod_manifest",
 ]
 
 
@@ -80,6 +96,13 @@ class DropWatches:
 
 
 @dataclass(frozen=True, slots=True)
+class ClearLatency:
+    """Drop every latency rule (requests already delayed keep their delay)."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Compact:
     at: float
 
@@ -98,16 +121,80 @@ class StartService:
     service: str
 
 
+@dataclass(frozen=True, slots=True)
+class PauseKubelet:
+    at: float
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeKubelet:
+    at: float
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitBound:
+    """Hold the timeline until pod ``name`` is bound (or gone, or ``within`` seconds passed)."""
+
+    at: float
+    name: str
+    within: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ungate:
+    """Remove pod ``name``'s ``spec.schedulingGates``: the scheduler may place it from now on."""
+
+    at: float
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRunningPods:
+    """Pods placed on ``node`` by an old HAMi release and running since: HAMi's allocation
+    annotations (``bind-phase: success``), no ``hami.io/vgpu-node`` label, a kubelet
+    allocation record; put straight into the store. Each takes a GPU of ``node`` that nobody
+    holds when the step is played: all of it (``whole``) or 60 % of its memory and 30 % of its
+    cores. With ``while_stopped`` that service is stopped (SIGTERM) first and started again
+    after: the pods are there before it starts."""
+
+    at: float
+    node: str
+    names: tuple[str, ...]
+    whole: bool = True
+    while_stopped: str = ""
+
+
 Step = (
     CreatePod
     | DeletePod
     | InjectErrors
     | InjectLatency
+    | ClearLatency
     | DropWatches
     | Compact
     | StopService
     | StartService
+    | PauseKubelet
+    | ResumeKubelet
+    | AwaitBound
+    | Ungate
+    | RestoreRunningPods
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A kind of incident: ``build(rng, seed, start, node, config)`` returns its steps, the first
+    at ``start``, on ``node``."""
+
+    name: str
+    build: Callable[[random.Random, int, float, str, ScenarioConfig], list[Step]]
+
+
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+HAMI_SCHEDULER: Final = "hami-scheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +212,17 @@ class ScenarioConfig:
     """Names of the service processes that may be stopped."""
     service_fault_share: float = 0.4
     """Share of scenarios in which one service is stopped and started again."""
-    scheduler_name: str = "hami-scheduler"
+    scheduler_name: str = HAMI_SCHEDULER
+    nodes: tuple[str, ...] = ()
+    """GPU nodes an incident may happen on."""
+    incidents: tuple[Incident, ...] = ()
+    """Incidents that may happen (:data:`.incidents.INCIDENTS` lists them)."""
+    incident_share: float = 0.0
+    """Share of scenarios with one incident."""
+    lock_timeout: float = 3.0
+    """The extenders' node-lock timeout (seconds), which incidents outlast."""
+    scheduler_service: str = "scheduler-0"
+    """The extender process an incident stops while pods are restored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +231,18 @@ class Scenario:
     namespace: str
     steps: tuple[Step, ...] = field(default=())
 
+    incident: str = ""
+    """The kind of incident it contains (empty: none)."""
+
     @property
     def pods(self) -> tuple[str, ...]:
-        return tuple(str(s.pod["metadata"]["name"]) for s in self.steps if isinstance(s, CreatePod))
+        names: list[str] = []
+        for step in self.steps:
+            if isinstance(step, CreatePod):
+                names.append(str(step.pod["metadata"]["name"]))
+            elif isinstance(step, RestoreRunningPods):
+                names.extend(step.names)
+        return tuple(names)
 
     def count(self, kind: type) -> int:
         return sum(isinstance(step, kind) for step in self.steps)
@@ -193,14 +299,44 @@ def _pod(rng: random.Random, name: str, config: ScenarioConfig) -> dict[str, Any
         annotations["hami.io/node-scheduler-policy"] = rng.choice(("binpack", "spread"))
     if rng.random() < 0.3:
         annotations["hami.io/gpu-scheduler-policy"] = rng.choice(("binpack", "spread"))
+    # The scheduler is named explicitly so pods created while the webhook is down still reach
+    # the extender (the configuration's failurePolicy Ignore admits them unmutated).
+    return pod_manifest(
+        name,
+        config.namespace,
+        limits,
+        scheduler_name=config.scheduler_name,
+        containers=containers,
+        annotations=annotations,
+    )
+
+
+def pod_manifest(
+    name: str,
+    namespace: str,
+    limits: Mapping[str, str],
+    *,
+    scheduler_name: str,
+    containers: int = 1,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod of ``containers`` containers (``c0``, ``c1``, ...) each asking for ``limits``;
+    ``spec`` is added to its spec (``nodeName``, ``nodeSelector``, ``schedulingGates``)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": dict(annotations or {}),
+    }
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": config.namespace, "annotations": annotations},
+        "metadata": metadata,
         "spec": {
-            # Named explicitly so pods created while the webhook is down still reach the
-            # extender (the configuration's failurePolicy Ignore admits them unmutated).
-            "schedulerName": config.scheduler_name,
+            "schedulerName": scheduler_name,
             "restartPolicy": "Never",
             "containers": [
                 {
@@ -210,6 +346,7 @@ def _pod(rng: random.Random, name: str, config: ScenarioConfig) -> dict[str, Any
                 }
                 for index in range(containers)
             ],
+            **spec,
         },
     }
 
@@ -270,11 +407,31 @@ def _faults(rng: random.Random, config: ScenarioConfig) -> list[Step]:
 
 
 def generate_scenario(seed: int, config: ScenarioConfig) -> Scenario:
-    """The scenario of ``seed``: pod churn plus faults, steps in time order."""
+    """The scenario of ``seed``: pod churn plus faults, and now and then an incident (drawn
+    last, so a seed's churn and faults do not depend on the incident settings); steps in time
+    order."""
     rng = random.Random(seed)
     steps = _stream(rng, seed, config) + _faults(rng, config)
-    ordered = sorted(steps, key=lambda step: step.at)
-    return Scenario(seed=seed, namespace=config.namespace, steps=tuple(ordered))
+    name = ""
+    if config.incidents and config.nodes and rng.random() < config.incident_share:
+        incident = rng.choice(config.incidents)
+        start = rng.uniform(0.0, config.duration / 2)
+        steps += incident.build(rng, seed, start, rng.choice(config.nodes), config)
+        name = incident.name
+    return _scenario(seed, config, steps, name)
+
+
+def incident_scenario(incident: Incident, seed: int, config: ScenarioConfig) -> Scenario:
+    """A scenario of ``incident`` alone (no churn, no faults) on the first of ``config.nodes``,
+    for targeted tests."""
+    rng = random.Random(seed)
+    steps = incident.build(rng, seed, 0.0, config.nodes[0], config)
+    return _scenario(seed, config, steps, incident.name)
+
+
+def _scenario(seed: int, config: ScenarioConfig, steps: list[Step], incident: str) -> Scenario:
+    ordered = sorted(steps, key=lambda step: step.at)  # stable: same-time steps keep their order
+    return Scenario(seed=seed, namespace=config.namespace, steps=tuple(ordered), incident=incident)
 
 
 def describe(scenario: Scenario) -> Sequence[str]:
@@ -282,8 +439,15 @@ def describe(scenario: Scenario) -> Sequence[str]:
     lines = []
     for step in scenario.steps:
         if isinstance(step, CreatePod):
-            limits = step.pod["spec"]["containers"][0]["resources"]["limits"]
-            lines.append(f"{step.at:5.2f}s create {step.pod['metadata']['name']} {limits}")
+            spec = step.pod["spec"]
+            limits = spec["containers"][0]["resources"]["limits"]
+            where = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
+            extra = f" on {where}" if where else ""
+            if spec.get("schedulingGates"):
+                extra += " (gated)"
+            if spec.get("schedulerName") not in (None, HAMI_SCHEDULER):
+                extra += f" by {spec.get('schedulerName')}"
+            lines.append(f"{step.at:5.2f}s create {step.pod['metadata']['name']} {limits}{extra}")
         else:
             fields = {k: getattr(step, k) for k in step.__dataclass_fields__ if k != "at"}
             lines.append(f"{step.at:5.2f}s {type(step).__name__} {fields}")

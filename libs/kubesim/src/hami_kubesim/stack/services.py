@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
+from hami_kubesim.kubelet.standin import pod_resources_socket_for
 from hami_kubesim.stack.objects import WEBHOOK_SERVICE
 from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
 from hami_kubesim.stack.spec import GpuNode, SystemSpec
@@ -163,10 +164,13 @@ def scheduler_processes(
 def deviceplugin_args(
     spec: SystemSpec, node: GpuNode, *, api_url: str, kubelet_socket: Path, devices: Path
 ) -> list[str]:
-    """The flags of ``node``'s device plugin (also used to run plugins in-process)."""
+    """The flags of ``node``'s device plugin (also used to run plugins in-process); its
+    pod-resources socket is where the node's kubelet stand-in serves it, beside the plugin dir
+    of ``kubelet_socket``."""
     return [
         f"--node-name={node.name}",
         f"--kubelet-socket={kubelet_socket}",
+        f"--pod-resources-socket={pod_resources_socket_for(kubelet_socket.parent)}",
         "--device-backend=fake",
         f"--fake-devices={devices}",
         f"--config-file={spec.device_config}",

@@ -3,8 +3,10 @@
 :class:`ClusterState` holds plain JSON objects (pods, nodes, events), the moment they were read
 and which pods the scheduling loop still holds for another try. The functions below read what
 the services wrote — through :mod:`hami_kube.objects` views — the device register of a node, the
-devices allocated to a pod, the kubelet stand-in's allocation record, the scheduler's
+devices allocated to a pod, the kubelet stand-in's allocation record (device IDs, which GPU a
+replica ID is of, env), the env a container's allocation calls for, the scheduler's
 FailedScheduling messages, and the per-device usage summed over the pods holding each device.
+A :class:`Timeline` (node locks and pod states over time) may come with a snapshot.
 Nothing here does I/O or raises on malformed input: unreadable values read as absent and are
 reported by the invariant checker.
 """
@@ -12,7 +14,7 @@ reported by the invariant checker.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -22,6 +24,7 @@ from hami_kube.objects import NodeView, PodView, key_for
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.registry import DeviceInfo, decode_node_devices
+from hami_protocol.pod import envs
 from hami_protocol.pod.devices import (
     ContainerDevice,
     DeviceUsageSummary,
@@ -34,24 +37,87 @@ __all__ = [
     "ALLOCATIONS_ANNOTATION",
     "ClusterState",
     "DeviceLoad",
+    "LockMoment",
     "Outcome",
+    "PodMoment",
+    "Timeline",
     "allocated_devices",
     "allocation_record",
     "container_devices",
     "container_names",
     "device_loads",
+    "expected_env",
     "failed_scheduling",
     "holding_pods",
     "node_devices",
     "outcome",
     "pod_key",
     "record_containers",
+    "record_device_ids",
     "record_envs",
+    "replica_gpu",
     "stage",
 ]
 
 ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
 """Where the kubelet stand-in records what each container was given (see ``kubelet.py``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodMoment:
+    """What the node lock rule reads of a pod, from ``at`` on (``exists=False``: gone)."""
+
+    at: datetime
+    key: str
+    exists: bool
+    node: str = ""
+    phase: str = ""
+    bind_phase: str = ""
+    deleting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LockMoment:
+    """A node's lock annotation from ``at`` on (``None``: no lock)."""
+
+    at: datetime
+    node: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Node locks and pod states as they changed since ``since`` (UTC), in order; the state at
+    ``since`` comes first. Recorded in-process as the API server committed the changes."""
+
+    since: datetime
+    locks: tuple[LockMoment, ...] = ()
+    pods: tuple[PodMoment, ...] = ()
+
+    def lock_at(self, node: str, when: datetime) -> str | None:
+        """The node's lock annotation at ``when`` (``None`` before anything is known)."""
+        value = None
+        for moment in self.locks:
+            if moment.at > when:
+                break
+            if moment.node == node:
+                value = moment.value
+        return value
+
+    def pod_at(self, key: str, when: datetime) -> PodMoment | None:
+        """The pod's last recorded state at ``when`` (``None``: never seen by then)."""
+        found = None
+        for moment in self.pods:
+            if moment.at > when:
+                break
+            if moment.key == key:
+                found = moment
+        return found
+
+    def changes(self, start: datetime, end: datetime) -> list[datetime]:
+        """Every moment in ``[start, end]`` at which a lock or a pod changed."""
+        times = [m.at for m in self.locks] + [m.at for m in self.pods]
+        return sorted(t for t in times if start <= t <= end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +132,9 @@ class ClusterState:
     """Pods (``namespace/name``) the scheduling loop will try again on its own: queued, backing
     off, being tried, or possibly woken by a cluster event it has not yet seen.  A pod here is in
     flight even while its ``PodScheduled`` condition still says ``Unschedulable``."""
+    timeline: Timeline | None = None
+    """How node locks and pods changed before the snapshot, when it was recorded (the fault
+    scenarios record one); the node-lock invariant judges each refusal by it."""
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return next((p for p in self.pods if pod_key(p) == f"{namespace}/{name}"), None)
@@ -317,6 +386,35 @@ def record_containers(record: Mapping[str, Any] | None) -> dict[str, Mapping[str
     """The allocation record's containers by name."""
     containers: Sequence[Any] = (record or {}).get("containers") or ()
     return {str(_mapping(c).get("name")): _mapping(c) for c in containers if isinstance(c, Mapping)}
+
+
+def record_device_ids(container: Mapping[str, Any], resource: str) -> tuple[str, ...] | None:
+    """The device IDs the kubelet gave one container of one resource (None: not given)."""
+    for entry in container.get("resources") or ():
+        if _mapping(entry).get("resource") == resource:
+            ids = _mapping(entry).get("deviceIDs")
+            return tuple(str(i) for i in ids) if isinstance(ids, list) else ()
+    return None
+
+
+def replica_gpu(replica: str, uuids: Iterable[str]) -> str | None:
+    """The GPU a device-plugin replica ID (``<GPU UUID>-<n>``) belongs to, among ``uuids``."""
+    owners = [u for u in uuids if replica == u or replica.startswith(u + "-")]
+    return max(owners, key=len) if owners else None
+
+
+def expected_env(devices: Sequence[ContainerDevice]) -> dict[str, str]:
+    """The GPU env a container with ``devices`` (its allocated annotation entry) must get:
+    ``NVIDIA_VISIBLE_DEVICES`` (its GPUs in order), ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` per device,
+    ``CUDA_DEVICE_SM_LIMIT`` of the first. Empty for no devices."""
+    if not devices:
+        return {}
+    uuids = list(dict.fromkeys(d.uuid for d in devices))
+    expected = {envs.NVIDIA_VISIBLE_DEVICES: ",".join(uuids)}
+    for index, device in enumerate(devices):
+        expected[envs.cuda_device_memory_limit(index)] = f"{device.usedmem}m"
+    expected[envs.CUDA_DEVICE_SM_LIMIT] = str(devices[0].usedcores)
+    return expected
 
 
 def record_envs(container: Mapping[str, Any], resource: str) -> Mapping[str, str] | None:

@@ -8,7 +8,8 @@
 2. launches the webhook, the extender (one process per replica; with two or more, Lease
    election and a :class:`~hami_kubesim.stack.router.LeaderRouter` in front) and one device
    plugin per GPU node (``--device-backend fake``, ``--kubelet-socket <node plugin
-   dir>/kubelet.sock``), all at once and over TLS where the real ones use it.  Start-up is
+   dir>/kubelet.sock``, ``--pod-resources-socket`` where that node's kubelet stand-in serves
+   pod-resources), all at once and over TLS where the real ones use it.  Start-up is
    CPU-bound (five Python processes importing their libraries on a small machine), so they are
    launched first and the cluster comes up while they import;
 3. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`) where the
@@ -60,7 +61,7 @@ from hami_kubesim.cluster.config import (
     SchedulingSpec,
 )
 from hami_kubesim.cluster.simulated import Cluster, running_cluster, scheduler_config_for
-from hami_kubesim.kubelet.standin import KubeletStandIn
+from hami_kubesim.kubelet.standin import KubeletStandIn, pod_resources_socket_for
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.metrics import sample_value, scrape
 from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
@@ -252,11 +253,15 @@ def _registered(node: NodeView) -> bool:
 
 def _check_planned(cluster: Cluster, api_url: str, sockets: Mapping[str, Path]) -> None:
     """The cluster serves where the services were told it would."""
-    served = {name: cluster.kubelet(name).kubelet_socket for name in sockets}
-    if cluster.url != api_url or served != dict(sockets):
+    served = {
+        name: (cluster.kubelet(name).kubelet_socket, cluster.kubelet(name).pod_resources_socket)
+        for name in sockets
+    }
+    planned = {name: (s, pod_resources_socket_for(s.parent)) for name, s in sockets.items()}
+    if cluster.url != api_url or served != planned:
         raise RuntimeError(
             f"the cluster does not serve where the services look: {cluster.url} and {served}, "
-            f"planned {api_url} and {dict(sockets)}"
+            f"planned {api_url} and {planned}"
         )
 
 

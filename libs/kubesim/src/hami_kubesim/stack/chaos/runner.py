@@ -1,18 +1,21 @@
 """Run fault scenarios against a running system and check the invariants after each.
 
 :func:`run_scenario` plays a :class:`~hami_kubesim.stack.scenarios.Scenario` on its timeline
-(the driver creates and deletes pods in-process, as a client; the faults hit every HTTP client
-of the API server: the services and the control-plane stand-ins), then stops the faults, brings
-every stopped service back, waits for every pod to settle, checks the invariants and deletes the
-scenario's pods. :func:`run_scenarios` does that for many seeds on one system and sums up.
+(:class:`~.player.Player`: the driver creates and deletes pods in-process, as a client; the
+faults hit every HTTP client of the API server: the services and the control-plane
+stand-ins), then stops the faults, resumes the kubelets, brings every stopped service back,
+waits for every pod to settle, checks the invariants — the node-lock rule against the
+:class:`~.timeline.TimelineRecorder`'s record of the scenario — and deletes the scenario's
+pods. :func:`run_scenarios` does that for many seeds on one system and sums up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -20,32 +23,23 @@ from typing import Any
 import structlog
 
 from hami_kube.objects import PodView
-from hami_kubesim.apiserver.errors import StatusError
+from hami_kubesim.stack.chaos.player import Player
+from hami_kubesim.stack.chaos.timeline import TimelineRecorder
+from hami_kubesim.stack.incidents import INCIDENTS
 from hami_kubesim.stack.invariants import Violation, check_all, stale_locks
-from hami_kubesim.stack.processes import ServiceProcess
-from hami_kubesim.stack.scenarios import (
-    Compact,
-    CreatePod,
-    DeletePod,
-    DropWatches,
-    InjectErrors,
-    InjectLatency,
-    Scenario,
-    ScenarioConfig,
-    StartService,
-    Step,
-    StopService,
-    generate_scenario,
-)
+from hami_kubesim.stack.scenarios import Incident, Scenario, ScenarioConfig, generate_scenario
 from hami_kubesim.stack.settle import settled, unsettled
 from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
-from hami_kubesim.stack.state import outcome
+from hami_kubesim.stack.state import ClusterState, failed_scheduling, outcome
 from hami_kubesim.stack.system import System
+from hami_protocol.durations import parse_go_duration
 
 __all__ = [
     "CHAOS_LOCK_TIMEOUT",
     "ChaosSummary",
+    "PodResult",
     "ScenarioResult",
+    "chaos_config",
     "chaos_spec",
     "run_scenario",
     "run_scenarios",
@@ -75,6 +69,32 @@ def chaos_spec() -> SystemSpec:
     )
 
 
+def chaos_config(
+    system: System,
+    *,
+    duration: float = 1.5,
+    incidents: Sequence[Incident] = INCIDENTS,
+    incident_share: float = 0.3,
+) -> ScenarioConfig:
+    """What the scenarios on ``system`` may contain: its services may be stopped, incidents
+    (a share of the scenarios) happen on its GPU nodes with its node-lock timeout."""
+    return ScenarioConfig(
+        duration=duration,
+        services=tuple(p.name for p in system.services()),
+        nodes=tuple(n.name for n in system.spec.nodes if n.gpus and n.device_plugin),
+        incidents=tuple(incidents),
+        incident_share=incident_share,
+        lock_timeout=_seconds(system.spec.scheduler.node_lock_timeout, CHAOS_LOCK_TIMEOUT),
+        scheduler_service=system.schedulers[0].name,
+    )
+
+
+def _seconds(go_duration: str, default: timedelta) -> float:
+    if not go_duration:
+        return default.total_seconds()
+    return parse_go_duration(go_duration)
+
+
 @dataclass(frozen=True, slots=True)
 class ScenarioResult:
     seed: int
@@ -86,6 +106,29 @@ class ScenarioResult:
     violations: tuple[Violation, ...]
     stale_locks: tuple[str, ...] = ()
     """Nodes holding a lock annotation past its expiry when the scenario settled."""
+    incident: str = ""
+    """The incident the scenario contained (empty: none)."""
+    pods: Mapping[str, PodResult] = field(default_factory=dict)
+    """Each pod of the scenario by name, as it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """How one pod of a scenario ended."""
+
+    outcome: str
+    """:class:`~hami_kubesim.stack.state.Outcome` value."""
+    node: str = ""
+    message: str = ""
+    """``status.message`` (why it failed), or its last FailedScheduling message."""
+
+
+def _pod_result(state: ClusterState, pod: Mapping[str, Any]) -> PodResult:
+    view = PodView(pod)
+    message = str(view.status.get("message") or "")
+    if not message:
+        message = (failed_scheduling(state, pod) or ("",))[-1]
+    return PodResult(outcome(state, pod).value, view.node_name, message)
 
 
 @dataclass(slots=True)
@@ -110,85 +153,29 @@ class ChaosSummary:
     def violations(self) -> list[tuple[int, Violation]]:
         return [(r.seed, v) for r in self.results for v in r.violations]
 
+    @property
+    def incidents(self) -> Counter[str]:
+        return Counter(r.incident for r in self.results if r.incident)
+
     def render(self) -> str:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())) or "none"
+        incidents = ", ".join(f"{k} {v}" for k, v in sorted(self.incidents.items())) or "none"
         lines = [
             f"scenarios: {len(self.results)}",
             f"faults injected: {sum(self.faults.values())} ({faults})",
             f"pods: {sum(self.outcomes.values())} ({outcomes})",
+            f"incidents: {sum(self.incidents.values())} ({incidents})",
             f"expired lock annotations left for the next bind to take over: "
             f"{sum(bool(r.stale_locks) for r in self.results)} scenarios",
             f"violations: {len(self.violations)}",
         ]
-        lines += [f"  seed {seed}: {violation}" for seed, violation in self.violations]
+        by_seed = {r.seed: r.incident for r in self.results}
+        lines += [
+            f"  seed {seed}{f' ({by_seed[seed]})' if by_seed.get(seed) else ''}: {violation}"
+            for seed, violation in self.violations
+        ]
         return "\n".join(lines)
-
-
-class _Player:
-    """Carries out the steps of one scenario on one system."""
-
-    def __init__(self, system: System, scenario: Scenario) -> None:
-        self.system = system
-        self.scenario = scenario
-        self.faults: Counter[str] = Counter()
-        self.rejected = 0
-        self.background: list[asyncio.Task[object]] = []
-
-    def _service(self, name: str) -> ServiceProcess:
-        return next(p for p in self.system.services() if p.name == name)
-
-    async def play(self, step: Step) -> None:
-        api, namespace = self.system.api, self.scenario.namespace
-        if isinstance(step, CreatePod):
-            try:
-                await self.system.create(step.pod)
-            except StatusError:
-                self.rejected += 1
-        elif isinstance(step, DeletePod):
-            await self.system.delete_pod(namespace, step.name)
-        elif isinstance(step, InjectErrors):
-            api.inject_error(
-                step.verb, step.resource, code=step.code, rate=step.rate, times=step.times
-            )
-        elif isinstance(step, InjectLatency):
-            api.inject_latency(step.seconds, step.verb, step.resource)
-            self.faults["latency rules"] += 1
-        elif isinstance(step, DropWatches):
-            self.faults[f"watches dropped ({step.mode})"] += api.drop_watches(
-                step.resource, mode=step.mode
-            )
-        elif isinstance(step, Compact):
-            api.compact()
-            self.faults["compactions"] += 1
-            self.faults["watches dropped (after compaction)"] += api.drop_watches()
-        elif isinstance(step, StopService):
-            service = self._service(step.service)
-            self.faults["service kills" if step.crash else "service stops"] += 1
-            self._spawn(service.kill() if step.crash else service.stop(), f"stop-{service.name}")
-        elif isinstance(step, StartService):
-            service = self._service(step.service)
-            self._spawn(self._start_after_stop(service), f"start-{service.name}")
-
-    async def _start_after_stop(self, service: ServiceProcess) -> None:
-        stops = [t for t in self.background if t.get_name() == f"stop-{service.name}"]
-        await asyncio.gather(*stops)
-        await service.start(wait=False)
-
-    def _spawn(self, work: Coroutine[Any, Any, object], name: str) -> None:
-        self.background.append(asyncio.create_task(work, name=name))
-
-    async def finish(self) -> None:
-        """End the faults and bring every service back, ready."""
-        self.faults["API errors answered"] += sum(
-            int(rule.get("fired", 0)) for rule in self.system.api.faults.to_dict()["errors"]
-        )
-        self.system.api.clear_faults()
-        await asyncio.gather(*self.background)
-        for service in self.system.services():
-            await service.start(wait=False)
-        for service in self.system.services():
-            await service.wait_ready()
 
 
 async def run_scenario(
@@ -202,31 +189,34 @@ async def run_scenario(
     started = time.monotonic()
     await system.ensure_namespace(scenario.namespace)
     system.api.faults.reseed(scenario.seed)
-    player = _Player(system, scenario)
+    player = Player(system, scenario)
     loop = asyncio.get_running_loop()
-    origin = loop.time()
-    try:
-        for step in scenario.steps:
-            # Pacing the timeline, not waiting for a condition.
-            delay = origin + step.at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await player.play(step)
-    finally:
-        await player.finish()
-    keys = [f"{scenario.namespace}/{name}" for name in scenario.pods]
-    try:
-        state = await system.wait_for(settled(keys), within=settle_within, what="pods settle")
-    except TimeoutError:
-        state = system.state()  # the checker reports what is still in flight
-        log.warning("scenario did not settle", seed=scenario.seed, pods=unsettled(state, keys))
+    with TimelineRecorder(system.api) as recorder:
+        origin = loop.time()
+        try:
+            for step in scenario.steps:
+                # Pacing the timeline, not waiting for a condition.
+                delay = origin + step.at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await player.play(step)
+        finally:
+            await player.finish()
+        keys = [f"{scenario.namespace}/{name}" for name in scenario.pods]
+        try:
+            state = await system.wait_for(settled(keys), within=settle_within, what="pods settle")
+        except TimeoutError:
+            state = system.state()  # the checker reports what is still in flight
+            log.warning("scenario did not settle", seed=scenario.seed, pods=unsettled(state, keys))
+        state = dataclasses.replace(state, timeline=recorder.timeline())
     violations = check_all(state, lock_timeout=lock_timeout)
     stale = stale_locks(state, lock_timeout=lock_timeout)
-    outcomes: Counter[str] = Counter(
-        outcome(state, pod).value
+    pods = {
+        PodView(pod).name: _pod_result(state, pod)
         for pod in state.pods
         if PodView(pod).namespace == scenario.namespace
-    )
+    }
+    outcomes: Counter[str] = Counter(result.outcome for result in pods.values())
     if player.rejected:
         outcomes["rejected"] += player.rejected
     await system.clear_pods(scenario.namespace, within=settle_within)
@@ -237,6 +227,8 @@ async def run_scenario(
         outcomes=outcomes,
         violations=violations,
         stale_locks=tuple(stale),
+        incident=scenario.incident,
+        pods=pods,
     )
 
 

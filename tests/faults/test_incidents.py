@@ -1,0 +1,108 @@
+"""Each incident of the bind path alone, on one node, with what issue 14 says must come of it.
+
+The incidents (``hami_kubesim.stack.incidents``) also occur among the random scenarios of
+``test_fault_scenarios.py``; here each runs alone, on a chosen node, so its outcome can be
+checked pod by pod besides the invariants (every container's env names exactly the GPUs of its
+own allocation and of the kubelet's; no two containers hold one kubelet replica; a lock refuses
+a bind only while its owner still waits; no device over-committed; no pod lost).
+``-k lock_expiry`` runs one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hami_kubesim.stack.chaos import (
+    CHAOS_LOCK_TIMEOUT,
+    ChaosSummary,
+    ScenarioResult,
+    chaos_config,
+    run_scenario,
+)
+from hami_kubesim.stack.incidents import incident_named
+from hami_kubesim.stack.scenarios import describe, incident_scenario
+from hami_kubesim.stack.system import System
+
+pytestmark = [pytest.mark.asyncio(loop_scope="package"), pytest.mark.timeout(120)]
+
+NODE = "f-node-a"
+"""Four T4s: room for every incident's pods."""
+
+
+async def _run(system: System, summary: ChaosSummary, name: str, seed: int) -> ScenarioResult:
+    config = dataclasses.replace(chaos_config(system), nodes=(NODE,), namespace="incident")
+    scenario = incident_scenario(incident_named(name), seed, config)
+    result = await run_scenario(system, scenario, lock_timeout=CHAOS_LOCK_TIMEOUT)
+    summary.results.append(result)
+    timeline = "\n    ".join(describe(scenario))
+    found = "\n  ".join(str(v) for v in result.violations)
+    pods = "\n  ".join(f"{n}: {p}" for n, p in sorted(result.pods.items()))
+    assert result.violations == (), (
+        f"{name}:\n  {found}\npods:\n  {pods}\ntimeline:\n    {timeline}"
+    )
+    return result
+
+
+def _outcome(result: ScenarioResult, suffix: str) -> str:
+    (pod,) = [p for name, p in result.pods.items() if name.endswith(suffix)]
+    return pod.outcome
+
+
+async def test_lock_expiry_with_a_paused_kubelet(
+    chaos_system: System, scenarios: ChaosSummary
+) -> None:
+    # HAMi #3096: A bound, the kubelet slow past the lock timeout, B asks for the same node.
+    result = await _run(chaos_system, scenarios, "lock-expiry", 9001)
+    assert _outcome(result, "-lock-a") == "Running"
+    assert _outcome(result, "-lock-b") == "Running"
+
+
+async def test_kubelet_admission_out_of_bind_order(
+    chaos_system: System, scenarios: ChaosSummary
+) -> None:
+    result = await _run(chaos_system, scenarios, "admission-order", 9002)
+    assert _outcome(result, "-order-a") == "Running"
+    assert _outcome(result, "-order-b") == "Running"
+
+
+async def test_two_pods_waiting_for_allocate_on_one_node_after_a_slow_binding(
+    chaos_system: System, scenarios: ChaosSummary
+) -> None:
+    # A's Binding outlasts the lock timeout, B takes the lock over and is bound first; the
+    # kubelet then admits A while the lock names B.
+    result = await _run(chaos_system, scenarios, "slow-binding", 9006)
+    assert _outcome(result, "-slow-a") == "Running"
+    assert _outcome(result, "-slow-b") == "Running"
+
+
+@pytest.mark.parametrize("seed", [9003, 9013])  # a SIGKILL and a SIGTERM
+async def test_device_plugin_restart_between_bind_and_allocate(
+    chaos_system: System, scenarios: ChaosSummary, seed: int
+) -> None:
+    result = await _run(chaos_system, scenarios, "plugin-restart", seed)
+    # Served by the plugin that came back, or refused by the kubelet with a reason (a plugin
+    # not registered again yet): never lost, never another pod's devices (the invariants).
+    assert _outcome(result, "-restart-a") in ("Running", "Failed")
+
+
+async def test_a_default_scheduler_pod_asking_for_a_gpu_is_refused(
+    chaos_system: System, scenarios: ChaosSummary
+) -> None:
+    result = await _run(chaos_system, scenarios, "default-scheduler", 9004)
+    stray = next(p for name, p in result.pods.items() if name.endswith("-default-d"))
+    assert stray.outcome == "Failed"
+    assert f"no binding pod found on node {NODE}" in stray.message
+    assert _outcome(result, "-default-a") == "Running"
+
+
+@pytest.mark.parametrize("name", ["preexisting", "preexisting-before-start"])
+async def test_pods_placed_by_an_old_hami_release_are_counted(
+    chaos_system: System, scenarios: ChaosSummary, name: str
+) -> None:
+    result = await _run(chaos_system, scenarios, name, 9005)
+    old = [p for pod, p in result.pods.items() if "-old-" in pod]
+    assert old
+    assert all(p.outcome == "Running" for p in old)
+    assert chaos_system.state().pods == ()  # cleaned up: nothing left holding a GPU
