@@ -27,12 +27,21 @@ from hami_kubesim.stack.system import System
 
 pytestmark = [pytest.mark.asyncio(loop_scope="package"), pytest.mark.timeout(120)]
 
-NODE = "f-node-a"
-"""Four T4s: room for every incident's pods."""
+NODES = [
+    pytest.param("f-node-a", id="pod-resources"),
+    pytest.param("f-node-c", id="node-lock"),
+]
+"""Four GPUs each: room for every incident's pods.  ``f-node-a``'s device plugin knows the pod
+from the kubelet's PodResources (binds take no lock); ``f-node-c``'s runs without it (binds take
+the node lock, the plugin identifies pods from a fresh list)."""
+
+pytestmark_nodes = pytest.mark.parametrize("node", NODES)
 
 
-async def _run(system: System, summary: ChaosSummary, name: str, seed: int) -> ScenarioResult:
-    config = dataclasses.replace(chaos_config(system), nodes=(NODE,), namespace="incident")
+async def _run(
+    system: System, summary: ChaosSummary, name: str, seed: int, node: str
+) -> ScenarioResult:
+    config = dataclasses.replace(chaos_config(system), nodes=(node,), namespace="incident")
     scenario = incident_scenario(incident_named(name), seed, config)
     result = await run_scenario(system, scenario, lock_timeout=CHAOS_LOCK_TIMEOUT)
     summary.results.append(result)
@@ -50,58 +59,64 @@ def _outcome(result: ScenarioResult, suffix: str) -> str:
     return pod.outcome
 
 
+@pytestmark_nodes
 async def test_lock_expiry_with_a_paused_kubelet(
-    chaos_system: System, scenarios: ChaosSummary
+    chaos_system: System, scenarios: ChaosSummary, node: str
 ) -> None:
     # HAMi #3096: A bound, the kubelet slow past the lock timeout, B asks for the same node.
-    result = await _run(chaos_system, scenarios, "lock-expiry", 9001)
+    result = await _run(chaos_system, scenarios, "lock-expiry", 9001, node)
     assert _outcome(result, "-lock-a") == "Running"
     assert _outcome(result, "-lock-b") == "Running"
 
 
+@pytestmark_nodes
 async def test_kubelet_admission_out_of_bind_order(
-    chaos_system: System, scenarios: ChaosSummary
+    chaos_system: System, scenarios: ChaosSummary, node: str
 ) -> None:
-    result = await _run(chaos_system, scenarios, "admission-order", 9002)
+    result = await _run(chaos_system, scenarios, "admission-order", 9002, node)
     assert _outcome(result, "-order-a") == "Running"
     assert _outcome(result, "-order-b") == "Running"
 
 
+@pytestmark_nodes
 async def test_two_pods_waiting_for_allocate_on_one_node_after_a_slow_binding(
-    chaos_system: System, scenarios: ChaosSummary
+    chaos_system: System, scenarios: ChaosSummary, node: str
 ) -> None:
     # A's Binding outlasts the lock timeout, B takes the lock over and is bound first; the
     # kubelet then admits A while the lock names B.
-    result = await _run(chaos_system, scenarios, "slow-binding", 9006)
+    result = await _run(chaos_system, scenarios, "slow-binding", 9006, node)
     assert _outcome(result, "-slow-a") == "Running"
     assert _outcome(result, "-slow-b") == "Running"
 
 
+@pytestmark_nodes
 @pytest.mark.parametrize("seed", [9003, 9013])  # a SIGKILL and a SIGTERM
 async def test_device_plugin_restart_between_bind_and_allocate(
-    chaos_system: System, scenarios: ChaosSummary, seed: int
+    chaos_system: System, scenarios: ChaosSummary, seed: int, node: str
 ) -> None:
-    result = await _run(chaos_system, scenarios, "plugin-restart", seed)
+    result = await _run(chaos_system, scenarios, "plugin-restart", seed, node)
     # Served by the plugin that came back, or refused by the kubelet with a reason (a plugin
     # not registered again yet): never lost, never another pod's devices (the invariants).
     assert _outcome(result, "-restart-a") in ("Running", "Failed")
 
 
+@pytestmark_nodes
 async def test_a_default_scheduler_pod_asking_for_a_gpu_is_refused(
-    chaos_system: System, scenarios: ChaosSummary
+    chaos_system: System, scenarios: ChaosSummary, node: str
 ) -> None:
-    result = await _run(chaos_system, scenarios, "default-scheduler", 9004)
+    result = await _run(chaos_system, scenarios, "default-scheduler", 9004, node)
     stray = next(p for name, p in result.pods.items() if name.endswith("-default-d"))
     assert stray.outcome == "Failed"
-    assert f"no binding pod found on node {NODE}" in stray.message
+    assert f"no binding pod found on node {node}" in stray.message
     assert _outcome(result, "-default-a") == "Running"
 
 
+@pytestmark_nodes
 @pytest.mark.parametrize("name", ["preexisting", "preexisting-before-start"])
 async def test_pods_placed_by_an_old_hami_release_are_counted(
-    chaos_system: System, scenarios: ChaosSummary, name: str
+    chaos_system: System, scenarios: ChaosSummary, name: str, node: str
 ) -> None:
-    result = await _run(chaos_system, scenarios, name, 9005)
+    result = await _run(chaos_system, scenarios, name, 9005, node)
     old = [p for pod, p in result.pods.items() if "-old-" in pod]
     assert old
     assert all(p.outcome == "Running" for p in old)

@@ -166,11 +166,14 @@ def deviceplugin_args(
 ) -> list[str]:
     """The flags of ``node``'s device plugin (also used to run plugins in-process); its
     pod-resources socket is where the node's kubelet stand-in serves it, beside the plugin dir
-    of ``kubelet_socket``."""
+    of ``kubelet_socket`` (``none`` for a node whose plugin runs without it)."""
+    pod_resources = (
+        pod_resources_socket_for(kubelet_socket.parent) if node.pod_resources else "none"
+    )
     return [
         f"--node-name={node.name}",
         f"--kubelet-socket={kubelet_socket}",
-        f"--pod-resources-socket={pod_resources_socket_for(kubelet_socket.parent)}",
+        f"--pod-resources-socket={pod_resources}",
         "--device-backend=fake",
         f"--fake-devices={devices}",
         f"--config-file={spec.device_config}",

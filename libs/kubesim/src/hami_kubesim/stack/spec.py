@@ -91,6 +91,9 @@ class GpuNode:
     """RDMA NICs for the fake backend's ``nics`` list (kept as given)."""
     device_plugin: bool = True
     """Start a device-plugin process for this node (False: a node whose plugin never came)."""
+    pod_resources: bool = True
+    """The node's device plugin reads the kubelet stand-in's PodResources API (False: it runs
+    without, as beside a kubelet that does not serve it, and binds to the node take the lock)."""
 
 
 def fake_devices_document(node: GpuNode, *, healthy: bool | None = None) -> dict[str, Any]:

@@ -53,7 +53,8 @@ CHAOS_LOCK_TIMEOUT = timedelta(seconds=3)
 def chaos_spec() -> SystemSpec:
     """The system the fault scenarios run on: three GPU nodes of different models, one extender.
 
-    The node-lock expiry is 3 s and the scheduling loop's pod backoff 0.2 s doubling to 2 s
+    ``f-node-c``'s device plugin runs without PodResources (the node lock path); the node-lock
+    expiry is 3 s and the scheduling loop's pod backoff 0.2 s doubling to 2 s
     (the chart's kube-scheduler defaults are 1 s to 10 s), so pods retried after a fault settle
     within a scenario rather than tens of seconds later.
     """
@@ -61,7 +62,12 @@ def chaos_spec() -> SystemSpec:
         nodes=(
             gpu_model_node("f-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
             gpu_model_node("f-node-b", "NVIDIA A100-SXM4-40GB", count=2, memory_mib=40960),
-            gpu_model_node("f-node-c", "NVIDIA A10", count=4, memory_mib=23028),
+            # Its device plugin runs without the kubelet's PodResources API: binds to it take
+            # the node lock, so the scenarios cover both ways a pod is identified.
+            dataclasses.replace(
+                gpu_model_node("f-node-c", "NVIDIA A10", count=4, memory_mib=23028),
+                pod_resources=False,
+            ),
         ),
         scheduler=SchedulerOptions(node_lock_timeout="3s"),
         pod_initial_backoff=0.2,
