@@ -1,4 +1,5 @@
-"""Fixtures: a short plugin dir (unix socket paths are limited), a host root, an emulated node."""
+"""Fixtures: a short plugin dir (unix socket paths are limited), a host root, an emulated node,
+the vGPU monitor's hook path and a fake devices file."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.testing import RunningApiServer
 
-from .helpers import NODE
+from .helpers import NODE, UUIDS, gpu, write_devices
 
 
 @pytest.fixture
@@ -27,6 +28,28 @@ def host_root(tmp_path: Path) -> Path:
     root = tmp_path / "host"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def hook(tmp_path: Path) -> Path:
+    """The vGPU monitor's ``HOOK_PATH`` (regions are under its ``containers/``)."""
+    path = tmp_path / "usr-local-vgpu"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def devices(tmp_path: Path) -> Path:
+    """A fake devices file of two GPUs, the first with host usage figures."""
+    path = tmp_path / "gpus.yaml"
+    write_devices(
+        path,
+        [
+            gpu(UUIDS[0], 0, memory_used_mib=1024, utilization=35, memory_utilization=10),
+            gpu(UUIDS[1], 1),
+        ],
+    )
+    return path
 
 
 @pytest.fixture

@@ -3,8 +3,13 @@ and a node (kubesim's kubelet stand-in plus the plugin) to run them on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+import json
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ __all__ = [
     "RESOURCE",
     "UUIDS",
     "annotations_of",
+    "api_server_hung",
     "container",
     "devices_value",
     "events_for",
@@ -47,14 +53,18 @@ __all__ = [
     "http_get",
     "lock_annotation",
     "lock_value",
+    "log_lines",
+    "named",
     "node_stack",
     "phase",
     "plugin_settings",
+    "python_process",
     "registration_server",
     "resource_counts",
     "scheduled_pod",
     "stand_in_settings",
     "submit",
+    "terminate",
     "write_devices",
 ]
 
@@ -276,6 +286,69 @@ async def registration_server(
         yield
     finally:
         await server.stop(None)
+
+
+@contextlib.asynccontextmanager
+async def log_lines(stream: asyncio.StreamReader) -> AsyncIterator[list[dict[str, Any]]]:
+    """A child process's JSON log lines, as they arrive."""
+    lines: list[dict[str, Any]] = []
+
+    async def follow() -> None:
+        async for raw in stream:
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(raw))
+
+    task = asyncio.create_task(follow(), name="test-process-logs")
+    try:
+        yield lines
+    finally:
+        async with asyncio.timeout(10):
+            await task  # ends with the process's stderr
+
+
+@contextlib.asynccontextmanager
+async def python_process(
+    *args: str,
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, list[dict[str, Any]]]]:
+    """``python <args>`` and its JSON log lines (stderr); killed on the way out if it still
+    runs."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    async with log_lines(process.stderr) as lines:
+        try:
+            yield process, lines
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+@contextlib.contextmanager
+def api_server_hung(sim: RunningApiServer) -> Iterator[None]:
+    """Within the block kubesim's API server stops answering: every request waits an hour."""
+    sim.server.inject_latency(3600.0)
+    try:
+        yield
+    finally:
+        sim.server.clear_faults()
+
+
+async def terminate(process: asyncio.subprocess.Process, *, within: float) -> float:
+    """SIGTERM, then wait at most ``within`` seconds for the exit; the seconds it took."""
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(within):
+        await process.wait()
+    return time.monotonic() - started
+
+
+def named(lines: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [line for line in lines if line.get("event") == event]
 
 
 async def http_get(port: int, path: str) -> tuple[int, str]:

@@ -10,12 +10,7 @@ an API server that stops answering (kubesim's latency injection: every request w
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-import signal
-import sys
-import time
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -28,7 +23,18 @@ from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.keys import NVIDIA_REGISTER
 
-from .helpers import NODE, annotations_of, eventually, gpu, registration_server, write_devices
+from .helpers import (
+    NODE,
+    annotations_of,
+    api_server_hung,
+    eventually,
+    gpu,
+    named,
+    python_process,
+    registration_server,
+    terminate,
+    write_devices,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -69,28 +75,6 @@ async def never_reading_kubelet(plugin_dir: Path) -> AsyncIterator[NeverReadingK
             await channel.close()
 
 
-@contextlib.asynccontextmanager
-async def log_lines(stream: asyncio.StreamReader) -> AsyncIterator[list[dict[str, Any]]]:
-    """The process's JSON log lines, as they arrive."""
-    lines: list[dict[str, Any]] = []
-
-    async def follow() -> None:
-        async for raw in stream:
-            with contextlib.suppress(ValueError):
-                lines.append(json.loads(raw))
-
-    task = asyncio.create_task(follow(), name="test-plugin-logs")
-    try:
-        yield lines
-    finally:
-        async with asyncio.timeout(10):
-            await task  # ends with the process's stderr
-
-
-def named(lines: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
-    return [line for line in lines if line.get("event") == event]
-
-
 def logged_at_least(lines: list[dict[str, Any]], event: str, times: int) -> bool:
     return len(named(lines, event)) >= times
 
@@ -100,9 +84,9 @@ async def test_sigterm_ends_the_process_within_its_grace_period_while_peers_hang
 ) -> None:
     devices = tmp_path / "gpus.yaml"
     write_devices(devices, [gpu(uuid, i) for i, uuid in enumerate(GPU_UUIDS)])
-    async with never_reading_kubelet(plugin_dir) as kubelet:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
+    async with (
+        never_reading_kubelet(plugin_dir) as kubelet,
+        python_process(
             "-m",
             "hami_deviceplugin",
             f"--node-name={NODE}",
@@ -119,48 +103,32 @@ async def test_sigterm_ends_the_process_within_its_grace_period_while_peers_hang
             "--register-retry-interval=0.1",
             f"--shutdown-grace-period={GRACE_S:g}s",
             "--log-format=json",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        assert process.stderr is not None
-        try:
-            async with log_lines(process.stderr) as lines:
+        ) as (process, lines),
+    ):
 
-                def running() -> bool:
-                    if process.returncode is not None:
-                        raise AssertionError(f"the plugin exited with {process.returncode}")
-                    return bool(kubelet.streams)
+        def running() -> bool:
+            if process.returncode is not None:
+                raise AssertionError(f"the plugin exited with {process.returncode}")
+            return bool(kubelet.streams)
 
-                await eventually(running, within=30, what="registered, ListAndWatch stream open")
-                await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
+        await eventually(running, within=30, what="registered, ListAndWatch stream open")
+        await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
 
-                sim.server.inject_latency(3600.0)  # the API server stops answering
-                # Health flips: each is a new device list on the unread stream, and wakes the
-                # registration loop, whose next request to the API server then hangs.
-                for flip in range(1, 7):
-                    healthy = flip % 2 == 0
-                    write_devices(
-                        devices,
-                        [
-                            gpu(uuid, i, healthy=healthy or i > 0)
-                            for i, uuid in enumerate(GPU_UUIDS)
-                        ],
-                    )
-                    await eventually(
-                        partial(logged_at_least, lines, "GPU inventory changed", flip),
-                        what=f"health change {flip} seen",
-                    )
+        with api_server_hung(sim):
+            # Health flips: each is a new device list on the unread stream, and wakes the
+            # registration loop, whose next request to the API server then hangs.
+            for flip in range(1, 7):
+                healthy = flip % 2 == 0
+                write_devices(
+                    devices,
+                    [gpu(uuid, i, healthy=healthy or i > 0) for i, uuid in enumerate(GPU_UUIDS)],
+                )
+                await eventually(
+                    partial(logged_at_least, lines, "GPU inventory changed", flip),
+                    what=f"health change {flip} seen",
+                )
 
-                started = time.monotonic()
-                process.send_signal(signal.SIGTERM)
-                async with asyncio.timeout(GRACE_S + SLACK_S + 10):
-                    await process.wait()
-                took = time.monotonic() - started
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            sim.server.clear_faults()
+            took = await terminate(process, within=GRACE_S + SLACK_S + 10)
 
     assert process.returncode == 0, lines[-5:]
     assert took < GRACE_S + SLACK_S, f"stopped after {took:.1f}s; last lines: {lines[-8:]}"

@@ -1,10 +1,10 @@
-"""aiohttp sites: bind-address parsing, health routes, the metrics app."""
+"""aiohttp sites: bind-address parsing, health routes, the metrics apps."""
 
 from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import prometheus_client
@@ -43,10 +43,23 @@ def add_health_routes(app: web.Application, *, ready: Callable[[], bool]) -> Non
 
 
 def metrics_app(registry: CollectorRegistry, *, ready: Callable[[], bool]) -> web.Application:
-    """A small app serving ``/metrics`` from ``registry`` plus the health routes."""
+    """A small app serving ``/metrics`` from ``registry`` plus the health routes.  The text is
+    generated on the event loop: for registries that are cheap to collect."""
+
+    async def render() -> bytes:
+        return prometheus_client.generate_latest(registry)
+
+    return rendered_metrics_app(render, ready=ready)
+
+
+def rendered_metrics_app(
+    render: Callable[[], Awaitable[bytes]], *, ready: Callable[[], bool]
+) -> web.Application:
+    """``/metrics`` answered with the exposition text ``render()`` returns (a service whose
+    scrape is costly reads and renders in a worker thread there), plus the health routes."""
 
     async def metrics(_: web.Request) -> web.Response:
-        body = prometheus_client.generate_latest(registry)
+        body = await render()
         return web.Response(
             body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST}
         )

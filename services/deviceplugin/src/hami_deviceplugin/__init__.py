@@ -23,5 +23,9 @@ Layout (pure modules take plain data and never await):
   ``plan`` (pure), ``inventory``, ``allocator``, ``servicer``, ``wiring``;
 * shared by both plugins: ``change_feed`` (inventories and their change notification),
   ``fake_devices`` (the fake devices file), ``sysfs`` (PCIe/NUMA topology), ``hostdirs`` (host
-  directories for HAMi-core).
+  directories for HAMi-core);
+* ``monitor/``: the vGPU monitor (``hami-vgpu-monitor``, a process of its own beside the plugin):
+  per-container usage from HAMi-core's shared regions and the priority feedback; it shares the
+  GPU backends and ``host_metrics`` (the ``zone`` label and HAMi's host GPU gauges) with the
+  plugin.
 """

@@ -56,9 +56,8 @@ from hami_deviceplugin.allocation.node_pods import NodePods
 from hami_deviceplugin.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig
-from hami_deviceplugin.gpu.backends.base import Backend, Gpu
-from hami_deviceplugin.gpu.backends.fake import FakeBackend
-from hami_deviceplugin.gpu.backends.nvml import NvmlBackend
+from hami_deviceplugin.gpu.backends.base import CLOSE_WITHIN_S, Backend, Gpu
+from hami_deviceplugin.gpu.backends.choice import choose_backend
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.plan import AllocateOptions
 from hami_deviceplugin.gpu.servicer import DevicePluginService
@@ -99,9 +98,6 @@ EVENT_FLUSH_S: Final = 2.0
 
 CLOSE_S: Final = 2.0
 """The bound of the quick exits: the client, the metrics site, the loops' cancellation."""
-
-BACKEND_CLOSE_S: Final = 3.0
-"""The bound of closing the GPU backend (an NVML event wait in flight returns within a second)."""
 
 _EMBEDDED_SLACK_S: Final = 2.0
 """Beyond the grace period, before :func:`serving` reports a service that did not stop."""
@@ -147,15 +143,11 @@ def _ready(server: PluginServer, link: KubeletLink, rdma: RunningRdma | None) ->
 
 
 def make_backend(settings: Settings) -> Backend:
-    if settings.device_backend == "fake":
-        assert settings.fake_devices is not None  # checked by Settings
-        return FakeBackend(
-            settings.fake_devices,
-            sysfs_root=settings.sysfs_root,
-            poll_interval=settings.fake_poll_interval_s,
-        )
-    return NvmlBackend(
+    return choose_backend(
+        settings.device_backend,
         sysfs_root=settings.sysfs_root,
+        fake_devices=settings.fake_devices,
+        fake_poll_interval_s=settings.fake_poll_interval_s,
         health=settings.health,
         preconfigured_memory_mib=settings.node.preconfigured_device_memory,
     )
@@ -272,7 +264,7 @@ async def run(
     node_name = settings.node_name
     async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
         client = await life.enter("api-client", open_client(settings.kube), within=CLOSE_S)
-        life.on_exit("gpu-backend", backend.close, within=BACKEND_CLOSE_S)
+        life.on_exit("gpu-backend", backend.close, within=CLOSE_WITHIN_S)
         gpus = await _open_backend(backend, settings)
         nics = await open_nics(nic_source, settings)
 

@@ -33,51 +33,37 @@ HAMi's node-side names (its vGPU monitor), filled only where the backend has rea
   (NVML utilisation rates ``memory``, 0-100).
 
 The fake backend fills them only from the optional ``memory_used_mib`` / ``utilization`` /
-``memory_utilization`` fields of its file.  The per-container ``hami_vgpu_*`` and
-``hami_container_*`` series need HAMi-core's shared-memory cache files and are not exported.
+``memory_utilization`` fields of its file (the gauges are :mod:`hami_deviceplugin.host_metrics`',
+shared with the vGPU monitor).  The per-container ``hami_vgpu_*`` and ``hami_container_*`` series,
+read from HAMi-core's shared regions, are the vGPU monitor's (:mod:`hami_deviceplugin.monitor`).
 ``hami_build_info`` has HAMi's label set with ``python_version`` in place of ``go_version``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
-from hami_deviceplugin.node.register import device_type
+from hami_deviceplugin.host_metrics import (
+    HOST_LABELS,
+    ZONE,
+    HostGpuMetrics,
+    gpu_labels,
+    zoned_registries,
+)
 from hami_deviceplugin.rdma.nics import Nic
 from hami_runtime.build_info import package_version, register_build_info
 
 __all__ = ["ZONE", "PluginMetrics", "plugin_version"]
 
-ZONE: Final = "vGPU"
 _BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-_HOST_LABELS: Final = ("node", "device_index", "device_uuid", "device_type")
 
 
 def plugin_version() -> str:
     return package_version("hami-deviceplugin")
-
-
-class _ConstLabels(Collector):
-    """Re-emits another registry's samples with extra constant labels."""
-
-    def __init__(self, inner: CollectorRegistry, labels: Mapping[str, str]) -> None:
-        self._inner = inner
-        self._labels = dict(labels)
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._inner.collect():
-            out = Metric(family.name, family.documentation, family.type, family.unit)
-            out.samples = [
-                sample._replace(labels={**sample.labels, **self._labels})
-                for sample in family.samples
-            ]
-            yield out
 
 
 class PluginMetrics:
@@ -85,9 +71,7 @@ class PluginMetrics:
 
     def __init__(self, *, node: str) -> None:
         self._node = node
-        inner = CollectorRegistry(auto_describe=True)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_ConstLabels(inner, {"zone": ZONE}))
+        self.registry, inner = zoned_registries()
         self.kubelet_registrations = Counter(
             "hami_deviceplugin_kubelet_registrations",
             "Register calls to the kubelet, by outcome.",
@@ -131,27 +115,10 @@ class PluginMetrics:
         self.device_health = Gauge(
             "hami_deviceplugin_device_health",
             "1 when the GPU is healthy, 0 when not.",
-            list(_HOST_LABELS),
+            list(HOST_LABELS),
             registry=inner,
         )
-        self.host_memory_used = Gauge(
-            "hami_host_gpu_memory_used_bytes",
-            "GPU memory in use on the host (NVML), bytes.",
-            list(_HOST_LABELS),
-            registry=inner,
-        )
-        self.host_utilization = Gauge(
-            "hami_host_gpu_utilization_ratio",
-            "GPU utilisation on the host (NVML), percent.",
-            list(_HOST_LABELS),
-            registry=inner,
-        )
-        self.host_memory_controller = Gauge(
-            "hami_host_gpu_memory_controller_utilization_ratio",
-            "GPU memory controller utilisation on the host (NVML), percent.",
-            ["device_index", "device_uuid", "device_type"],
-            registry=inner,
-        )
+        self.host = HostGpuMetrics(inner, node=node)
         self._rdma_metrics(inner)
         register_build_info(inner, distribution="hami-deviceplugin")
         for outcome in ("success", "error"):
@@ -234,14 +201,6 @@ class PluginMetrics:
         if not ok:
             self.rdma_allocate_failures.labels(reason=reason or "internal").inc()
 
-    def _labels(self, gpu: Gpu) -> dict[str, str]:
-        return {
-            "node": self._node,
-            "device_index": str(gpu.index),
-            "device_uuid": gpu.uuid,
-            "device_type": device_type(gpu.model),
-        }
-
     def set_gpus(self, gpus: Iterable[Gpu]) -> None:
         listed = list(gpus)
         healthy = sum(1 for gpu in listed if gpu.healthy)
@@ -249,25 +208,11 @@ class PluginMetrics:
         self.devices.labels(health="unhealthy").set(len(listed) - healthy)
         self.device_health.clear()
         for gpu in listed:
-            self.device_health.labels(**self._labels(gpu)).set(1 if gpu.healthy else 0)
+            self.device_health.labels(**gpu_labels(self._node, gpu)).set(1 if gpu.healthy else 0)
 
     def set_usage(self, gpus: Iterable[Gpu], usage: Mapping[str, GpuUsage]) -> None:
         """Replace the host gauges with ``usage`` (GPUs without a value get no series)."""
-        self.host_memory_used.clear()
-        self.host_utilization.clear()
-        self.host_memory_controller.clear()
-        for gpu in gpus:
-            figures = usage.get(gpu.uuid)
-            if figures is None:
-                continue
-            labels = self._labels(gpu)
-            if figures.memory_used_bytes is not None:
-                self.host_memory_used.labels(**labels).set(figures.memory_used_bytes)
-            if figures.utilization_percent is not None:
-                self.host_utilization.labels(**labels).set(figures.utilization_percent)
-            if figures.memory_utilization_percent is not None:
-                del labels["node"]
-                self.host_memory_controller.labels(**labels).set(figures.memory_utilization_percent)
+        self.host.set_usage(gpus, usage)
 
     def observe_allocate(self, *, ok: bool, seconds: float, reason: str = "") -> None:
         outcome = "success" if ok else "failed"

@@ -1,2 +1,3 @@
 """GPU backends: ``base`` (the interface and what a backend reports), ``nvml`` (real GPUs through
-nvidia-ml-py) and ``fake`` (the ``gpus`` of the fake devices file)."""
+nvidia-ml-py), ``fake`` (the ``gpus`` of the fake devices file) and ``choice`` (the one a
+process's ``--device-backend`` names)."""

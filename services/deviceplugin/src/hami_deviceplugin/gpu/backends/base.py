@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
-__all__ = ["Backend", "Gpu", "GpuUsage"]
+__all__ = ["CLOSE_WITHIN_S", "Backend", "Gpu", "GpuUsage"]
+
+CLOSE_WITHIN_S: Final = 3.0
+"""The bound a service gives :meth:`Backend.close` on shutdown (an NVML event wait in flight
+returns within a second)."""
 
 
 @dataclass(frozen=True, slots=True)

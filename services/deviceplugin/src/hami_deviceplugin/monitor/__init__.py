@@ -1,0 +1,19 @@
+"""The vGPU monitor (``hami-vgpu-monitor``), HAMi's ``vgpu-monitor`` beside the device plugin:
+per-container GPU usage read from HAMi-core's shared regions
+(``$HOOK_PATH/containers/<podUID>_<container>/<uuid>.cache``), exported under HAMi's metric
+names, and HAMi's priority feedback written back into the regions.
+
+Layout:
+
+* ``__main__`` (process entry), ``cli_flags`` and ``settings``; ``app`` (the wiring and the one
+  lifecycle);
+* ``discovery`` (pure: which directories and files hold regions), ``mapping`` (one mapped region
+  file), ``regions`` (the node's mapped regions: passes, reads, feedback writes, clean-up),
+  ``problems`` (bad input counted once per occurrence, logged once), ``pods`` (the pod watch);
+* ``scan`` (the pass loop and the host GPUs), ``series`` (HAMi's per-container families),
+  ``metrics`` (rendered at each scrape in a worker thread, never on the event loop).
+
+The codec of the regions is :mod:`hami_protocol.region`; the host GPU gauges are shared with the
+device plugin (:mod:`hami_deviceplugin.host_metrics`).  Nothing here imports the device plugin's
+gRPC or kubelet parts.
+"""
