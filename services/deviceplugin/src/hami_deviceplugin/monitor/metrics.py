@@ -20,35 +20,22 @@ Ours:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from typing import Final
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client import Counter, Gauge, Histogram
 
 from hami_deviceplugin.host_metrics import HostGpuMetrics, zoned_registries
 from hami_deviceplugin.monitor.problems import REASONS
 from hami_deviceplugin.monitor.regions import ContainerUsage, PassReport
-from hami_deviceplugin.monitor.series import container_families
+from hami_deviceplugin.monitor.series import render_containers
 from hami_protocol.region.feedback import FeedbackField
 from hami_runtime.build_info import register_build_info
 
 __all__ = ["MonitorMetrics"]
 
 _BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-class _Families(Collector):
-    def __init__(self, families: Sequence[Metric]) -> None:
-        self._families = families
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
 
 
 class MonitorMetrics:
@@ -109,8 +96,5 @@ class MonitorMetrics:
     def render(self, rows: Iterable[ContainerUsage], *, now: float) -> bytes:
         """The exposition text: the registry's families, then the containers' (blocking when
         there are many regions: call it from a worker thread)."""
-        scrape = CollectorRegistry(auto_describe=False)
-        scrape.register(_Families(container_families(rows, now=now, legacy=self.legacy)))
-        return prometheus_client.generate_latest(self.registry) + prometheus_client.generate_latest(
-            scrape
-        )
+        containers = render_containers(rows, now=now, legacy=self.legacy)
+        return prometheus_client.generate_latest(self.registry) + containers.encode()
