@@ -153,7 +153,6 @@ async def start_plugin_hosts(system: System, hosts: int) -> list[ServiceProcess]
                     # rarely (a process polls its kubelet.sock every 0.2 s in the e2e stack).
                     "--metrics-bind-address=127.0.0.1:0",
                     "--register-interval=300",
-                    "--usage-interval=300",
                     "--kubelet-poll-interval=10",
                     "--fake-poll-interval=60",
                 ],

@@ -11,6 +11,10 @@ Writes into ``--out`` (a volume shared with the other containers):
 
 Existing certificates are kept, so restarting the stack does not rotate them.  Files are handed
 to ``--owner`` (the services' unprivileged uid); keys are mode 0600.
+
+``--host-dir`` (repeatable) creates a directory of a simulated node's host filesystem, e.g. its
+HAMi-core ``<hook>/vgpu/containers``, so the vGPU monitor finds its ``HOOK_PATH`` before the
+first Allocate; the directories it creates are handed to ``--owner`` too.
 """
 
 from __future__ import annotations
@@ -60,12 +64,30 @@ def bootstrap(out: Path, *, owner: int | None) -> None:
     _chown_tree(out, owner)
 
 
+def make_host_dirs(paths: list[Path], *, owner: int | None) -> None:
+    """Create ``paths`` with their missing parents; what was created goes to ``owner``."""
+    for path in paths:
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        path.mkdir(parents=True, exist_ok=True)
+        if owner is not None:
+            for created in missing:
+                os.chown(created, owner, owner)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory to write into")
     parser.add_argument("--owner", type=int, default=None, help="uid (and gid) to own the files")
+    parser.add_argument(
+        "--host-dir",
+        type=Path,
+        action="append",
+        default=[],
+        help="a simulated node's host directory to create (repeatable)",
+    )
     args = parser.parse_args(argv)
     bootstrap(args.out, owner=args.owner)
+    make_host_dirs(args.host_dir, owner=args.owner)
     sys.stdout.write(f"bootstrap: certificates and webhook configuration in {args.out}\n")
     return 0
 

@@ -95,6 +95,24 @@ ONLY_PLUGIN: dict[str, Any] = {"scheduler": {"enabled": False}, "webhook": {"ena
 DEVICE_CONFIG_OVERRIDE: dict[str, Any] = {
     "device-config": {"content": "nvidia:\n  resourceCountName: example.com/gpu\n"}
 }
+MONITOR_TUNED: dict[str, Any] = {
+    "global": {"gpuHookPath": "/opt/hami/"},
+    "devicePlugin": {
+        "privileged": False,
+        "serviceMonitor": {"enabled": True},
+        "service": {"httpPort": 30992},
+        "monitor": {
+            "legacyMetrics": True,
+            "resyncInterval": "90s",
+            "logLevel": "debug",
+            "extraArgs": ["--feedback-interval=2s"],
+            "service": {"type": "NodePort"},
+        },
+    },
+}
+NO_MONITOR: dict[str, Any] = {
+    "devicePlugin": {"monitor": {"enabled": False}, "serviceMonitor": {"enabled": True}}
+}
 VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "defaults": None,
     "full": FULL,
@@ -103,6 +121,8 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "no-kube-scheduler": NO_KUBE_SCHEDULER,
     "only-device-plugin": ONLY_PLUGIN,
     "device-config-override": DEVICE_CONFIG_OVERRIDE,
+    "monitor-tuned": MONITOR_TUNED,
+    "no-monitor": NO_MONITOR,
 }
 
 
@@ -290,6 +310,8 @@ HAMI_KEYS = (
     "devicePlugin.pluginPath",
     "devicePlugin.libPath",
     "devicePlugin.nvidiaNodeSelector",
+    "devicePlugin.service.httpPort",
+    "devicePlugin.monitor.resyncInterval",
     "devices.nvidia.gpuCorePolicy",
     "devices.nvidia.libCudaLogLevel",
     "device-config.content",
@@ -311,6 +333,8 @@ def test_values_keep_hamis_key_names(helm: Any) -> None:
     assert merged["devicePlugin"]["nvidiaNodeSelector"] == {"gpu": "on"}
     assert merged["devicePlugin"]["pluginPath"] == "/var/lib/kubelet/device-plugins"
     assert merged["devicePlugin"]["libPath"] == "/usr/local/vgpu"
+    assert merged["devicePlugin"]["service"]["httpPort"] == 31992
+    assert merged["devicePlugin"]["monitor"]["resyncInterval"] == "5m"
     assert merged["global"]["schedulerName"] == "hami-scheduler"
 
 
@@ -660,6 +684,155 @@ def test_device_plugin_values(render: RenderFn) -> None:
     }
 
 
+# --- vGPU monitor --------------------------------------------------------------------------------
+
+
+def host_mounts(workload: Manifest, name: str) -> dict[str, tuple[str | None, bool]]:
+    """mount path -> (host path of its volume, read-only) for one container."""
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    return {
+        m["mountPath"]: (
+            volumes[m["name"]].get("hostPath", {}).get("path"),
+            m.get("readOnly", False),
+        )
+        for m in container(workload, name)["volumeMounts"]
+    }
+
+
+def env_of(found: Manifest) -> dict[str, Manifest]:
+    return {e["name"]: e for e in found["env"]}
+
+
+def test_vgpu_monitor_runs_beside_the_plugin(render: RenderFn) -> None:
+    daemonset = render().one("DaemonSet", "demo-hami-device-plugin")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["device-plugin", "vgpu-monitor"]
+    plugin = container(daemonset, "device-plugin")
+    monitor = container(daemonset, "vgpu-monitor")
+    # The plugin's image; its entrypoint is the plugin, so the monitor names its console script.
+    assert monitor["image"] == plugin["image"] == "hami-deviceplugin:0.1.0"
+    assert monitor["command"] == ["hami-vgpu-monitor"]
+    args = monitor["args"]
+    assert flag(args, "--metrics-bind-address") == ":9394"
+    assert flag(args, "--device-backend") == "nvml"
+    assert flag(args, "--log-format") == "json"
+    assert "--legacy-metrics" not in args
+    # In the cluster the service account is used: no API server address, no kubeconfig.
+    assert not [a for a in args if a.startswith(("--kube-url", "--kubeconfig"))]
+    env = env_of(monitor)
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["HOOK_PATH"]["value"] == "/usr/local/vgpu"
+    assert env["HAMI_RESYNC_INTERVAL"]["value"] == "5m"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env_of(plugin)["NVIDIA_VISIBLE_DEVICES"]
+    assert monitor["ports"] == [{"name": "monitor", "containerPort": 9394, "protocol": "TCP"}]
+    assert monitor["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "monitor"}
+    assert monitor["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "monitor"}
+    # NVML and other users' region files: the plugin's privileges.
+    assert monitor["securityContext"] == plugin["securityContext"]
+    assert monitor["resources"]["limits"]["memory"]
+
+
+def test_vgpu_monitor_mounts_hook_path_and_mig_lock_directory(render: RenderFn) -> None:
+    daemonset = render().one("DaemonSet", "demo-hami-device-plugin")
+    mounts = host_mounts(daemonset, "vgpu-monitor")
+    # The host's HOOK_PATH at the same path, writable (feedback writes, stale directory removal).
+    assert mounts["/usr/local/vgpu"] == ("/usr/local/vgpu", False)
+    assert mounts["/tmp/hami"][0] == "/tmp/hami"
+    assert set(mounts) == {"/usr/local/vgpu", "/tmp/hami"}
+    # What the plugin creates per Allocate (<hook>/vgpu/containers) is what the monitor reads.
+    plugin_args = container(daemonset, "device-plugin")["args"]
+    assert f"{flag(plugin_args, '--hook-path')}/vgpu" == "/usr/local/vgpu"
+
+
+def test_vgpu_monitor_values(render: RenderFn) -> None:
+    rendered = render(MONITOR_TUNED)
+    daemonset = rendered.one("DaemonSet", "demo-hami-device-plugin")
+    monitor = container(daemonset, "vgpu-monitor")
+    args = monitor["args"]
+    assert "--legacy-metrics" in args
+    assert flag(args, "--log-level") == "debug"
+    assert "--feedback-interval=2s" in args
+    env = env_of(monitor)
+    assert env["HOOK_PATH"]["value"] == "/opt/hami/vgpu"
+    assert env["HAMI_RESYNC_INTERVAL"]["value"] == "90s"
+    assert host_mounts(daemonset, "vgpu-monitor")["/opt/hami/vgpu"] == ("/opt/hami/vgpu", False)
+    assert flag(container(daemonset, "device-plugin")["args"], "--hook-path") == "/opt/hami/"
+    assert monitor["securityContext"]["privileged"] is False
+    assert monitor["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # HAMi's NodePort for the monitor, from devicePlugin.service.httpPort.
+    service = rendered.one("Service", "demo-hami-device-plugin-monitor")
+    assert service["spec"]["type"] == "NodePort"
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"], port["nodePort"]) == (9394, "monitor", 30992)
+
+
+def test_vgpu_monitor_service_reaches_the_monitor_port(render: RenderFn) -> None:
+    rendered = render()
+    daemonset = rendered.one("DaemonSet", "demo-hami-device-plugin")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    service = rendered.one("Service", "demo-hami-device-plugin-monitor")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = service["spec"]["ports"]
+    assert "nodePort" not in port
+    ports = {p["name"]: p["containerPort"] for p in container(daemonset, "vgpu-monitor")["ports"]}
+    assert ports[port["targetPort"]] == 9394
+    # Discovered by its endpoints: a pod's prometheus.io/port is the plugin's.
+    annotations = service["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9394"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert daemonset["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9397"
+    # The headless Service (what the ServiceMonitor scrapes) has the monitor port too.
+    headless = rendered.one("Service", "demo-hami-device-plugin-metrics")
+    assert {p["name"]: p["port"] for p in headless["spec"]["ports"]} == {
+        "metrics": 9397,
+        "monitor": 9394,
+    }
+
+
+def test_service_monitor_scrapes_the_vgpu_monitor_once(render: RenderFn) -> None:
+    rendered = render(FULL)
+    monitor = rendered.one("ServiceMonitor", "gpu-share-device-plugin")
+    endpoints = {e["port"]: e for e in monitor["spec"]["endpoints"]}
+    assert set(endpoints) == {"metrics", "monitor"}
+    assert endpoints["monitor"]["path"] == "/metrics"
+    assert {
+        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+        "targetLabel": "node_name",
+    } in endpoints["monitor"]["relabelings"]
+    # Only the headless Service is selected, not the monitor Service as well (no double scrape).
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    selected = [
+        s["metadata"]["name"]
+        for s in rendered.find("Service")
+        if wanted.items() <= s["metadata"]["labels"].items()
+    ]
+    assert selected == ["gpu-share-device-plugin-metrics"]
+    assert rendered.one("Service", "gpu-share-device-plugin-monitor")
+
+
+def test_vgpu_monitor_disabled_leaves_only_the_plugin(render: RenderFn) -> None:
+    rendered = render(NO_MONITOR)
+    daemonset = rendered.one("DaemonSet", "demo-hami-device-plugin")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["device-plugin"]
+    assert {v["name"] for v in spec["volumes"]}.isdisjoint({"vgpu-hook", "mig-lock"})
+    assert not rendered.find("Service", "demo-hami-device-plugin-monitor")
+    headless = rendered.one("Service", "demo-hami-device-plugin-metrics")
+    assert [p["name"] for p in headless["spec"]["ports"]] == ["metrics"]
+    (endpoint,) = rendered.one("ServiceMonitor", "demo-hami-device-plugin")["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    assert "device-plugin-monitor" not in rendered.notes
+    assert "svc/demo-hami-device-plugin-monitor" in render().notes
+
+
+def test_vgpu_monitor_port_must_differ_from_the_plugins(helm: Any) -> None:
+    values = {"devicePlugin": {"monitor": {"metricsPort": 9397}}}
+    with helm.Chart.load(str(CHART)) as chart, pytest.raises(helm.HelmError, match="metricsPort"):
+        chart.render(values=values, name="demo", namespace="hami-system")
+
+
 # --- metrics -------------------------------------------------------------------------------------
 
 
@@ -696,7 +869,8 @@ def test_service_monitors_are_off_by_default_and_select_metrics_ports(render: Re
         matching = [s for s in services if wanted.items() <= s["metadata"]["labels"].items()]
         assert len(matching) == 1, monitor["metadata"]["name"]
         port_names = {p["name"] for p in matching[0]["spec"]["ports"]}
-        assert monitor["spec"]["endpoints"][0]["port"] in port_names
+        for endpoint in monitor["spec"]["endpoints"]:
+            assert endpoint["port"] in port_names, monitor["metadata"]["name"]
 
 
 def test_every_pod_is_excluded_from_the_webhook(render: RenderFn) -> None:
@@ -747,6 +921,8 @@ def test_chart_yaml_declares_the_subcharts() -> None:
         ({"scheduler": {"defaultSchedulerPolicy": {"nodeSchedulerPolicy": "x"}}}, "nodeScheduler"),
         ({"scheduler": {"nodeLockExpire": "five minutes"}}, "nodeLockExpire"),
         ({"devices": {"nvidia": {"gpuCorePolicy": "always"}}}, "gpuCorePolicy"),
+        ({"devicePlugin": {"monitor": {"resyncInterval": "5 minutes"}}}, "resyncInterval"),
+        ({"devicePlugin": {"monitor": {"service": {"type": "ExternalName"}}}}, "type"),
     ],
 )
 def test_values_schemas_reject_what_the_services_would_refuse(

@@ -145,3 +145,50 @@ def test_scheduler_args_parse(render: RenderFn, root: Path, values: dict[str, An
         assert leader.mode == ("follow" if kube_scheduler else "campaign")
     if "nodeLabelSelector" in scheduler_values:
         assert settings.node_label_selector == "gpu=on,pool=a"
+
+
+MONITOR_VALUE_SETS: dict[str, dict[str, Any] | None] = {
+    "defaults": None,
+    "tuned": {
+        "global": {"gpuHookPath": "/opt/hami"},
+        "devicePlugin": {
+            "logFormat": "console",
+            "monitor": {"legacyMetrics": True, "resyncInterval": "90s", "metricsPort": 9500},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("values", list(MONITOR_VALUE_SETS.values()), ids=list(MONITOR_VALUE_SETS))
+def test_vgpu_monitor_args_and_env_parse(
+    render: RenderFn, root: Path, values: dict[str, Any] | None
+) -> None:
+    settings_module = pytest.importorskip("hami_deviceplugin.monitor.settings")
+    rendered = render(values)
+    daemonset = rendered.one("DaemonSet")
+    args = materialise(rendered, daemonset, root, "vgpu-monitor")
+    (monitor,) = [
+        c
+        for c in daemonset["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "vgpu-monitor"
+    ]
+    # spec.nodeName from the downward API; HOOK_PATH is a mount, recreated under root.
+    env = {e["name"]: e.get("value", "gpu-node-1") for e in monitor["env"]}
+    mounts = {m["mountPath"] for m in monitor["volumeMounts"]}
+    assert env["HOOK_PATH"] in mounts
+    env["HOOK_PATH"] = str(root / env["HOOK_PATH"].lstrip("/"))
+    settings = settings_module.parse_settings(args, environ=env)
+    tuned = values is not None
+    assert settings.node_name == "gpu-node-1"
+    assert settings.hook_path == root / ("opt/hami/vgpu" if tuned else "usr/local/vgpu")
+    assert settings.containers_dir.parent.is_dir()
+    assert settings.resync_interval_s == (90.0 if tuned else 300.0)
+    assert settings.legacy_metrics is tuned
+    assert settings.device_backend == "nvml"
+    assert settings.log_format == ("console" if tuned else "json")
+    assert settings.metrics_bind_address == (":9500" if tuned else ":9394")
+    # In the cluster: the service account, no URL or kubeconfig.
+    assert settings.kube.kube_url is None
+    assert settings.kube.kubeconfig is None
+    # The default MIG lock file lies in the mounted host /tmp/hami.
+    assert str(settings.mig_lock_file.parent) in mounts

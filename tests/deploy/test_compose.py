@@ -155,14 +155,21 @@ def test_docker_compose_accepts_the_file() -> None:
 
 
 def test_healthchecks_probe_the_ports_the_services_listen_on(compose: dict[str, Any]) -> None:
+    checked = 0
     for name, service in services(compose).items():
-        if not name.startswith(("webhook", "scheduler", "deviceplugin")):
+        if not name.startswith(("webhook", "scheduler", "deviceplugin", "vgpu-monitor")):
             continue
-        url = re.search(r"HAMI_HEALTHCHECK_URL=(\S+)", dockerfile_of(service).read_text())
-        assert url, name
+        # The monitors run from the plugin's image and move its healthcheck to their own port.
+        url = service.get("environment", {}).get("HAMI_HEALTHCHECK_URL")
+        if url is None:
+            found = re.search(r"HAMI_HEALTHCHECK_URL=(\S+)", dockerfile_of(service).read_text())
+            assert found, name
+            url = found.group(1)
         metrics = flag(service["command"], "--metrics-bind-address")
         assert metrics is not None
-        assert url.group(1) == f"http://127.0.0.1:{port_of(metrics)}/healthz", name
+        assert url == f"http://127.0.0.1:{port_of(metrics)}/healthz", name
+        checked += 1
+    assert checked == 8
 
 
 def test_prometheus_scrapes_every_service_on_its_metrics_port(compose: dict[str, Any]) -> None:
@@ -288,9 +295,77 @@ def test_device_plugin_command_lines(
     assert gpus
     assert settings.kube.kube_url == "http://kubesim:8001"
     assert settings.kubelet_socket == volumes["kubelet-plugins"] / node / "kubelet.sock"
-    # Not root in compose: the fake backend touches no host files (as in the demo).
+    # Not root in compose: the node's host root is its directory in the volume, which the
+    # unprivileged user owns.
     assert service["user"] == "65532:65532"
-    assert settings.host_root is None
+    assert settings.host_root == volumes["kubelet-plugins"] / node / "host"
+    # What Allocate creates there (<hook>/vgpu/containers/...) is what the node's monitor reads.
+    monitor = services(compose)[f"vgpu-monitor-{node}"]
+    hook_path = mounts_of(monitor, volumes).local(monitor["environment"]["HOOK_PATH"])
+    assert Path(hook_path) == settings.host_root / settings.hook_path.lstrip("/") / "vgpu"
+
+
+def gpu_nodes_of(compose: Mapping[str, Any]) -> set[str]:
+    return {n.removeprefix("deviceplugin-") for n in services(compose) if "deviceplugin" in n}
+
+
+def test_one_vgpu_monitor_per_gpu_node(compose: dict[str, Any]) -> None:
+    monitors = {n.removeprefix("vgpu-monitor-") for n in services(compose) if "vgpu-monitor" in n}
+    assert monitors == gpu_nodes_of(compose) == {"gpu-node-a", "gpu-node-b", "gpu-node-c"}
+    prometheus = dependencies(services(compose)["prometheus"])
+    assert {f"vgpu-monitor-{node}" for node in monitors} <= set(prometheus)
+
+
+@pytest.mark.parametrize("node", ["gpu-node-a", "gpu-node-b", "gpu-node-c"])
+def test_vgpu_monitor_services(
+    compose: dict[str, Any], volumes: dict[str, Path], node: str
+) -> None:
+    monitor = services(compose)[f"vgpu-monitor-{node}"]
+    plugin = services(compose)[f"deviceplugin-{node}"]
+    # The plugin's image, whose entrypoint is the plugin: the monitor names its console script.
+    assert monitor["image"] == plugin["image"]
+    assert monitor["build"] == plugin["build"]
+    assert monitor["entrypoint"] == ["hami-vgpu-monitor"]
+    assert monitor["user"] == plugin["user"] == "65532:65532"
+    command = monitor["command"]
+    assert flag(command, "--node-name") == node
+    assert flag(command, "--kube-url") == flag(plugin["command"], "--kube-url")
+    assert flag(command, "--device-backend") == "fake"
+    # The same fake GPUs as the node's plugin, readable through the monitor's mounts.
+    fake_devices = flag(command, "--fake-devices")
+    assert fake_devices == flag(plugin["command"], "--fake-devices")
+    assert fake_devices is not None
+    assert Path(mounts_of(monitor, volumes).local(fake_devices)).is_file()
+    assert flag(command, "--metrics-bind-address") == ":9394"
+    env = monitor["environment"]
+    assert env["NODE_NAME"] == node
+    host = f"/var/lib/kubesim/{node}/host"
+    assert env["HOOK_PATH"] == f"{host}/usr/local/vgpu"
+    # The MIG lock file of the node's host, not the container's own /tmp.
+    assert flag(command, "--mig-lock-file") == f"{host}/tmp/hami/hami-mig-apply.lock"
+    # Writable: it writes feedback into the regions and removes stale directories.
+    assert "kubelet-plugins:/var/lib/kubesim" in monitor["volumes"]
+    assert dependencies(monitor) == {"kubesim": "service_healthy"}
+    assert f"--host-dir={env['HOOK_PATH']}/containers" in services(compose)["bootstrap"]["command"]
+
+
+@pytest.mark.parametrize("node", ["gpu-node-a", "gpu-node-b", "gpu-node-c"])
+def test_vgpu_monitor_command_lines(
+    compose: dict[str, Any], volumes: dict[str, Path], node: str
+) -> None:
+    settings_module = pytest.importorskip("hami_deviceplugin.monitor.settings")
+    service = services(compose)[f"vgpu-monitor-{node}"]
+    mounts = mounts_of(service, volumes)
+    environ = {k: mounts.local(str(v)) for k, v in service["environment"].items()}
+    settings = settings_module.parse_settings(mounts.args(service["command"]), environ=environ)
+    assert settings.node_name == node
+    assert settings.hook_path == volumes["kubelet-plugins"] / node / "host/usr/local/vgpu"
+    assert settings.mig_lock_file.is_relative_to(volumes["kubelet-plugins"] / node / "host")
+    assert settings.device_backend == "fake"
+    assert settings.fake_devices is not None
+    assert settings.fake_devices.is_file()
+    assert settings.kube.kube_url == "http://kubesim:8001"
+    assert settings.metrics_bind_address == ":9394"
 
 
 def test_scheduler_command_line(compose: dict[str, Any], volumes: dict[str, Path]) -> None:
@@ -417,13 +492,44 @@ def test_bootstrap_keeps_existing_certificates(volumes: dict[str, Path]) -> None
     assert (volumes["tls"] / "scheduler" / "tls.key").stat().st_mode & 0o077 == 0
 
 
+def test_bootstrap_creates_every_nodes_hook_directory(
+    compose: dict[str, Any], volumes: dict[str, Path]
+) -> None:
+    bootstrap = services(compose)["bootstrap"]
+    command = [str(a) for a in bootstrap["command"]]
+    owner = command.index("--owner")
+    del command[owner : owner + 2]  # the files stay with the test's user
+    assert bootstrap_module().main(mounts_of(bootstrap, volumes).args(command)) == 0
+    for node in gpu_nodes_of(compose):
+        monitor = services(compose)[f"vgpu-monitor-{node}"]
+        hook_path = Path(mounts_of(monitor, volumes).local(monitor["environment"]["HOOK_PATH"]))
+        assert (hook_path / "containers").is_dir()
+        assert hook_path.is_relative_to(volumes["kubelet-plugins"] / node)
+
+
+def test_bootstrap_hands_created_host_directories_to_the_owner(tmp_path: Path) -> None:
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("handing directories to another uid needs root")
+    existing = tmp_path / "node"
+    existing.mkdir()
+    target = existing / "host" / "usr" / "local" / "vgpu" / "containers"
+    bootstrap_module().make_host_dirs([target], owner=65532)
+    created = [target, *target.parents][: len(target.relative_to(existing).parts)]
+    assert [p.stat().st_uid for p in created] == [65532] * 5
+    # What was there already keeps its owner.
+    assert existing.stat().st_uid == 0
+    bootstrap_module().make_host_dirs([target], owner=65532)
+    assert target.is_dir()
+
+
 def test_examples_step_submits_the_demos_examples(compose: dict[str, Any]) -> None:
     examples = services(compose)["examples"]
     assert "./deploy/examples:/etc/hami/examples:ro" in examples["volumes"]
     assert "--examples=/etc/hami/examples" in examples["command"]
     waited = {a.split("=", 1)[1] for a in examples["command"] if a.startswith("--gpu-node=")}
-    plugins = {n.removeprefix("deviceplugin-") for n in services(compose) if "deviceplugin" in n}
-    assert waited == plugins
+    assert waited == gpu_nodes_of(compose)
     assert sorted((REPO / "deploy" / "examples").glob("*.yaml"))
 
 

@@ -1,9 +1,11 @@
 """docker-compose.yml run without a container engine: every service as a real process on
-loopback, with the compose file's own commands, mounts and the bootstrap step translated to this
-machine, then the `examples` step must see every example pod placed and running."""
+loopback, with the compose file's own commands, environment, mounts and the bootstrap step
+translated to this machine, then the `examples` step must see every example pod placed and
+running, and the vGPU monitors (when installed) report the containers' shared regions."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -76,13 +78,21 @@ class Translation:
 
         return replace
 
+    def env(self, service: str) -> dict[str, str]:
+        spec = self.compose["services"][service]
+        return {k: self.text(service, str(v)) for k, v in spec.get("environment", {}).items()}
+
     def argv(self, service: str) -> list[str]:
         spec = self.compose["services"][service]
         command = [str(a) for a in spec.get("command", [])]
-        if "entrypoint" in spec:
-            program, script, *rest = spec["entrypoint"]
-            assert program == "python"
+        entrypoint = spec.get("entrypoint")
+        if entrypoint and entrypoint[0] == "python":
+            _python, script, *rest = entrypoint
             head = [sys.executable, self.text(service, script), *rest]
+        elif entrypoint:
+            # A console script of the image's distribution, installed in this environment.
+            program, *rest = entrypoint
+            head = [str(console_script(program)), *rest]
         else:
             head = [sys.executable, "-m", MODULES[spec["image"].split(":")[0]]]
         args = []
@@ -95,6 +105,24 @@ class Translation:
             elif arg != "--owner" and previous != "--owner":  # files stay with the test's user
                 args.append(self.text(service, arg))
         return head + args
+
+
+def console_script(name: str) -> Path:
+    return Path(sys.executable).parent / name
+
+
+def containers_by_node(api: str) -> dict[str, dict[str, set[str]]]:
+    """node -> pod uid -> container names (init containers too), of the pods bound to a node."""
+    status, body = http_get(f"{api}/api/v1/pods")
+    assert status == 200
+    found: dict[str, dict[str, set[str]]] = {}
+    for pod in json.loads(body)["items"]:
+        node = pod["spec"].get("nodeName")
+        if node:
+            spec = pod["spec"]
+            names = {c["name"] for c in spec["containers"] + spec.get("initContainers", [])}
+            found.setdefault(node, {})[pod["metadata"]["uid"]] = names
+    return found
 
 
 def answers(url: str) -> Callable[[], bool]:
@@ -134,10 +162,16 @@ def test_compose_stack_places_the_example_pods(root: Path) -> None:
     with ExitStack() as stack:
         kubesim = stack.enter_context(running("kubesim", kubesim_argv, log_dir=root))
         wait_until(answers(f"{api}/healthz"), timeout=30, what="kubesim", proc=kubesim)
-        for name in SERVICES:
-            proc = stack.enter_context(running(name, t.argv(name), log_dir=root))
+        # The vGPU monitors too, once their console script is installed here.
+        monitors = [n for n in compose["services"] if n.startswith("vgpu-monitor-")]
+        if not console_script("hami-vgpu-monitor").exists():
+            monitors = []
+        listeners: dict[str, str] = {}
+        for name in (*SERVICES, *monitors):
+            proc = stack.enter_context(running(name, t.argv(name), log_dir=root, env=t.env(name)))
             metrics = re.search(r"--metrics-bind-address=(\S+)", " ".join(t.argv(name)))
             assert metrics is not None
+            listeners[name] = metrics.group(1)
             wait_until(
                 answers(f"http://{metrics.group(1)}/healthz"), timeout=30, what=name, proc=proc
             )
@@ -148,6 +182,15 @@ def test_compose_stack_places_the_example_pods(root: Path) -> None:
             timeout=90,
             check=False,
         )
+        pod_uids = containers_by_node(api)
+        # The monitors read the regions the kubelet stand-ins keep for the GPU containers.
+        urls = [f"http://{listeners[name]}/metrics" for name in monitors]
+        if urls:
+            wait_until(
+                lambda: any(b"hami_vgpu_memory_limit_bytes{" in http_get(u)[1] for u in urls),
+                timeout=30,
+                what="per-container series from a vGPU monitor",
+            )
     assert examples.returncode == 0, examples.stdout + examples.stderr
     # Every example settled as its demo.hami.io/* annotations say (exit status 0), one line each.
     pods = [
@@ -161,3 +204,18 @@ def test_compose_stack_places_the_example_pods(root: Path) -> None:
     assert all(line.endswith("[ok]") for line in lines)
     outcomes = {line.split()[0]: line.split()[1] for line in lines}
     assert "placed" in outcomes.values()
+    # Allocate prepared HAMi-core's per-container directories in each node's host root, where
+    # the node's monitor looks (HOOK_PATH/containers/<pod uid>_<container>).
+    found = 0
+    for name in compose["services"]:
+        if not name.startswith("vgpu-monitor-"):
+            continue
+        node = name.removeprefix("vgpu-monitor-")
+        hook_path = Path(t.env(name)["HOOK_PATH"])
+        assert hook_path.is_relative_to(volumes["kubelet-plugins"] / node)
+        for directory in (hook_path / "containers").iterdir():
+            uid, _, container = directory.name.partition("_")
+            assert uid in pod_uids[node], (node, directory.name)
+            assert container in pod_uids[node][uid], (node, directory.name)
+            found += 1
+    assert found

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from .conftest import RenderFn
 from .helpers import REPO, free_port
 
 DOCKER_DIR = REPO / "deploy" / "docker"
@@ -202,6 +204,30 @@ def test_dockerignore_sends_the_sources_and_not_the_tests(image: str) -> None:
     assert sent > 10
     assert excluded("README.md", patterns)
     assert excluded(".venv/bin/python", patterns)
+
+
+def test_deviceplugin_image_runs_the_vgpu_monitor_script(render: RenderFn) -> None:
+    """The chart and compose start the monitor as `hami-vgpu-monitor`: a console script of the
+    plugin's distribution, installed into the image's venv (non-editable sync) and on its PATH."""
+    runtime = parse_dockerfile(DOCKER_DIR / "deviceplugin.Dockerfile")[-1]
+    assert re.search(r"\bPATH=/opt/venv/bin:", " ".join(runtime.all("ENV")))
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    entrypoints = {
+        tuple(spec["entrypoint"])
+        for spec in compose["services"].values()
+        if spec["image"].startswith("hami-deviceplugin:") and "entrypoint" in spec
+    }
+    daemonset = render().one("DaemonSet")
+    commands = {
+        tuple(c["command"])
+        for c in daemonset["spec"]["template"]["spec"]["containers"]
+        if "command" in c
+    }
+    assert entrypoints == commands == {("hami-vgpu-monitor",)}
+    project = tomllib.loads((REPO / "services/deviceplugin/pyproject.toml").read_text())["project"]
+    if "hami-vgpu-monitor" not in project.get("scripts", {}):
+        pytest.skip("hami-deviceplugin does not declare the hami-vgpu-monitor script yet")
+    assert project["scripts"]["hami-vgpu-monitor"].startswith("hami_deviceplugin")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

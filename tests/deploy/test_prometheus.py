@@ -10,10 +10,12 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -45,6 +47,34 @@ def promtool(tools: PrometheusTools, *args: str, stdin: bytes | None = None) -> 
     assert result.returncode == 0, output
     return output
 
+
+# What the vGPU monitor (hami-vgpu-monitor) exports, as series names: HAMi's vgpu-monitor names
+# (the host GPU gauges too: the device plugin beside it exports none) and its own. Its
+# per-container families exist only in a scrape's text, so the names are listed here.
+MONITOR_METRICS = frozenset(
+    {
+        "hami_host_gpu_memory_used_bytes",
+        "hami_host_gpu_utilization_ratio",
+        "hami_host_gpu_memory_controller_utilization_ratio",
+        "hami_vgpu_memory_used_bytes",
+        "hami_container_device_memory_bytes",
+        "hami_vgpu_memory_limit_bytes",
+        "hami_container_device_utilization_ratio",
+        "hami_vgpu_memory_context_bytes",
+        "hami_vgpu_memory_module_bytes",
+        "hami_vgpu_memory_buffer_bytes",
+        "hami_container_last_kernel_elapsed_seconds",
+        "hami_vgpu_monitor_region_errors_total",
+        "hami_vgpu_monitor_regions",
+        "hami_vgpu_monitor_feedback_writes_total",
+        "hami_vgpu_monitor_feedback_paused",
+        "hami_vgpu_monitor_scan_duration_seconds_bucket",
+        "hami_vgpu_monitor_scan_duration_seconds_count",
+        "hami_vgpu_monitor_scan_duration_seconds_sum",
+    }
+)
+# Prefixes only the monitor exports (the scheduler has hami_vgpu_*_allocated_* of its own).
+MONITOR_PREFIXES = ("hami_host_", "hami_container_", "hami_vgpu_monitor_")
 
 # HAMi's own metric names, kept for compatibility although promtool's linter dislikes them.
 HAMI_NAMES_PROMTOOL_FLAGS = {"hami_gpu_shared_count"}
@@ -101,6 +131,8 @@ def test_alerts_cover_what_operators_need() -> None:
         "HamiNodeLockStuck",
         "HamiWebhookErrors",
         "HamiAllocateFailures",
+        "HamiContainerNearGpuMemoryLimit",
+        "HamiVgpuMonitorBadRegionFiles",
     ):
         assert needed in rules
     for rule in rules.values():
@@ -142,6 +174,7 @@ def service_metric_names() -> dict[str, set[str]]:
     return {
         "webhook": exported_names(WebhookMetrics().registry),
         "deviceplugin": exported_names(PluginMetrics(node="n").registry),
+        "vgpu-monitor": set(MONITOR_METRICS),
     }
 
 
@@ -156,6 +189,47 @@ def test_rules_and_dashboard_use_the_names_webhook_and_plugin_export() -> None:
         used = {n for n in referenced_names() if n.startswith(prefix)}
         assert used, prefix
         assert used <= exported[service], used - exported[service]
+
+
+def test_rules_and_dashboard_use_the_names_the_vgpu_monitor_exports() -> None:
+    used = referenced_names()
+    monitor = {n for n in used if n.startswith(MONITOR_PREFIXES)} | (used & MONITOR_METRICS)
+    assert monitor <= MONITOR_METRICS, monitor - MONITOR_METRICS
+    # Memory used against the limit, utilisation, last kernel, rejected region files.
+    assert {
+        "hami_vgpu_memory_used_bytes",
+        "hami_vgpu_memory_limit_bytes",
+        "hami_container_device_utilization_ratio",
+        "hami_container_last_kernel_elapsed_seconds",
+        "hami_vgpu_monitor_region_errors_total",
+    } <= monitor
+
+
+def test_the_monitor_exports_every_name_of_the_list() -> None:
+    metrics = pytest.importorskip("hami_deviceplugin.monitor.metrics")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # Per-container families are built at each scrape, so read a scrape's text (no regions).
+    text = metrics.MonitorMetrics(node="n").render([], now=0.0).decode()
+    families = list(text_string_to_metric_families(text))
+    exported = exported_names(SimpleNamespace(collect=lambda: families))
+    assert exported >= MONITOR_METRICS, MONITOR_METRICS - exported
+
+
+def test_only_the_monitor_exports_the_host_gpu_gauges() -> None:
+    # Both processes of a node are scraped: a name both exported would be a duplicate series.
+    exported = service_metric_names()
+    assert {n for n in exported["vgpu-monitor"] if n.startswith("hami_host_gpu_")}
+    plugin = exported["deviceplugin"]
+    assert not {n for n in plugin if n.startswith(MONITOR_PREFIXES)}
+    assert not plugin & exported["vgpu-monitor"]
+
+
+def test_alert_leaves_out_reasons_the_monitor_counts() -> None:
+    problems = pytest.importorskip("hami_deviceplugin.monitor.problems")
+    rule = next(r for r in alert_rules() if r["alert"] == "HamiVgpuMonitorBadRegionFiles")
+    (pattern,) = re.findall(r'reason!~"([^"]+)"', rule["expr"])
+    assert set(pattern.split("|")) < set(problems.REASONS)
 
 
 def test_rules_and_dashboard_use_the_names_the_scheduler_exports() -> None:
@@ -177,9 +251,18 @@ def test_dashboard_is_well_formed() -> None:
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert {"datasource", "node"} <= variables
+    assert {"datasource", "node", "namespace", "pod"} <= variables
     titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
-    for topic in ("memory allocated", "latency", "allocate failures", "health"):
+    for topic in (
+        "memory allocated",
+        "latency",
+        "allocate failures",
+        "health",
+        "memory used vs limit per container",
+        "utilisation per container",
+        "last kernel",
+        "bad region files",
+    ):
         assert topic in titles
     for panel in dashboard["panels"]:
         if panel["type"] == "row":
@@ -190,6 +273,24 @@ def test_dashboard_is_well_formed() -> None:
         assert grid["x"] + grid["w"] <= 24
 
 
+def test_container_panels_follow_the_namespace_and_pod_variables() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    per_container = [
+        target["expr"]
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if metric_names(target["expr"]) & MONITOR_METRICS
+        and "namespace" in target.get("legendFormat", "")
+    ]
+    assert len(per_container) >= 4
+    for expr in per_container:
+        for selector in re.findall(r"\{([^}]*)\}", expr):
+            assert 'namespace=~"$namespace"' in selector, expr
+            assert 'pod=~"$pod"' in selector, expr
+    pod_variable = next(v for v in dashboard["templating"]["list"] if v["name"] == "pod")
+    assert 'namespace=~"$namespace"' in pod_variable["definition"]
+
+
 # --- live: real processes, real Prometheus -------------------------------------------------------
 
 
@@ -198,6 +299,11 @@ class Service:
     job: str
     metrics_url: str
     process: Process
+
+
+def monitor_script() -> Path:
+    """The vGPU monitor's console script in this environment (absent until it is installed)."""
+    return Path(sys.executable).parent / "hami-vgpu-monitor"
 
 
 def scheduler_runnable() -> bool:
@@ -311,6 +417,29 @@ def running_stack(root: Path) -> Iterator[dict[str, Service]]:
                     )
                 ),
             )
+        monitor = monitor_script()
+        if monitor.exists():
+            hook_path = root / "host" / "usr" / "local" / "vgpu"
+            (hook_path / "containers").mkdir(parents=True)
+            monitor_metrics = free_port()
+            services["hami-vgpu-monitor"] = Service(
+                "hami-vgpu-monitor",
+                f"http://127.0.0.1:{monitor_metrics}/metrics",
+                stack.enter_context(
+                    running(
+                        "vgpu-monitor",
+                        [
+                            str(monitor),
+                            f"--kube-url={api}",
+                            "--device-backend=fake",
+                            f"--fake-devices={FAKE_DEVICES}",
+                            f"--metrics-bind-address=127.0.0.1:{monitor_metrics}",
+                        ],
+                        log_dir=root,
+                        env={"HOOK_PATH": str(hook_path), "NODE_NAME": "gpu-node-a"},
+                    )
+                ),
+            )
         for service in services.values():
             _wait_healthy(service)
         yield services
@@ -383,7 +512,12 @@ def test_prometheus_scrapes_every_service(
 
         _status, body = http_get(f"{base}/api/v1/rules")
         groups = {g["name"]: g for g in json.loads(body)["data"]["groups"]}
-        assert set(groups) == {"hami-scheduler", "hami-webhook", "hami-device-plugin"}
+        assert set(groups) == {
+            "hami-scheduler",
+            "hami-webhook",
+            "hami-device-plugin",
+            "hami-vgpu-monitor",
+        }
         assert all(r["health"] != "err" for g in groups.values() for r in g["rules"])
 
         def query(promql: str) -> list[dict[str, Any]]:
@@ -404,6 +538,18 @@ def test_prometheus_scrapes_every_service(
         (healthy,) = query('hami_deviceplugin_devices{health="healthy"}')
         assert healthy["value"][1] == "4"  # the four GPUs of the fake devices file
         assert healthy["metric"]["node_name"] == "gpu-node-a"
+        if "hami-vgpu-monitor" in stack:
+            # The monitor's own series, labelled with its node by the scrape job.
+            wait_until(
+                lambda: bool(query('hami_vgpu_monitor_regions{state="valid"}')),
+                timeout=15,
+                what="the vGPU monitor's series",
+                proc=prometheus,
+            )
+            (regions,) = query('hami_vgpu_monitor_regions{state="valid"}')
+            assert regions["metric"]["node_name"] == "gpu-node-a"
+            assert regions["metric"]["job"] == "hami-vgpu-monitor"
+            assert regions["metric"]["zone"] == "vGPU"
         # The webhook updates this gauge when /readyz is asked, as a readiness probe would.
         readyz = stack["hami-webhook"].metrics_url.replace("/metrics", "/readyz")
         wait_until(

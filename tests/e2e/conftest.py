@@ -58,7 +58,7 @@ def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     report = getattr(request.node, "report_call", None)
     if report is None or not report.failed:
         return
-    for name in ("system", "replicated", "handshake_system"):
+    for name in ("system", "replicated", "handshake_system", "monitored"):
         if name in request.fixturenames:
             system = request.getfixturevalue(name)
             report.sections.append((f"service logs ({name})", service_logs(system)))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hami_kubesim.cluster.config import ClusterConfigError, parse_cluster_config
+from hami_kubesim.cluster.config import ClusterConfig, ClusterConfigError, parse_cluster_config
 from hami_kubesim.cluster.simulated import running_cluster
 from hami_kubesim.testing import eventually
 
@@ -124,6 +124,30 @@ async def test_cluster_without_scheduler_or_admission(tmp_path: Path) -> None:
         )
     assert (tmp_path / "dp" / "worker-1").is_dir()  # a configured dir is kept
     assert not (tmp_path / "dp" / "worker-1" / "kubelet.sock").exists()
+
+
+async def test_cluster_with_hami_core_gives_each_kubelet_a_host_root(tmp_path: Path) -> None:
+    document = _document(
+        scheduling={"enabled": False},
+        admission={"enabled": False},
+        kubelet={"pluginRoot": "dp", "hamiCore": True, "hamiCoreIntervalSeconds": 0.5},
+    )
+    config = parse_cluster_config(document, base_dir=tmp_path)
+    async with running_cluster(config) as cluster:
+        kubelet = cluster.kubelet("worker-1")
+        root = (tmp_path / "dp" / "worker-1" / "host").absolute()
+        assert kubelet.settings.host_root == root
+        assert kubelet.workloads is not None
+        assert kubelet.workloads.interval == 0.5
+        assert cluster.info()["nodes"]["worker-1"]["hostRoot"] == str(root)
+    async with running_cluster(_document_config(tmp_path)) as plain:
+        assert plain.kubelet("worker-1").workloads is None
+        assert "hostRoot" not in plain.info()["nodes"]["worker-1"]
+
+
+def _document_config(tmp_path: Path) -> ClusterConfig:
+    document = _document(scheduling={"enabled": False}, admission={"enabled": False})
+    return parse_cluster_config(document, base_dir=tmp_path)
 
 
 async def test_cluster_refuses_unknown_kinds_and_extender_indexes(tmp_path: Path) -> None:

@@ -94,6 +94,15 @@ def test_node_object_shape() -> None:
     assert ready[0]["status"] == "True"
 
 
+def test_hami_core_switch(tmp_path: Path) -> None:
+    default = parse_cluster_config({}, base_dir=tmp_path).kubelet
+    assert (default.hami_core, default.hami_core_interval) == (False, 1.0)
+    config = parse_cluster_config(
+        {"kubelet": {"hamiCore": True, "hamiCoreIntervalSeconds": 0.25}}, base_dir=tmp_path
+    )
+    assert (config.kubelet.hami_core, config.kubelet.hami_core_interval) == (True, 0.25)
+
+
 @pytest.mark.parametrize(
     ("doc", "key"),
     [
@@ -110,6 +119,8 @@ def test_node_object_shape() -> None:
         ({"nodes": [{"name": "a", "address": "not-an-ip"}]}, "nodes[0].address/podCIDR"),
         ({"apiServer": {"port": 70000}}, "apiServer.port"),
         ({"kubelet": {"gracePeriodSeconds": -1}}, "kubelet.gracePeriodSeconds"),
+        ({"kubelet": {"hamiCore": "yes"}}, "kubelet.hamiCore"),
+        ({"kubelet": {"hamiCoreIntervalSeconds": 0}}, "kubelet.hamiCoreIntervalSeconds"),
         ({"admission": {"serviceURLs": [{"name": "x"}]}}, "admission.serviceURLs[0]"),
         ({"objects": [{"kind": "ConfigMap", "metadata": {"name": "a"}}]}, "objects[0].apiVersion"),
         ({"objects": [{"apiVersion": "v1", "kind": "ConfigMap"}]}, "objects[0].metadata.name"),

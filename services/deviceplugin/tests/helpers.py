@@ -119,7 +119,6 @@ def plugin_settings(
         "register_retry_interval_s": 0.2,
         "kubelet_poll_interval_s": 0.05,
         "fake_poll_interval_s": 0.05,
-        "usage_interval_s": 0.1,
         "allocate_timeout_s": 3.0,
         "pod_resources_socket": None,
     }

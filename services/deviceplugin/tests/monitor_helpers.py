@@ -60,6 +60,7 @@ def vgpu_pod(name: str, containers: Sequence[str], *, namespace: str = "default"
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {VGPU_NODE: NODE}},
         "spec": {
+            "nodeName": NODE,
             "containers": [{"name": c, "image": "cuda"} for c in containers],
             "initContainers": [{"name": "init", "image": "busybox"}],
         },

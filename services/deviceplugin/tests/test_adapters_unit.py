@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hami_deviceplugin.errors import AllocateError, FailureKind
-from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.plan import ContainerGrant, HookLayout
 from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
@@ -51,9 +51,8 @@ async def test_host_dirs_refuse_escapes_and_can_be_off(tmp_path: Path) -> None:
 
 def test_metrics_carry_the_zone_label() -> None:
     metrics = PluginMetrics(node=NODE)
-    gpus = [Gpu("GPU-a", 0, "Tesla T4", 1), Gpu("GPU-b", 1, "A30", 1, healthy=False)]
+    gpus = [Gpu("GPU-a", 0, "Tesla T4", 1), Gpu("GPU-b", 1, "NVIDIA A30", 1, healthy=False)]
     metrics.set_gpus(gpus)
-    metrics.set_usage(gpus, {"GPU-a": GpuUsage(1024, 40.0, 5.0), "GPU-b": GpuUsage()})
     metrics.observe_allocate(ok=False, seconds=0.01, reason="invalid")
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -67,8 +66,10 @@ def test_metrics_carry_the_zone_label() -> None:
         ("node", NODE),
         ("zone", "vGPU"),
     )
-    assert samples[("hami_host_gpu_memory_used_bytes", labels)] == 1024
-    assert samples[("hami_host_gpu_utilization_ratio", labels)] == 40
+    assert samples[("hami_deviceplugin_device_health", labels)] == 1
+    unhealthy = {**dict(labels), "device_index": "1", "device_uuid": "GPU-b"}
+    unhealthy["device_type"] = "NVIDIA A30"  # already starts with NVIDIA: not prefixed again
+    assert samples[("hami_deviceplugin_device_health", tuple(sorted(unhealthy.items())))] == 0
     assert samples[("hami_deviceplugin_devices", (("health", "unhealthy"), ("zone", "vGPU")))] == 1
     assert (
         samples[
@@ -79,7 +80,5 @@ def test_metrics_carry_the_zone_label() -> None:
     names = {name for name, _ in samples}
     assert "hami_build_info" in names
     assert all(dict(key).get("zone") == "vGPU" for _, key in samples)
-    # GPU-b has no real usage values: no series at all.
-    assert not any(
-        name.startswith("hami_host_") and ("device_uuid", "GPU-b") in key for name, key in samples
-    )
+    # The host GPU gauges are the vGPU monitor's alone.
+    assert not any(name.startswith("hami_host_") for name in names)

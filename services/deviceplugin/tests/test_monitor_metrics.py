@@ -1,5 +1,6 @@
 """The vGPU monitor's metrics through its real interfaces: region files on disk (written as
-HAMi-core writes them), pods in kubesim, ``GET /metrics`` on its port."""
+HAMi-core writes them), pods in kubesim, ``GET /metrics`` on its port; and its host GPU gauges
+from one usage to the next, through a scrape's text."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import time
 import uuid
 from pathlib import Path
 
+from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.monitor.app import serving
+from hami_deviceplugin.monitor.metrics import MonitorMetrics
+from hami_kube.objects import PodView
 from hami_kubesim.hamicore import RegionWriter
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.region.layout import RegionVersion
@@ -15,6 +19,7 @@ from hami_protocol.region.layout import RegionVersion
 from .helpers import NODE, UUIDS, eventually
 from .monitor_helpers import (
     GIB,
+    Samples,
     add_pod,
     container_dir,
     container_labels,
@@ -73,6 +78,16 @@ async def test_a_two_gpu_container_reports_each_device_with_its_own_figures(
     host = {"node": NODE, "device_index": "0", "device_uuid": UUIDS[0], "zone": "vGPU"}
     assert samples.get("hami_host_gpu_memory_used_bytes", **host) == 1024 * 1024 * 1024
     assert samples.get("hami_host_gpu_utilization_ratio", **host) == 35
+    controller = {"device_index": "0", "device_uuid": UUIDS[0], "device_type": "NVIDIA-Tesla T4"}
+    assert samples.named("hami_host_gpu_memory_controller_utilization_ratio") == [
+        ({**controller, "zone": "vGPU"}, 10)  # no node label, as HAMi's
+    ]
+    # The second GPU of the fake file has no usage figures: no host series at all.
+    assert not [
+        name
+        for (name, labels) in samples.values
+        if ("device_uuid", UUIDS[1]) in labels and name.startswith("hami_host_")
+    ]
     assert samples.get("hami_build_info", zone="vGPU") == 1
     assert samples.get("hami_vgpu_monitor_regions", state="valid") == 1
     assert not samples.named("HostGPUMemoryUsage")
@@ -212,3 +227,67 @@ async def test_a_region_that_appears_is_exported_within_one_interval(
             samples = await scrape(mon.metrics_port)
     assert took < interval + 2.0
     assert samples.get("hami_vgpu_memory_used_bytes", pod="late") == 130
+
+
+def test_host_gauges_hold_the_last_usage_only() -> None:
+    metrics = MonitorMetrics(node=NODE, legacy=True)
+    gpus = [Gpu("GPU-a", 0, "Tesla T4", 1), Gpu("GPU-b", 1, "NVIDIA A30", 1)]
+    metrics.host.set_usage(gpus, {"GPU-a": GpuUsage(1024, 40.0, 5.0), "GPU-b": GpuUsage()})
+    first = Samples(metrics.render([], now=0.0).decode())
+    metrics.host.set_usage(gpus, {"GPU-b": GpuUsage(2048, 50.0)})
+    second = Samples(metrics.render([], now=0.0).decode())
+
+    a = {"node": NODE, "device_index": "0", "device_uuid": "GPU-a", "zone": "vGPU"}
+    assert first.get("hami_host_gpu_memory_used_bytes", **a, device_type="NVIDIA-Tesla T4") == 1024
+    assert first.get("hami_host_gpu_utilization_ratio", **a) == 40
+    assert first.get("HostGPUMemoryUsage", nodeid=NODE, deviceuuid="GPU-a") == 1024
+    assert first.get("HostCoreUtilization", devicetype="NVIDIA-Tesla T4", deviceidx="0") == 40
+    controller = {"device_index": "0", "device_uuid": "GPU-a", "device_type": "NVIDIA-Tesla T4"}
+    assert first.named("hami_host_gpu_memory_controller_utilization_ratio") == [
+        ({**controller, "zone": "vGPU"}, 5)
+    ]
+    # GPU-b has no real usage values yet: no series at all, new names or legacy ones.
+    assert not [labels for (_, labels) in first.values if ("device_uuid", "GPU-b") in labels]
+    assert not [labels for (_, labels) in first.values if ("deviceuuid", "GPU-b") in labels]
+
+    # The next usage replaces the last: GPU-a, gone from it, has no series left.
+    assert not [labels for (_, labels) in second.values if ("device_uuid", "GPU-a") in labels]
+    assert not [labels for (_, labels) in second.values if ("deviceuuid", "GPU-a") in labels]
+    b = {"device_uuid": "GPU-b", "device_type": "NVIDIA A30"}
+    assert second.get("hami_host_gpu_memory_used_bytes", **b) == 2048
+    assert second.get("hami_host_gpu_utilization_ratio", **b) == 50
+    assert not second.named("hami_host_gpu_memory_controller_utilization_ratio")
+
+
+async def test_a_pod_bound_here_without_the_label_keeps_its_directory_and_is_exported(
+    sim: RunningApiServer, hook: Path, devices: Path
+) -> None:
+    """Pods placed by HAMi before v2.5 carry no ``hami.io/vgpu-node`` label: a monitor listing by
+    label would take their directories for a gone pod's and remove them under the running
+    container.  Here every pod bound to the node counts; a pod bound elsewhere does not."""
+
+    def bound(name: str, node: str) -> dict[str, object]:
+        return {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "cuda"}]},
+        }
+
+    old = PodView(await sim.server.create("pods", bound("pre-v2-5", NODE)))
+    elsewhere = PodView(await sim.server.create("pods", bound("elsewhere", "other-node")))
+    old_dir = container_dir(hook, old.uid, "main")
+    other_dir = container_dir(hook, elsewhere.uid, "main")
+    settings = monitor_settings(
+        url=sim.url,
+        hook_path=hook,
+        devices=devices,
+        resync_interval_s=0.3,
+        feedback_interval_s=0.1,
+    )
+    with RegionWriter.create(cache_file(old_dir), devices=[(UUIDS[0], GIB, 0)]) as writer:
+        writer.set_process(1, used_bytes=[300], sm_util=[3])
+        async with serving(settings) as mon:
+            await eventually(mon.ready)
+            await eventually(lambda: not other_dir.exists(), what="the other node's pod's dir")
+            samples = await scrape(mon.metrics_port)
+    assert old_dir.exists()
+    assert samples.get("hami_vgpu_memory_used_bytes", pod="pre-v2-5") == 300

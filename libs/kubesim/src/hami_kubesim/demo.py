@@ -1,9 +1,9 @@
 """``python -m hami_kubesim.demo [--keep-running]``: the whole system, end to end, on one machine.
 
 Starts kubesim (API server, admission dispatch, the scheduling loop reading the chart's
-KubeSchedulerConfiguration, kubelet stand-ins), the webhook, the scheduler extender and one
-device plugin per GPU node as real processes on real ports with generated TLS certificates, on
-three simulated GPU nodes (fake device backend):
+KubeSchedulerConfiguration, kubelet stand-ins whose containers play HAMi-core), the webhook, the
+scheduler extender, one device plugin and one vGPU monitor per GPU node as real processes on
+real ports with generated TLS certificates, on three simulated GPU nodes (fake device backend):
 
 * ``gpu-node-a``: 4 × Tesla T4 (15 GiB), two NUMA nodes;
 * ``gpu-node-b``: 2 × A100-SXM4-80GB, one per NUMA node;
@@ -12,11 +12,14 @@ three simulated GPU nodes (fake device backend):
 It then submits the example pods of ``deploy/examples/*.yaml`` one after another (in file order;
 each waits until it is placed, refused or reported unschedulable, so the outcome does not depend
 on timing), prints where every pod landed, which GPUs, memory and cores each container got and
-the env the device plugin gave it, the pods not placed with the scheduler's reason, and each
-GPU's utilisation. The exit status is 0 when every outcome the examples expect
-(``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.expectations`) happened and the
-cluster invariants hold. ``--keep-running`` then leaves everything up for ``kubectl`` and
-``curl`` until Ctrl-C. Every process is stopped on the way out.
+the env the device plugin gave it and what the node's vGPU monitor reports for it (memory used
+of the limit, utilisation, read back from the monitor's ``/metrics``), the pods not placed with
+the scheduler's reason, and each GPU's utilisation. The exit status is 0 when every outcome the
+examples expect (``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.expectations`)
+happened, the cluster invariants hold and the monitors report every running container's GPUs
+with the memory limit the scheduler allocated (:mod:`hami_kubesim.stack.usage`).
+``--keep-running`` then leaves everything up for ``kubectl`` and ``curl`` until Ctrl-C. Every
+process is stopped on the way out.
 """
 
 from __future__ import annotations
@@ -52,10 +55,13 @@ DEMO_NODES = (
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 _POD_TIMEOUT = 30.0
+_MONITOR_TIMEOUT = 15.0
+"""How long the monitors get to report every running container (each finds a new region at its
+next pass)."""
 
 
 def demo_spec(work_dir: Path | None = None) -> SystemSpec:
-    return SystemSpec(nodes=DEMO_NODES, work_dir=work_dir)
+    return SystemSpec(nodes=DEMO_NODES, work_dir=work_dir, vgpu_monitor=True)
 
 
 def load_examples(directory: Path) -> list[dict[str, Any]]:
@@ -155,6 +161,10 @@ def _print_access(system: System, out: TextIO) -> None:
         f"  kubectl --server {system.url} get events --field-selector reason=FailedScheduling",
         f"  kubectl --server {system.url} get node gpu-node-a -o yaml",
         f"  curl -s {system.metrics_urls().get('scheduler-0', '')} | grep '^hami_gpu'",
+        *(
+            f"  curl -s {monitor.spec.metrics_url} | grep '^hami_vgpu_memory'"
+            for monitor in list(system.monitors.values())[:1]
+        ),
     ]
     print("\n".join(lines), file=out, flush=True)
 
@@ -179,13 +189,21 @@ async def _run(
     state = await system.wait_for(
         settled(keys), within=_POD_TIMEOUT, what="every example pod settles"
     )
+    usage, missed = await system.wait_monitors(within=_MONITOR_TIMEOUT)
     results = _evaluate(state, pods, rejections)
-    out.write(render_report(state, results=results, rejections=rejections))
+    out.write(render_report(state, results=results, rejections=rejections, usage=usage))
     violations = check_all(state)
     print(f"Invariants: {len(violations)} violations", file=out)
     for violation in violations:
         print(f"  {violation}", file=out)
-    return all(r.ok for r in results) and not violations
+    print(
+        f"vGPU monitors: {len(usage.containers)} containers reported, "
+        f"{len(missed)} not as allocated",
+        file=out,
+    )
+    for problem in missed:
+        print(f"  {problem}", file=out)
+    return all(r.ok for r in results) and not violations and not missed
 
 
 async def run_demo(
@@ -202,7 +220,7 @@ async def run_demo(
         return 2
     progress = _Progress(out)
     started = time.monotonic()
-    starting = "starting kubesim, the webhook, the scheduler and 3 device plugins"
+    starting = "starting kubesim, the webhook, the scheduler, 3 device plugins and 3 vGPU monitors"
     progress.show(starting)
     ticker = asyncio.create_task(_tick(progress, starting, started), name="demo-progress")
     try:

@@ -25,7 +25,7 @@ Layout (pure modules take plain data and never await):
   ``fake_devices`` (the fake devices file), ``sysfs`` (PCIe/NUMA topology), ``hostdirs`` (host
   directories for HAMi-core);
 * ``monitor/``: the vGPU monitor (``hami-vgpu-monitor``, a process of its own beside the plugin):
-  per-container usage from HAMi-core's shared regions and the priority feedback; it shares the
-  GPU backends and ``host_metrics`` (the ``zone`` label and HAMi's host GPU gauges) with the
-  plugin.
+  per-container usage from HAMi-core's shared regions, HAMi's host GPU gauges and the priority
+  feedback; it shares the GPU backends and ``metric_labels`` (the ``zone`` label and the host
+  label set) with the plugin.
 """

@@ -17,7 +17,7 @@ gpu-backend          the GPU backend opened                    closed (NVML shut
 events, events-flush the Event writer                          queued Events flushed (≤ 2 s),
                                                                then the writer cancelled
 pod-resources        — (the kubelet's pod-resources client)    its channel closed
-feeds                backend health, NIC rescans, GPU usage    cancelled
+feeds                backend health, NIC rescans               cancelled
 node                 registration loop, node watch, and the    cancelled
                      watch of the pods bound to this node
                      (Allocate reads pods and lock there)
@@ -169,17 +169,6 @@ async def _follow_backend(backend: Backend, inventory: Inventory) -> None:
     )
 
 
-async def _sample_usage(
-    backend: Backend, inventory: Inventory, metrics: PluginMetrics, interval: float
-) -> None:
-    while True:
-        try:
-            metrics.set_usage(inventory.gpus, await backend.usage())
-        except BackendError as exc:
-            log.warning("GPU usage sample failed", error=str(exc))
-        await asyncio.sleep(interval)
-
-
 @contextlib.asynccontextmanager
 async def _plugin_servers(servers: tuple[PluginServer, ...]) -> AsyncIterator[None]:
     """Serve every plugin's socket for the block (before any registers: the kubelet dials back
@@ -322,7 +311,6 @@ async def run(
 
         feeds = await life.tasks("feeds", within=CLOSE_S)
         feeds.spawn("health", _follow_backend(backend, inventory))
-        feeds.spawn("usage", _sample_usage(backend, inventory, metrics, settings.usage_interval_s))
         if rdma is not None:
             feeds.spawn("rdma-nics", follow_nics(rdma.source, rdma.inventory))
 

@@ -214,13 +214,6 @@ FLAGS: Final = (
         flags.positive_number,
     ),
     Flag(
-        ("--usage-interval",),
-        "usage_interval",
-        "10",
-        "seconds between GPU usage samples",
-        flags.positive_number,
-    ),
-    Flag(
         ("--enable-rdma",),
         "enable_rdma",
         "auto",

@@ -24,36 +24,21 @@ The RDMA plugin's (series appear once the RDMA plugin runs):
 * ``hami_deviceplugin_rdma_nic_health{node,nic_id,nic_name}``: 1 healthy, 0 not;
 * ``hami_deviceplugin_rdma_nic_vfs{node,nic_id,nic_name}``: SR-IOV VFs of the NIC.
 
-HAMi's node-side names (its vGPU monitor), filled only where the backend has real values:
-
-* ``hami_host_gpu_memory_used_bytes{node,device_index,device_uuid,device_type}`` (NVML
-  ``nvmlDeviceGetMemoryInfo().used``);
-* ``hami_host_gpu_utilization_ratio{...}`` (NVML utilisation rates ``gpu``, 0-100);
-* ``hami_host_gpu_memory_controller_utilization_ratio{device_index,device_uuid,device_type}``
-  (NVML utilisation rates ``memory``, 0-100).
-
-The fake backend fills them only from the optional ``memory_used_mib`` / ``utilization`` /
-``memory_utilization`` fields of its file (the gauges are :mod:`hami_deviceplugin.host_metrics`',
-shared with the vGPU monitor).  The per-container ``hami_vgpu_*`` and ``hami_container_*`` series,
-read from HAMi-core's shared regions, are the vGPU monitor's (:mod:`hami_deviceplugin.monitor`).
+HAMi's host GPU gauges (``hami_host_gpu_*``) and per-container series (``hami_vgpu_memory_*``,
+``hami_container_*``) are the vGPU monitor's alone (:mod:`hami_deviceplugin.monitor`), as in
+HAMi: both run on every node and both are scraped, so the same series here would be duplicates.
 ``hami_build_info`` has HAMi's label set with ``python_version`` in place of ``go_version``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
-from hami_deviceplugin.host_metrics import (
-    HOST_LABELS,
-    ZONE,
-    HostGpuMetrics,
-    gpu_labels,
-    zoned_registries,
-)
+from hami_deviceplugin.gpu.backends.base import Gpu
+from hami_deviceplugin.metric_labels import HOST_LABELS, ZONE, gpu_labels, zoned_registries
 from hami_deviceplugin.rdma.nics import Nic
 from hami_runtime.build_info import package_version, register_build_info
 
@@ -118,7 +103,6 @@ class PluginMetrics:
             list(HOST_LABELS),
             registry=inner,
         )
-        self.host = HostGpuMetrics(inner, node=node)
         self._rdma_metrics(inner)
         register_build_info(inner, distribution="hami-deviceplugin")
         for outcome in ("success", "error"):
@@ -209,10 +193,6 @@ class PluginMetrics:
         self.device_health.clear()
         for gpu in listed:
             self.device_health.labels(**gpu_labels(self._node, gpu)).set(1 if gpu.healthy else 0)
-
-    def set_usage(self, gpus: Iterable[Gpu], usage: Mapping[str, GpuUsage]) -> None:
-        """Replace the host gauges with ``usage`` (GPUs without a value get no series)."""
-        self.host.set_usage(gpus, usage)
 
     def observe_allocate(self, *, ok: bool, seconds: float, reason: str = "") -> None:
         outcome = "success" if ok else "failed"

@@ -94,7 +94,6 @@ class Settings:
     register_retry_interval_s: float = 5.0
     kubelet_poll_interval_s: float = 1.0
     fake_poll_interval_s: float = 1.0
-    usage_interval_s: float = 10.0
     allocate_timeout_s: float = 3.0
     config_warnings: tuple[str, ...] = ()
     enable_rdma: bool | None = None
@@ -126,7 +125,6 @@ class Settings:
             "register_retry_interval_s",
             "kubelet_poll_interval_s",
             "fake_poll_interval_s",
-            "usage_interval_s",
             "allocate_timeout_s",
             "rdma_poll_interval_s",
         ):
@@ -250,7 +248,6 @@ def parse_settings(
             register_retry_interval_s=float(value["register_retry_interval"]),
             kubelet_poll_interval_s=float(value["kubelet_poll_interval"]),
             fake_poll_interval_s=float(value["fake_poll_interval"]),
-            usage_interval_s=float(value["usage_interval"]),
             allocate_timeout_s=float(value["allocate_timeout"]),
             config_warnings=warnings,
             enable_rdma=_enable_rdma(value["enable_rdma"]),

@@ -20,6 +20,8 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       pluginRoot: /tmp/kubesim            # default: a fresh temporary directory
       gracePeriodSeconds: 300
       callTimeoutSeconds: 60
+      hamiCore: false                     # containers play HAMi-core under <pluginDir>/host
+      hamiCoreIntervalSeconds: 1          # how often they write their usage
     admission:
       enabled: true
       serviceURLs: [{namespace: hami-system, name: hami-webhook, url: "https://127.0.0.1:9443"}]
@@ -29,6 +31,14 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       extenderURLs: ["http://127.0.0.1:8888"]  # replace urlPrefix of extenders, in order
     objects: [ ... full Kubernetes objects, created in order ... ]
     objectFiles: [extra-objects.yaml]     # multi-document YAML, created after ``objects``
+
+``kubelet.hamiCore: true`` gives every node a host filesystem at ``<pluginDir>/host`` (so
+``<kubelet.pluginRoot>/<node>/host`` unless the node sets its ``pluginDir``): run that node's
+device plugin with ``--host-root`` there and its vGPU monitor with
+``HOOK_PATH=<pluginDir>/host/usr/local/vgpu``.  Its kubelet stand-in then plays HAMi-core in every
+running container whose ``Allocate`` answer names a shared cache: it keeps the container's
+shared region file in that host filesystem current with made-up usage (see
+:mod:`hami_kubesim.kubelet.workloads`).
 """
 
 from __future__ import annotations
@@ -121,11 +131,18 @@ class NodeSpec:
         }
 
 
+HOST_ROOT_DIR = "host"
+"""The node's host filesystem with ``kubelet.hamiCore``: ``<plugin dir>/host``."""
+
+
 @dataclass(frozen=True, slots=True)
 class KubeletDefaults:
     plugin_root: Path | None = None
     grace_period: float = 300.0
     call_timeout: float = 60.0
+    hami_core: bool = False
+    """Containers play HAMi-core in their node's host root (``<plugin dir>/host``)."""
+    hami_core_interval: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +270,10 @@ def _kubelet(raw: Mapping[str, Any], base_dir: Path) -> KubeletDefaults:
         plugin_root=None if root is None else base_dir / _str("kubelet.pluginRoot", root),
         grace_period=_seconds("kubelet.gracePeriodSeconds", raw.get("gracePeriodSeconds", 300)),
         call_timeout=_seconds("kubelet.callTimeoutSeconds", raw.get("callTimeoutSeconds", 60)),
+        hami_core=_bool("kubelet.hamiCore", raw.get("hamiCore", False)),
+        hami_core_interval=_positive_seconds(
+            "kubelet.hamiCoreIntervalSeconds", raw.get("hamiCoreIntervalSeconds", 1)
+        ),
     )
 
 
@@ -332,4 +353,10 @@ def _port(key: str, value: object) -> int:
 def _seconds(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ClusterConfigError(key, value, "must be a non-negative number of seconds")
+    return float(value)
+
+
+def _positive_seconds(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ClusterConfigError(key, value, "must be a positive number of seconds")
     return float(value)

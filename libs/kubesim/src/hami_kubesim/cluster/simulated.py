@@ -27,6 +27,7 @@ from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.background_tasks import RunsInBackground, crash_cancels_the_block
 from hami_kubesim.cluster.config import (
+    HOST_ROOT_DIR,
     ClusterConfig,
     ClusterConfigError,
     SchedulingSpec,
@@ -70,17 +71,17 @@ class Cluster:
 
     def info(self) -> dict[str, Any]:
         """What a script needs to drive the cluster, as JSON-ready data."""
-        return {
-            "url": self.url,
-            "nodes": {
-                name: {
-                    "pluginDir": str(path),
-                    "kubeletSocket": str(self.kubelets[name].kubelet_socket),
-                    "podResourcesSocket": str(self.kubelets[name].pod_resources_socket),
-                }
-                for name, path in self.plugin_dirs.items()
-            },
-        }
+        nodes: dict[str, dict[str, str]] = {}
+        for name, path in self.plugin_dirs.items():
+            kubelet = self.kubelets[name]
+            nodes[name] = {
+                "pluginDir": str(path),
+                "kubeletSocket": str(kubelet.kubelet_socket),
+                "podResourcesSocket": str(kubelet.pod_resources_socket),
+            }
+            if kubelet.settings.host_root is not None:
+                nodes[name]["hostRoot"] = str(kubelet.settings.host_root)
+        return {"url": self.url, "nodes": nodes}
 
 
 def scheduler_config_for(spec: SchedulingSpec) -> SchedulerConfig:
@@ -138,6 +139,10 @@ async def running_cluster(
                     grace_period=config.kubelet.grace_period,
                     call_timeout=config.kubelet.call_timeout,
                     pod_resources_dir=node.pod_resources_dir,
+                    host_root=plugin_dirs[node.name] / HOST_ROOT_DIR
+                    if config.kubelet.hami_core
+                    else None,
+                    workload_interval=config.kubelet.hami_core_interval,
                 )
             )
             for node in config.nodes

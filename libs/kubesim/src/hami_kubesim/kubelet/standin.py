@@ -26,6 +26,10 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
 * A pod already ``Running`` when the stand-in first sees it is not admitted again: it joins the
   pod manager with the devices its allocation record names (the kubelet's checkpoint; see below),
   or none when it has no record.
+* HAMi-core in the containers (with ``host_root`` set): every running container whose
+  ``Allocate`` answer names a shared cache (``CUDA_DEVICE_MEMORY_SHARED_CACHE`` on a host mount)
+  keeps its region file under ``host_root`` current, as ``libvgpu.so`` would (:mod:`.workloads`),
+  until its pod is deleted or stops; the node's vGPU monitor reads them.
 * Restart (:meth:`KubeletStandIn.restart`): every unix socket in the plugin dir is deleted
   (plugin sockets included, other files kept), plugin connections drop, ``kubelet.sock`` is
   created again; pod allocations survive (the kubelet's checkpoint) and device lists stay empty
@@ -91,6 +95,7 @@ from hami_kubesim.kubelet.status import (
     running_status,
     start_failed_status,
 )
+from hami_kubesim.kubelet.workloads import DEFAULT_INTERVAL_S, Workloads
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +113,9 @@ class KubeletSettings:
     ``<plugin dir>-pod-resources``). ``pod_cidr`` is where pod IPs come from; ``host_ip`` is used
     when the node object has no ``InternalIP`` address. ``admission_delay`` makes every
     admission start that many seconds late (see :mod:`.admission`; changeable while it runs).
+    ``host_root`` is the node's host filesystem as the device plugin's ``--host-root`` sees it:
+    when set, the containers play HAMi-core there (see the module docstring), writing their
+    usage every ``workload_interval`` seconds; ``None`` (the default) writes no file.
     """
 
     node_name: str
@@ -121,6 +129,8 @@ class KubeletSettings:
     grace_period: float = float(ENDPOINT_STOP_GRACE_PERIOD_SECONDS)
     pod_resources_dir: Path | None = None
     admission_delay: float = 0.0
+    host_root: Path | None = None
+    workload_interval: float = DEFAULT_INTERVAL_S
 
     @property
     def pod_resources_socket(self) -> Path:
@@ -171,6 +181,14 @@ class KubeletStandIn(RunsInBackground):
         super().__init__(runner)
         self._client: KubeClient | None = None
         self.restarts = 0
+        self.workloads = (
+            None
+            if settings.host_root is None
+            else Workloads(
+                settings.host_root, node=settings.node_name, interval=settings.workload_interval
+            )
+        )
+        """The containers playing HAMi-core (None without a host root)."""
 
     # ----- public views ------------------------------------------------------------------
 
@@ -285,6 +303,8 @@ class KubeletStandIn(RunsInBackground):
             group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
             group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
             group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
+            if self.workloads is not None:
+                group.create_task(self.workloads.run(), name=f"kubelet-{name}-workloads")
             await pods.wait_synced()
             self.runner.ready.set()
 
@@ -354,22 +374,36 @@ class KubeletStandIn(RunsInBackground):
         elif pod.terminal:
             self._free(uid)
             self._handled.add(uid)
-        elif uid not in self._handled:
-            self._handled.add(uid)
-            if pod.phase == "Running":
-                self._adopt(pod)  # started before this stand-in knew it; nothing to admit
-                return
-            self._queue.put(uid, pod.creation_timestamp)
+        else:
+            if uid not in self._handled:
+                self._handled.add(uid)
+                if pod.phase == "Running":
+                    self._adopt(pod)  # started before this stand-in knew it; nothing to admit
+                else:
+                    self._queue.put(uid, pod.creation_timestamp)
+            self._play(pod)
 
     def _adopt(self, pod: PodView) -> None:
         allocation = self._manager.adopt(pod)
         if allocation is not None:
             self._allocations[(allocation.namespace, allocation.name)] = allocation
+            self._play(pod)
+
+    def _play(self, pod: PodView) -> None:
+        """A running pod's containers start playing HAMi-core (once; no-op without a host
+        root or before its allocation is known)."""
+        if self.workloads is None or pod.phase != "Running":
+            return
+        allocation = self._allocations.get((pod.namespace, pod.name))
+        if allocation is not None and allocation.uid == pod.uid:
+            self.workloads.play(allocation)
 
     def _free(self, uid: str) -> None:
         # Freed devices change nothing on the node object: allocatable never subtracts usage.
         self._devices.release(uid)
         self._pod_ips.pop(uid, None)
+        if self.workloads is not None:
+            self.workloads.stop(uid)
 
     def _forget(self, uid: str) -> None:
         self._free(uid)

@@ -7,7 +7,8 @@
   timeline of node locks and pods when one was recorded) and what the services wrote in it;
   :mod:`.settle` — waits with deadlines; :mod:`.metrics` — the services' Prometheus metrics;
 * :mod:`.invariants` — what must hold after any fault; :mod:`.report` and
-  :mod:`.expectations` — the demo's output and its expected outcomes;
+  :mod:`.expectations` — the demo's output and its expected outcomes; :mod:`.usage` — what the
+  vGPU monitors report per container, checked against the allocation;
 * :mod:`.scenarios` and :mod:`.incidents` (pure) and :mod:`.chaos` — seeded fault scenarios,
   the bind-path incidents they may contain, and their runner.
 

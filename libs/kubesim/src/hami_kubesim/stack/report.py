@@ -2,9 +2,10 @@
 
 Three sections: every pod with its node, phase, the GPUs each container got (memory, cores)
 and the env its containers were given by the device plugin (from the kubelet stand-in's
-allocation record); the pods that were not placed, with the scheduler's FailedScheduling message
-or the admission refusal; and per-node, per-GPU utilisation (memory, cores, task slots and the
-pods holding it). Pure: no I/O.
+allocation record) and, when the vGPU monitors were read, what they report for each of those
+GPUs (memory used of the limit, utilisation); the pods that were not placed, with the
+scheduler's FailedScheduling message or the admission refusal; and per-node, per-GPU utilisation
+(memory, cores, task slots and the pods holding it). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
+from hami_kubesim.stack.usage import DeviceReading, MonitorUsage
 
 __all__ = ["render_report"]
 
 _WIDTH = 100
 _GPU_RESOURCE = "nvidia.com/gpu"
+_MIB = 1 << 20
 
 
 def _short(uuid: str) -> str:
@@ -57,8 +60,39 @@ def _env_lines(envs: Mapping[str, str], indent: str) -> list[str]:
     )
 
 
-def _pod_lines(state: ClusterState, pod: Mapping[str, Any], mark: str) -> list[str]:
-    node = PodView(pod).node_name
+def _mib(value: float | None) -> str:
+    return "?" if value is None else f"{value / _MIB:.0f}"
+
+
+def _reading(reading: DeviceReading) -> str:
+    share = ""
+    if reading.used_bytes is not None and reading.limit_bytes:
+        share = f" ({reading.used_bytes * 100 / reading.limit_bytes:.0f}%)"
+    util = "?" if reading.utilization is None else f"{reading.utilization:.0f}"
+    return (
+        f"#{reading.index} {_short(reading.uuid)} "
+        f"{_mib(reading.used_bytes)}/{_mib(reading.limit_bytes)} MiB{share} util {util}%"
+    )
+
+
+def _monitor_lines(readings: Sequence[DeviceReading], indent: str) -> list[str]:
+    if not readings:
+        return [f"{indent}monitor: no series"]
+    return textwrap.wrap(
+        "; ".join(_reading(r) for r in readings),
+        width=_WIDTH,
+        initial_indent=indent + "monitor: ",
+        subsequent_indent=indent + "         ",
+        break_on_hyphens=False,
+    )
+
+
+def _pod_lines(
+    state: ClusterState, pod: Mapping[str, Any], mark: str, usage: MonitorUsage | None
+) -> list[str]:
+    view = PodView(pod)
+    node = view.node_name
+    apps = {c.name for c in view.containers}
     lines = [f"{mark}{pod_key(pod):<34} {outcome(state, pod).value:<13} {node or '-'}"]
     types = _type_of(state, node)
     containers = record_containers(allocation_record(pod))
@@ -71,6 +105,9 @@ def _pod_lines(state: ClusterState, pod: Mapping[str, Any], mark: str) -> list[s
             for d in devices
         )
         lines.append(f"      {name}: {grants}")
+        if usage is not None and name in apps:
+            readings = usage.of(view.namespace or "default", view.name, name)
+            lines.extend(_monitor_lines(readings, "        "))
         envs = record_envs(containers.get(name) or {}, _GPU_RESOURCE)
         if envs:
             lines.extend(_env_lines(envs, "        "))
@@ -120,9 +157,11 @@ def render_report(
     *,
     results: Sequence[ExpectationResult] = (),
     rejections: Mapping[str, str] | None = None,
+    usage: MonitorUsage | None = None,
 ) -> str:
     """The report text. ``results`` (expectations) mark each pod ✓/✗; ``rejections`` maps pod
-    keys refused at admission to the refusal."""
+    keys refused at admission to the refusal; ``usage`` is what the vGPU monitors report (None:
+    not read, no monitor lines)."""
     rejected = dict(rejections or {})
     verdict = {r.expectation.key: r for r in results}
     pods = sorted(state.pods, key=lambda p: PodView(p).creation_timestamp)
@@ -132,7 +171,7 @@ def render_report(
     for pod in placed:
         result = verdict.get(pod_key(pod))
         mark = "  " if result is None else ("✓ " if result.ok else "✗ ")
-        lines.extend(_pod_lines(state, pod, mark))
+        lines.extend(_pod_lines(state, pod, mark, usage))
     lines += ["", f"Pods not placed ({len(unplaced) + len(rejected)})"]
     for pod in unplaced:
         lines.extend(_unplaced_lines(state, pod, f"{pod_key(pod)} [{outcome(state, pod)}]", None))

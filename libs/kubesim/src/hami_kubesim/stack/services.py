@@ -6,6 +6,10 @@ front (:class:`ServicePlan`) into :class:`~.processes.ServiceProcess` objects th
 with ``/readyz`` on a port of its own (what the process is polled on) and logs to
 ``<work dir>/logs/<name>.log``; the webhook and the extender serve TLS with certificates minted
 here by one CA, whose bundle goes into the MutatingWebhookConfiguration.
+
+With :attr:`~.spec.SystemSpec.vgpu_monitor` each node's device plugin runs with ``--host-root``
+at the node's host root and a vGPU monitor (``vgpu-monitor-<node>``, the fake backend with the
+node's GPUs) reads ``HOOK_PATH=<host root>/usr/local/vgpu``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
 from hami_kubesim.stack.spec import GpuNode, SystemSpec
 
 __all__ = [
+    "HOOK_PATH",
     "LEASE",
     "SCHEDULER_NAME",
     "ServicePlan",
     "deviceplugin_args",
     "issue_certificates",
+    "monitor_processes",
     "plugin_processes",
     "scheduler_processes",
     "webhook_process",
@@ -34,6 +40,8 @@ __all__ = [
 LEASE = ("kube-system", "hami-scheduler")
 """``(namespace, name)`` of the Lease the extender replicas campaign on."""
 SCHEDULER_NAME = "hami-scheduler"
+HOOK_PATH = "usr/local/vgpu"
+"""The chart's ``HOOK_PATH``, under a node's host root (the plugin's default hook path)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +170,18 @@ def scheduler_processes(
 
 
 def deviceplugin_args(
-    spec: SystemSpec, node: GpuNode, *, api_url: str, kubelet_socket: Path, devices: Path
+    spec: SystemSpec,
+    node: GpuNode,
+    *,
+    api_url: str,
+    kubelet_socket: Path,
+    devices: Path,
+    host_root: Path | None = None,
 ) -> list[str]:
     """The flags of ``node``'s device plugin (also used to run plugins in-process); its
     pod-resources socket is where the node's kubelet stand-in serves it, beside the plugin dir
-    of ``kubelet_socket`` (``none`` for a node whose plugin runs without it)."""
+    of ``kubelet_socket`` (``none`` for a node whose plugin runs without it); ``host_root`` is
+    its ``--host-root`` (None: ``none``, no files)."""
     pod_resources = (
         pod_resources_socket_for(kubelet_socket.parent) if node.pod_resources else "none"
     )
@@ -177,7 +192,7 @@ def deviceplugin_args(
         "--device-backend=fake",
         f"--fake-devices={devices}",
         f"--config-file={spec.device_config}",
-        "--host-root=none",
+        f"--host-root={host_root or 'none'}",
         "--kubelet-poll-interval=0.2",
         "--fake-poll-interval=0.2",
         "--register-retry-interval=1",
@@ -189,9 +204,14 @@ def deviceplugin_args(
 
 
 def plugin_processes(
-    spec: SystemSpec, plan: ServicePlan, api_url: str, kubelet_sockets: Mapping[str, Path]
+    spec: SystemSpec,
+    plan: ServicePlan,
+    api_url: str,
+    kubelet_sockets: Mapping[str, Path],
+    host_roots: Mapping[str, Path] | None = None,
 ) -> dict[str, ServiceProcess]:
-    """One device plugin per node that runs one, by node name."""
+    """One device plugin per node that runs one, by node name (``--host-root`` from
+    ``host_roots``, ``none`` for a node not in it)."""
     plugins: dict[str, ServiceProcess] = {}
     for node in spec.nodes:
         if not node.device_plugin:
@@ -203,6 +223,7 @@ def plugin_processes(
             api_url=api_url,
             kubelet_socket=kubelet_sockets[node.name],
             devices=plan.devices_file(node.name),
+            host_root=(host_roots or {}).get(node.name),
         )
         args.append(f"--metrics-bind-address=127.0.0.1:{metrics}")
         name = f"deviceplugin-{node.name}"
@@ -210,3 +231,30 @@ def plugin_processes(
             spec, plan, name=name, module="hami_deviceplugin", args=args, metrics=metrics
         )
     return plugins
+
+
+def monitor_processes(
+    spec: SystemSpec, plan: ServicePlan, api_url: str, host_roots: Mapping[str, Path]
+) -> dict[str, ServiceProcess]:
+    """One vGPU monitor per node of ``host_roots`` that runs a device plugin, by node name."""
+    monitors: dict[str, ServiceProcess] = {}
+    for node in spec.nodes:
+        root = host_roots.get(node.name)
+        if not node.device_plugin or root is None:
+            continue
+        metrics = free_port()
+        args = [
+            f"--node-name={node.name}",
+            f"--hook-path={root / HOOK_PATH}",
+            "--device-backend=fake",
+            f"--fake-devices={plan.devices_file(node.name)}",
+            f"--feedback-interval={spec.monitor_feedback_interval}",
+            # The node's own, not this machine's /tmp (shared by every node of the stack).
+            f"--mig-lock-file={root / 'tmp/hami/hami-mig-apply.lock'}",
+            *_common(spec, api_url, metrics),
+        ]
+        name = f"vgpu-monitor-{node.name}"
+        monitors[node.name] = _process(
+            spec, plan, name=name, module="hami_deviceplugin.monitor", args=args, metrics=metrics
+        )
+    return monitors

@@ -181,6 +181,14 @@ class SystemSpec:
     """The scheduling loop's pod backoff (default: the KubeSchedulerConfiguration's)."""
     kubelet_call_timeout: float = 10.0
     start_timeout: float = 60.0
+    vgpu_monitor: bool = False
+    """HAMi-core and the vGPU monitor: every node gets a host root (``<plugin dir>/host``) where
+    its device plugin runs (``--host-root``) and its kubelet stand-in's containers keep their
+    shared regions, and each node with a device plugin runs a vGPU monitor process on it."""
+    workload_interval: float = 0.5
+    """How often the containers write their usage (with ``vgpu_monitor``)."""
+    monitor_feedback_interval: str = "200ms"
+    """The monitors' ``--feedback-interval``: how soon a new region is found."""
 
 
 def dump_yaml(document: Mapping[str, Any], path: Path) -> None:

@@ -9,7 +9,10 @@
    election and a :class:`~hami_kubesim.stack.router.LeaderRouter` in front) and one device
    plugin per GPU node (``--device-backend fake``, ``--kubelet-socket <node plugin
    dir>/kubelet.sock``, ``--pod-resources-socket`` where that node's kubelet stand-in serves
-   pod-resources), all at once and over TLS where the real ones use it.  Start-up is
+   pod-resources) and, with :attr:`~.spec.SystemSpec.vgpu_monitor`, one vGPU monitor per such
+   node (each node's host root is ``<plugin dir>/host``: the plugin's ``--host-root``, where the
+   node's kubelet stand-in plays HAMi-core in the containers, and the monitor's ``HOOK_PATH``
+   under it), all at once and over TLS where the real ones use it.  Start-up is
    CPU-bound (five Python processes importing their libraries on a small machine), so they are
    launched first and the cluster comes up while they import;
 3. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`) where the
@@ -28,6 +31,10 @@
 :meth:`System.state` snapshots the cluster together with the pods the scheduling loop will try
 again on its own, so :func:`~hami_kubesim.stack.settle.settled` never takes a pod backing off
 after a node change for one the scheduler has given up on.
+
+:meth:`System.monitor_usage` reads back what the vGPU monitors report per container and
+:meth:`System.wait_monitors` waits until that matches what the scheduler allocated
+(:mod:`.usage`).
 
 Leaving the block stops every process (SIGTERM, then SIGKILL after a bounded wait) — also when
 the block fails — then the cluster, and removes the temporary working directory.
@@ -54,6 +61,7 @@ from hami_kubelet_api.constants import KUBELET_SOCKET_NAME
 from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.cluster.config import (
+    HOST_ROOT_DIR,
     AdmissionSpec,
     ClusterConfig,
     KubeletDefaults,
@@ -68,10 +76,12 @@ from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configu
 from hami_kubesim.stack.processes import ServiceProcess, free_port, stop_all
 from hami_kubesim.stack.router import LeaderRouter
 from hami_kubesim.stack.services import (
+    HOOK_PATH,
     LEASE,
     ServicePlan,
     deviceplugin_args,
     issue_certificates,
+    monitor_processes,
     plugin_processes,
     scheduler_processes,
     webhook_process,
@@ -79,6 +89,7 @@ from hami_kubesim.stack.services import (
 from hami_kubesim.stack.settle import POLL_INTERVAL, until, wait_for
 from hami_kubesim.stack.spec import GpuNode, SystemSpec, dump_yaml, fake_devices_document
 from hami_kubesim.stack.state import ClusterState
+from hami_kubesim.stack.usage import MonitorUsage, monitor_problems, parse_usage
 from hami_kubesim.testing import format_url
 from hami_protocol import keys
 
@@ -105,6 +116,10 @@ class System:
     router: LeaderRouter | None = None
     identities: Mapping[str, int] = field(default_factory=dict)
     """Scheduler replica identity → its extender port (replicated mode)."""
+    monitors: Mapping[str, ServiceProcess] = field(default_factory=dict)
+    """The vGPU monitor of each node, by node name (with ``spec.vgpu_monitor``)."""
+    host_roots: Mapping[str, Path] = field(default_factory=dict)
+    """Each node's host root, by node name (with ``spec.vgpu_monitor``)."""
 
     # ----- views ---------------------------------------------------------------------------
     @property
@@ -124,7 +139,12 @@ class System:
         return self.cluster.kubelet(node)
 
     def services(self) -> tuple[ServiceProcess, ...]:
-        return (self.webhook, *self.schedulers, *self.deviceplugins.values())
+        return (
+            self.webhook,
+            *self.schedulers,
+            *self.deviceplugins.values(),
+            *self.monitors.values(),
+        )
 
     def node(self, name: str) -> GpuNode:
         return next(n for n in self.spec.nodes if n.name == name)
@@ -146,6 +166,35 @@ class System:
             taken_at=datetime.now(UTC),
             retrying=self.scheduling_loop.will_retry(nodes, pods),
         )
+
+    async def monitor_usage(self) -> MonitorUsage:
+        """What every running vGPU monitor reports per container now (a monitor that does not
+        answer reports nothing)."""
+        usage = MonitorUsage()
+        for monitor in self.monitors.values():
+            if not monitor.running:
+                continue
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                usage = usage.merged(parse_usage(await scrape(monitor.spec.metrics_url)))
+        return usage
+
+    async def wait_monitors(self, *, within: float) -> tuple[MonitorUsage, list[str]]:
+        """Until the monitors report every running container with devices as allocated
+        (:func:`~.usage.monitor_problems` finds nothing), at most ``within`` seconds; returns
+        the last reading and its problems (empty when it got there, or when the system runs no
+        monitor)."""
+        if not self.monitors:
+            return MonitorUsage(), []
+        last: list[tuple[MonitorUsage, list[str]]] = []
+
+        async def reported() -> bool:
+            usage = await self.monitor_usage()
+            last[:] = [(usage, monitor_problems(self.state(), usage))]
+            return not last[0][1]
+
+        with contextlib.suppress(TimeoutError):
+            await until(reported, within=within, what="the vGPU monitors report every container")
+        return last[0]
 
     def leader(self) -> ServiceProcess | None:
         """The extender replica that holds the Lease and runs (the only one if unreplicated)."""
@@ -314,6 +363,8 @@ def _cluster_config(
             plugin_root=plugin_root,
             grace_period=kubelet_grace,
             call_timeout=spec.kubelet_call_timeout,
+            hami_core=spec.vgpu_monitor,
+            hami_core_interval=spec.workload_interval,
         ),
         admission=AdmissionSpec(
             enabled=True, service_urls={WEBHOOK_SERVICE: f"https://127.0.0.1:{webhook_port}"}
@@ -378,6 +429,14 @@ async def _running(
     sockets = {n.name: plugin_root / n.name / KUBELET_SOCKET_NAME for n in spec.nodes}
     for socket in sockets.values():
         socket.parent.mkdir(parents=True, exist_ok=True)
+    # The rule of the cluster config's kubelet.hamiCore: a node's host root is <plugin dir>/host.
+    host_roots = (
+        {name: socket.parent / HOST_ROOT_DIR for name, socket in sockets.items()}
+        if spec.vgpu_monitor
+        else {}
+    )
+    for root in host_roots.values():
+        (root / HOOK_PATH / "containers").mkdir(parents=True, exist_ok=True)
     config = _cluster_config(
         spec,
         plugin_root=plugin_root,
@@ -388,8 +447,16 @@ async def _running(
     )
     webhook = webhook_process(spec, plan, api_url, webhook_tls)
     schedulers = scheduler_processes(spec, plan, api_url, scheduler_tls)
-    plugins = plugin_processes(spec, plan, api_url, sockets) if deviceplugin_processes else {}
-    processes: list[ServiceProcess] = [webhook, *schedulers, *plugins.values()]
+    plugins = (
+        plugin_processes(spec, plan, api_url, sockets, host_roots) if deviceplugin_processes else {}
+    )
+    monitors = monitor_processes(spec, plan, api_url, host_roots)
+    processes: list[ServiceProcess] = [
+        webhook,
+        *schedulers,
+        *plugins.values(),
+        *monitors.values(),
+    ]
     follower: asyncio.Task[None] | None = None
     try:
         # A service spends its first second or two importing its libraries, CPU-bound: launch
@@ -401,6 +468,9 @@ async def _running(
             _scheduling_loop(spec, api_url=cluster.url, extender_url=plan.extender_url) as loop,
         ):
             _check_planned(cluster, api_url, sockets if deviceplugin_processes else {})
+            served_roots = {n: cluster.kubelet(n).settings.host_root for n in host_roots}
+            if served_roots != host_roots:
+                raise RuntimeError(f"the kubelets' host roots {served_roots}, planned {host_roots}")
             system = System(
                 spec=spec,
                 cluster=cluster,
@@ -414,6 +484,8 @@ async def _running(
                 identities={
                     s.name: port for s, port in zip(schedulers, scheduler_ports, strict=True)
                 },
+                monitors=monitors,
+                host_roots=host_roots,
             )
             if router is not None:
                 router.set_target(system.leader_port)

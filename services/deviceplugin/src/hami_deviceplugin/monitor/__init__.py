@@ -10,10 +10,11 @@ Layout:
 * ``discovery`` (pure: which directories and files hold regions), ``mapping`` (one mapped region
   file), ``regions`` (the node's mapped regions: passes, reads, feedback writes, clean-up),
   ``problems`` (bad input counted once per occurrence, logged once), ``pods`` (the pod watch);
-* ``scan`` (the pass loop and the host GPUs), ``series`` (HAMi's per-container families),
-  ``metrics`` (rendered at each scrape in a worker thread, never on the event loop).
+* ``scan`` (the pass loop and the host GPUs), ``host`` (HAMi's host GPU gauges, which only the
+  monitor exports), ``series`` (HAMi's per-container families), ``metrics`` (rendered at each
+  scrape in a worker thread, never on the event loop).
 
-The codec of the regions is :mod:`hami_protocol.region`; the host GPU gauges are shared with the
-device plugin (:mod:`hami_deviceplugin.host_metrics`).  Nothing here imports the device plugin's
-gRPC or kubelet parts.
+The codec of the regions is :mod:`hami_protocol.region`; the ``zone`` label and the host label
+set are shared with the device plugin (:mod:`hami_deviceplugin.metric_labels`), and so are the
+GPU backends.  Nothing here imports the device plugin's gRPC or kubelet parts.
 """

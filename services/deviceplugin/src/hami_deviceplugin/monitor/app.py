@@ -12,8 +12,8 @@ api-client    the Kubernetes client                        closed
 gpu-backend   the GPU backend opened (on failure: no host  closed (NVML shut down)
               GPU series, the regions are still read)
 gpu-feed      the backend's GPU list followed              cancelled
-pod-watch     the watch of the pods labelled               cancelled
-              ``hami.io/vgpu-node=<node>``
+pod-watch     the watch of the pods bound to this node     cancelled
+              (``spec.nodeName=<node>``)
 regions       —                                            every region unmapped (after a pass
                                                            or scrape in flight has let go)
 scan          a pass every ``--feedback-interval`` from    cancelled

@@ -1,7 +1,7 @@
 """The vGPU monitor's Prometheus metrics, served on ``--metrics-bind-address`` (default
 ``:9394``) with ``/healthz`` and ``/readyz``.  Every sample carries ``zone="vGPU"``, as HAMi's.
 
-HAMi's: the host GPU gauges (:class:`~hami_deviceplugin.host_metrics.HostGpuMetrics`, filled from
+HAMi's: the host GPU gauges (:class:`~hami_deviceplugin.monitor.host.HostGpuMetrics`, filled from
 the backend at each scrape), the per-container series (:mod:`.series`, read from the regions at
 each scrape) and ``hami_build_info``.
 
@@ -26,7 +26,8 @@ from typing import Final
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
-from hami_deviceplugin.host_metrics import HostGpuMetrics, zoned_registries
+from hami_deviceplugin.metric_labels import zoned_registries
+from hami_deviceplugin.monitor.host import HostGpuMetrics
 from hami_deviceplugin.monitor.problems import REASONS
 from hami_deviceplugin.monitor.regions import ContainerUsage, PassReport
 from hami_deviceplugin.monitor.series import render_containers

@@ -1,6 +1,12 @@
-"""The pods whose regions may be on this node: a watch of the pods labelled
-``hami.io/vgpu-node=<node>`` (the scheduler sets the label at filter, with the annotation), and
-the copy of them the worker threads read (:class:`PodIndex`, taken on the event loop).
+"""The pods whose regions may be on this node: a watch of the pods bound to it
+(``fieldSelector=spec.nodeName=<node>``), kept as a UID index from the watch's events, and the
+copy of it the worker threads read (:class:`PodIndex`, taken on the event loop).
+
+HAMi's monitor lists pods by the label ``hami.io/vgpu-node=<node>``.  A pod placed by a HAMi
+release before v2.5 carries only the annotation: such a monitor sees its regions as an unknown
+pod's and removes its directory after the resync interval while the container still runs, so new
+processes in it lose their shared cache.  Every pod bound to the node is watched here instead, so
+a directory is removed only when no pod of that UID is on the node.
 
 A pod deleted lately is remembered by UID (the last :data:`ENDED_KEPT`), so the directory it
 leaves behind until it is removed is not counted as an unknown pod's.
@@ -13,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from hami_kube.objects import PodView
-from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
+from hami_kube.reflector import Reflector, ReflectorConfig, upserting
 from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient
-from hami_protocol.keys import VGPU_NODE
 
 __all__ = ["ENDED_KEPT", "NodePodIndex", "PodIndex", "PodRef"]
 
@@ -61,12 +66,18 @@ class NodePodIndex:
             client,
             PODS,
             config=ReflectorConfig(
-                label_selector=f"{VGPU_NODE}={node_name}", watch_timeout_s=watch_timeout_s
+                field_selector=f"spec.nodeName={node_name}", watch_timeout_s=watch_timeout_s
             ),
-            handlers=[EventHandlers(on_delete=self._deleted)],
+            handlers=[upserting(self._upsert, self._deleted)],
             name=f"vgpu-pods-{node_name}",
         )
+        self._refs: dict[str, PodRef] = {}
         self._ended: dict[str, None] = {}
+
+    def _upsert(self, pod: JsonObject) -> None:
+        ref = pod_ref(pod)
+        if ref.uid and self._refs.get(ref.uid) != ref:
+            self._refs[ref.uid] = ref
 
     @property
     def synced(self) -> bool:
@@ -76,15 +87,13 @@ class NodePodIndex:
         uid = PodView(pod).uid
         if not uid:
             return
+        self._refs.pop(uid, None)
         self._ended.pop(uid, None)
         self._ended[uid] = None
         while len(self._ended) > ENDED_KEPT:
             del self._ended[next(iter(self._ended))]
 
     def snapshot(self) -> PodIndex:
-        refs = {}
-        for pod in self.reflector.store.objects():
-            ref = pod_ref(pod)
-            if ref.uid:
-                refs[ref.uid] = ref
+        """A copy for the worker threads (cheap: the index is kept from the watch's events)."""
+        refs = dict(self._refs)
         return PodIndex(pods=refs, ended=frozenset(self._ended.keys() - refs.keys()))

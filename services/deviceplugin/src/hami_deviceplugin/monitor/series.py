@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from hami_deviceplugin.host_metrics import ZONE
+from hami_deviceplugin.metric_labels import ZONE
 from hami_deviceplugin.monitor.regions import ContainerUsage
 from hami_protocol.region.layout import RegionVersion
 

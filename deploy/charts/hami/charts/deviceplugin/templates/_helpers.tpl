@@ -33,6 +33,19 @@ app.kubernetes.io/component: device-plugin
 
 {{- define "hami-deviceplugin.labels" -}}
 {{ include "hami-deviceplugin.selectorLabels" . }}
+{{ include "hami-deviceplugin.commonLabels" . }}
+{{- end -}}
+
+{{/* The monitor Service's own labels: not the plugin's component, so the plugin's
+ServiceMonitor (which scrapes the monitor through the headless Service) does not select it. */}}
+{{- define "hami-deviceplugin.monitorLabels" -}}
+app.kubernetes.io/name: hami
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: vgpu-monitor
+{{ include "hami-deviceplugin.commonLabels" . }}
+{{- end -}}
+
+{{- define "hami-deviceplugin.commonLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: hami
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -40,6 +53,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- with .Values.global.commonLabels }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* HOOK_PATH of the monitor: HAMi-core's directory, <global.gpuHookPath>/vgpu. */}}
+{{- define "hami-deviceplugin.monitorHookPath" -}}
+{{- printf "%s/vgpu" (trimSuffix "/" .Values.global.gpuHookPath) -}}
 {{- end -}}
 
 {{- define "hami-deviceplugin.image" -}}

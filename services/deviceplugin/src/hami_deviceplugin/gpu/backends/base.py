@@ -2,7 +2,8 @@
 
 A backend discovers the node's GPUs once (:meth:`Backend.open`), then reports every later change
 (health above all) as a new complete list from :meth:`Backend.updates`, and can sample live usage
-for the metrics endpoint.  (Its NIC twin is :class:`hami_deviceplugin.rdma.sources.NicSource`.)
+for the vGPU monitor's host gauges.  (Its NIC twin is
+:class:`hami_deviceplugin.rdma.sources.NicSource`.)
 Backends never block the event loop: blocking library calls run in threads.  ``close`` is awaited
 on shutdown under the lifecycle's bound, so a driver call that never returns cannot keep the
 daemon alive.

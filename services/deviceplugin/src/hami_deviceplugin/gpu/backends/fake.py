@@ -12,7 +12,7 @@ File shape (unknown keys are refused, so a typo cannot pass silently)::
         pci_bus_id: 0000:1b:00.0    # default "" (unknown); any NVML/sysfs/lspci spelling
         pcie_switch: 0000:18:00.0   # default: from sysfs for pci_bus_id, else ""
         pcie_root: pci0000:17       # default: from sysfs for pci_bus_id, else ""
-        memory_used_mib: 1024       # optional: exported as hami_host_gpu_memory_used_bytes
+        memory_used_mib: 1024       # optional: the monitor's hami_host_gpu_memory_used_bytes
         utilization: 35             # optional: hami_host_gpu_utilization_ratio
         memory_utilization: 10      # optional: hami_host_gpu_memory_controller_utilization_ratio
     nics: []                        # RDMA NICs, read by the fake NIC source (rdma.sources)

@@ -1,10 +1,8 @@
-"""What the device plugin's metrics and the vGPU monitor's share: HAMi's constant label
-``zone="vGPU"`` on every sample, and HAMi's host GPU gauges.
+"""HAMi's host GPU gauges, exported by the vGPU monitor alone (as in HAMi, where the device plugin
+beside it exports none):
 
-* :func:`zoned_registries`: the registry a process serves and the one its families are registered
-  on; every sample of the second is served with ``zone="vGPU"`` added;
-* :class:`HostGpuMetrics`: ``hami_host_gpu_memory_used_bytes`` and
-  ``hami_host_gpu_utilization_ratio`` ``{node,device_index,device_uuid,device_type}`` and
+* ``hami_host_gpu_memory_used_bytes`` and ``hami_host_gpu_utilization_ratio``
+  ``{node,device_index,device_uuid,device_type}`` and
   ``hami_host_gpu_memory_controller_utilization_ratio{device_index,device_uuid,device_type}``
   (NVML's memory used, GPU and memory-controller utilisation, 0-100), filled from a backend's
   :meth:`~hami_deviceplugin.gpu.backends.base.Backend.usage`; with ``legacy`` also HAMi's
@@ -14,57 +12,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Gauge
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
-from hami_deviceplugin.node.register import device_type
+from hami_deviceplugin.metric_labels import HOST_LABELS, gpu_labels
 
-__all__ = ["HOST_LABELS", "ZONE", "HostGpuMetrics", "gpu_labels", "zoned_registries"]
+__all__ = ["HostGpuMetrics"]
 
-ZONE: Final = "vGPU"
-HOST_LABELS: Final = ("node", "device_index", "device_uuid", "device_type")
 _LEGACY_HOST_LABELS: Final = ("nodeid", "deviceidx", "deviceuuid", "devicetype")
-
-
-class _ConstLabels(Collector):
-    """Re-emits another registry's samples with extra constant labels."""
-
-    def __init__(self, inner: CollectorRegistry, labels: Mapping[str, str]) -> None:
-        self._inner = inner
-        self._labels = dict(labels)
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._inner.collect():
-            out = Metric(family.name, family.documentation, family.type, family.unit)
-            out.samples = [
-                sample._replace(labels={**sample.labels, **self._labels})
-                for sample in family.samples
-            ]
-            yield out
-
-
-def zoned_registries() -> tuple[CollectorRegistry, CollectorRegistry]:
-    """``(served, inner)``: register families on ``inner``, serve ``served``, whose samples are
-    ``inner``'s with ``zone="vGPU"``."""
-    inner = CollectorRegistry(auto_describe=True)
-    served = CollectorRegistry(auto_describe=False)
-    served.register(_ConstLabels(inner, {"zone": ZONE}))
-    return served, inner
-
-
-def gpu_labels(node: str, gpu: Gpu) -> dict[str, str]:
-    """:data:`HOST_LABELS` of ``gpu`` on ``node``."""
-    return {
-        "node": node,
-        "device_index": str(gpu.index),
-        "device_uuid": gpu.uuid,
-        "device_type": device_type(gpu.model),
-    }
 
 
 class HostGpuMetrics:
