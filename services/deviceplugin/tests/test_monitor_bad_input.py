@@ -83,11 +83,11 @@ async def test_every_bad_input_is_counted_once_logged_once_and_the_rest_exported
             await eventually(mon.ready)
             await eventually(lambda: mon.scanner.passes >= 3, what="three passes")
             first = await scrape(mon.metrics_port)
-            assert str(vanishing) in mon.table.mapped
+            assert str(vanishing) in mon.table.held
 
             vanishing.unlink()
             await eventually(
-                lambda: str(vanishing) not in mon.table.mapped, what="vanished file unmapped"
+                lambda: str(vanishing) not in mon.table.held, what="vanished file closed"
             )
             passes = mon.scanner.passes
             await eventually(lambda: mon.scanner.passes >= passes + 3, what="three more passes")
@@ -149,7 +149,7 @@ async def test_a_region_that_recovers_and_fails_again_is_counted_again(
     assert skipped(logs) == {(str(path), "devices"): 1}
 
 
-async def test_a_mapped_file_that_shrinks_is_unmapped_as_truncated(
+async def test_a_held_file_that_shrinks_is_closed_as_truncated(
     sim: RunningApiServer, hook: Path, devices: Path
 ) -> None:
     uid = await add_pod(sim, "shrinking", ["main"])
@@ -157,10 +157,10 @@ async def test_a_mapped_file_that_shrinks_is_unmapped_as_truncated(
     settings = monitor_settings(url=sim.url, hook_path=hook, devices=devices)
     async with serving(settings) as mon:
         await eventually(mon.ready)
-        assert str(path) in mon.table.mapped
+        assert str(path) in mon.table.held
         with path.open("r+b") as file:
             file.truncate(V1.size // 2)
         samples = await scrape(mon.metrics_port)  # reads the shrunk file: must not SIGBUS
         assert samples.get("hami_vgpu_memory_used_bytes", pod="shrinking") is None
         assert samples.errors("truncated") == 1
-        assert str(path) not in mon.table.mapped
+        assert str(path) not in mon.table.held

@@ -10,6 +10,10 @@ from pathlib import Path
 import structlog.testing
 
 from hami_deviceplugin.monitor.app import serving
+from hami_deviceplugin.monitor.metrics import MonitorMetrics
+from hami_deviceplugin.monitor.pods import PodIndex, PodRef
+from hami_deviceplugin.monitor.problems import ProblemLog
+from hami_deviceplugin.monitor.regions import RegionTable
 from hami_kubesim.hamicore import RegionWriter
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.region.layout import V1
@@ -125,3 +129,39 @@ async def test_the_feedback_pauses_while_the_mig_lock_file_exists(
         "feedback paused while the MIG lock file exists",
         "feedback resumed: the MIG lock file is gone",
     ]
+
+
+def test_a_pass_taken_in_small_chunks_reads_and_writes_every_region(hook: Path) -> None:
+    """A pass takes the table's lock a chunk at a time (so scrapes interleave); with chunks of
+    two, five regions on one GPU are all read, and the feedback reaches every one of them."""
+    pods: dict[str, PodRef] = {}
+    writers: list[RegionWriter] = []
+    for i in range(5):
+        uid = f"uid-{i}"
+        pods[uid] = PodRef(
+            uid=uid, namespace="default", name=f"p{i}", containers=frozenset({"main"})
+        )
+        writer = region(hook, uid, priority=0 if i == 0 else 1)
+        writer.launch_kernel()
+        writers.append(writer)
+    metrics = MonitorMetrics(node="n")
+    table = RegionTable(
+        hook / "containers",
+        ProblemLog(metrics.count_error),
+        resync_s=SLOW,
+        pause_file=hook / "no-lock",
+        chunk=2,
+    )
+    try:
+        report = table.run_pass(PodIndex(pods=pods))
+        rows = table.read(PodIndex(pods=pods))
+        kernels = [w.recent_kernel for w in writers]
+        switches = [w.utilization_switch for w in writers]
+    finally:
+        table.close()
+        for writer in writers:
+            writer.close()
+    assert report.valid == 5
+    assert sorted(row.pod for row in rows) == [f"p{i}" for i in range(5)]
+    assert kernels == [1, -1, -1, -1, -1]
+    assert switches == [0, 1, 1, 1, 1]

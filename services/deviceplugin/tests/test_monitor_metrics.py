@@ -193,7 +193,7 @@ async def test_a_deleted_pods_series_go_and_its_directory_is_removed_after_the_r
             await eventually(series_gone, what="the deleted pod's series gone")
             await eventually(lambda: not gone_dir.exists(), what="its directory removed")
             after = await scrape(mon.metrics_port)
-            assert str(gone.path) not in mon.table.mapped
+            assert str(gone.path) not in mon.table.held
 
     assert after.get("hami_vgpu_memory_used_bytes", pod="stay") == 100
     assert after.errors("unknown_pod") == 0  # a pod deleted lately is not an unknown one

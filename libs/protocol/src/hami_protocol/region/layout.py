@@ -31,6 +31,7 @@ __all__ = [
     "RegionLayout",
     "RegionVersion",
     "detect_layout",
+    "layout_for",
 ]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -158,14 +159,21 @@ _HEADER = struct.Struct("<ii")
 
 
 def detect_layout(buf: Buffer) -> RegionLayout:
-    """The layout of a region file whose whole content is ``buf`` (its length is the file size).
+    """The layout of a region file whose whole content is ``buf`` (its length is the file size);
+    see :func:`layout_for`."""
+    return layout_for(buf, len(buf))
+
+
+def layout_for(header: Buffer, size: int) -> RegionLayout:
+    """The layout of a region file of ``size`` bytes that starts with ``header`` (at least its
+    first :data:`HEADER_BYTES` bytes when the file has them) — for a reader that looks at the
+    file without holding all of it.
 
     Checked in this order: shorter than the header → TRUNCATED; more than twice the v1 size →
     OVERSIZED (HAMi-core writes exactly ``sizeof(shared_region_t)``); magic → MAGIC; then the
     size picks the version: below v0 → TRUNCATED, below v1 → v0, else v1 when ``majorVersion``
     is 1 and VERSION otherwise (HAMi's monitor rejects any other major version).
     """
-    size = len(buf)
     if size < HEADER_BYTES:
         raise RegionError(
             RegionFault.TRUNCATED,
@@ -178,7 +186,7 @@ def detect_layout(buf: Buffer) -> RegionLayout:
             f"size {size} bytes > {2 * V1.size} (twice the v1 region)",
             value=size,
         )
-    magic, major = _HEADER.unpack_from(buf, 0)
+    magic, major = _HEADER.unpack_from(header, 0)
     if magic != MAGIC:
         raise RegionError(RegionFault.MAGIC, f"magic {magic} != {MAGIC}", value=magic)
     if size < V0.size:

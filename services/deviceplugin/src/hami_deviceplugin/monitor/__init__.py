@@ -7,8 +7,9 @@ Layout:
 
 * ``__main__`` (process entry), ``cli_flags`` and ``settings``; ``app`` (the wiring and the one
   lifecycle);
-* ``discovery`` (pure: which directories and files hold regions), ``mapping`` (one mapped region
-  file), ``regions`` (the node's mapped regions: passes, reads, feedback writes, clean-up),
+* ``discovery`` (pure: which directories and files hold regions), ``region_file`` (one region
+  file: read with ``pread``, written through a mapping), ``regions`` (the node's region files:
+  passes, reads, feedback writes, clean-up),
   ``problems`` (bad input counted once per occurrence, logged once), ``pods`` (the pod watch);
 * ``scan`` (the pass loop and the host GPUs), ``host`` (HAMi's host GPU gauges, which only the
   monitor exports), ``series`` (HAMi's per-container families), ``metrics`` (rendered at each

@@ -14,7 +14,7 @@ gpu-backend   the GPU backend opened (on failure: no host  closed (NVML shut dow
 gpu-feed      the backend's GPU list followed              cancelled
 pod-watch     the watch of the pods bound to this node     cancelled
               (``spec.nodeName=<node>``)
-regions       —                                            every region unmapped (after a pass
+regions       —                                            every region file closed (after a pass
                                                            or scrape in flight has let go)
 scan          a pass every ``--feedback-interval`` from    cancelled
               the pod watch's first sync
@@ -64,7 +64,7 @@ COMPONENT: Final = "vgpu-monitor"
 """The lifecycle's name: its log lines and task names (``vgpu-monitor-scan``, ...)."""
 
 QUICK_EXIT_S: Final = 2.0
-"""Bounds the exits of the client, the loops, the region unmapping and the metrics site."""
+"""Bounds the exits of the client, the loops, closing the region files and the metrics site."""
 USAGE_TIMEOUT_S: Final = 2.0
 """How long a scrape waits for the backend's usage figures."""
 _SERVING_SLACK_S: Final = 2.0

@@ -1,9 +1,11 @@
-"""The node's mapped regions: discovery under ``$HOOK_PATH/containers``, reads for the scrape,
+"""The node's region files: discovery under ``$HOOK_PATH/containers``, reads for the scrape,
 the priority feedback's writes, and the removal of directories left by pods that are gone.
 
-Every method blocks (directory listings, ``mmap``, reads of mapped pages) and runs in a worker
-thread; one lock keeps a pass, a scrape and the final close from overlapping, so no region is
-unmapped while another thread reads it.
+Every method blocks (directory listings, file reads, the feedback's mapped stores) and runs in a
+worker thread; one lock keeps the reads of a pass and of a scrape and the final close apart, so
+no region file is closed while another thread reads it, and one scratch buffer serves every
+read.  A pass takes the lock for a chunk of directories or regions at a time, so a scrape never
+waits for a whole pass.
 
 A pass (:meth:`RegionTable.run_pass`, every feedback interval, only once the pod watch has
 synced):
@@ -11,16 +13,16 @@ synced):
 1. each directory is judged by :mod:`~hami_deviceplugin.monitor.discovery`'s rules; one whose pod
    UID is not on this node is skipped (counted ``unknown_pod`` unless the pod was deleted lately),
    and removed with ``rm -rf`` once its mtime is older than the resync interval, as HAMi does;
-2. the region of every other directory is mapped once and kept mapped (keyed by path and inode:
-   a replaced or resized file is mapped again); a region whose pod is gone, whose directory is
-   refused, or whose file is gone is unmapped (a file gone from a directory that stays is counted
+2. the region file of every other directory is opened once and held (keyed by path and inode: a
+   replaced or resized file is opened again); a region whose pod is gone, whose directory is
+   refused, or whose file is gone is closed (a file gone from a directory that stays is counted
    ``vanished``);
-3. every mapped region is read and validated; one that fails is counted by its fault and not
-   used, one that shrank is unmapped;
+3. every held region is read and validated; one that fails is counted by its fault and not
+   used, one that shrank is closed;
 4. unless the MIG lock file exists, HAMi's feedback is decided over the regions that validated in
    this pass and written into them.
 
-A file that failed to map is tried again only once its size, mtime or inode changes.
+A file that failed to open is tried again only once its size, mtime or inode changes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final, TypeVar
 
 import structlog
 
@@ -41,9 +44,14 @@ from hami_deviceplugin.monitor.discovery import (
     judge_files,
     parse_container_dir,
 )
-from hami_deviceplugin.monitor.mapping import FileIdentity, MappedRegion, RegionFileError
 from hami_deviceplugin.monitor.pods import PodIndex, PodRef
 from hami_deviceplugin.monitor.problems import FileReason, PodReason, ProblemLog
+from hami_deviceplugin.monitor.region_file import (
+    SCRATCH_BYTES,
+    FileIdentity,
+    RegionFile,
+    RegionFileError,
+)
 from hami_protocol.region.codec import RegionError, RegionFault
 from hami_protocol.region.feedback import (
     FeedbackInput,
@@ -53,7 +61,12 @@ from hami_protocol.region.feedback import (
 )
 from hami_protocol.region.usage import RegionUsage
 
-__all__ = ["ContainerUsage", "PassReport", "RegionTable"]
+__all__ = ["CHUNK", "ContainerUsage", "PassReport", "RegionTable"]
+
+CHUNK: Final = 200
+"""Directories visited, or regions read, per hold of the table's lock in a pass."""
+
+_T = TypeVar("_T")
 
 log = structlog.get_logger("hami_deviceplugin.monitor")
 
@@ -76,7 +89,7 @@ class PassReport:
     valid: int = 0
     """Regions that validated."""
     invalid: int = 0
-    """Region files that did not (could not be mapped, or their content is not a region's)."""
+    """Region files that did not (could not be opened, or their content is not a region's)."""
     writes: tuple[FeedbackWrite, ...] = ()
     paused: bool = False
     """The MIG lock file exists: no feedback was written."""
@@ -88,7 +101,7 @@ class PassReport:
 class _Entry:
     directory: ContainerDir
     dir_path: str
-    region: MappedRegion
+    region: RegionFile
 
 
 @dataclass(slots=True)
@@ -98,7 +111,7 @@ class _Pass:
     seen: set[str] = field(default_factory=set)
     """Paths (directories and region files) present now: problems of others are forgotten."""
     keep: set[str] = field(default_factory=set)
-    """Region files to keep mapped."""
+    """Region files to keep open."""
     live_dirs: set[str] = field(default_factory=set)
     """Directories of pods on this node that are not refused."""
     region_paths: set[str] = field(default_factory=set)
@@ -106,7 +119,7 @@ class _Pass:
 
 
 class RegionTable:
-    """The mapped regions under ``containers_dir`` (see the module docstring)."""
+    """The region files under ``containers_dir`` (see the module docstring)."""
 
     def __init__(
         self,
@@ -116,49 +129,76 @@ class RegionTable:
         resync_s: float,
         pause_file: Path,
         clock: Callable[[], float] = time.time,
+        chunk: int = CHUNK,
     ) -> None:
         self._dir = containers_dir
         self._problems = problems
         self._resync_s = resync_s
         self._pause_file = pause_file
         self._clock = clock
+        self._chunk = chunk
         self._lock = threading.Lock()
-        self._mapped: dict[str, _Entry] = {}
+        self._held: dict[str, _Entry] = {}
+        self._scratch = bytearray(SCRATCH_BYTES)  # reads happen under the lock, one at a time
         self._failed: dict[str, _FileSignature] = {}
         self._closed = False
 
     @property
-    def mapped(self) -> frozenset[str]:
-        """Paths of the regions mapped now."""
+    def held(self) -> frozenset[str]:
+        """Paths of the region files held open now."""
         with self._lock:
-            return frozenset(self._mapped)
+            return frozenset(self._held)
 
     # --- a pass -------------------------------------------------------------------------------
     def run_pass(self, pods: PodIndex) -> PassReport:
+        # The lock is taken per chunk of directories and of reads, not for the whole pass: a
+        # scrape waits for one chunk at most, not for a pass over thousands of regions.
         with self._lock:
             if self._closed:
                 return PassReport()
-            seen = _Pass()
-            for listed in self._list(self._dir):
-                if listed.is_dir(follow_symlinks=False):
-                    self._visit(listed, pods, seen)
-            self._unmap_dropped(seen)
-            inputs: list[FeedbackInput] = []
-            for path, entry in list(self._mapped.items()):
-                usage = self._read(path, entry)
-                if usage is not None:
-                    inputs.append(_feedback_input(path, usage))
+            listed = [e for e in self._list(self._dir) if e.is_dir(follow_symlinks=False)]
+        seen = _Pass()
+        for directories in _chunks(listed, self._chunk):
+            with self._lock:
+                if self._is_closed():
+                    return PassReport()
+                for directory in directories:
+                    self._visit(directory, pods, seen)
+        with self._lock:
+            if self._is_closed():
+                return PassReport()
+            self._close_dropped(seen)
+            held = list(self._held.items())
+        inputs: list[FeedbackInput] = []
+        validated: dict[str, _Entry] = {}
+        for regions in _chunks(held, self._chunk):
+            with self._lock:
+                for path, entry in regions:
+                    if self._held.get(path) is not entry:  # closed by a scrape meanwhile
+                        continue
+                    usage = self._read(path, entry)
+                    if usage is not None:
+                        inputs.append(_feedback_input(path, usage))
+                        validated[path] = entry
+        with self._lock:
+            if self._is_closed():
+                return PassReport()
             paused = self._pause_file.exists()
-            writes = () if paused else self._feedback(inputs)
+            writes = () if paused else self._feedback(inputs, validated)
             self._problems.retain(seen.seen)
             self._failed = {p: s for p, s in self._failed.items() if p in seen.seen}
-            return PassReport(
-                valid=len(inputs),
-                invalid=len(seen.region_paths) - len(inputs),
-                writes=writes,
-                paused=paused,
-                removed=tuple(seen.removed),
-            )
+        return PassReport(
+            valid=len(inputs),
+            invalid=len(seen.region_paths) - len(inputs),
+            writes=writes,
+            paused=paused,
+            removed=tuple(seen.removed),
+        )
+
+    def _is_closed(self) -> bool:
+        """Whether :meth:`close` ran (a method: a pass reads it again after each wait for the
+        lock)."""
+        return self._closed
 
     def _list(self, directory: Path) -> list[os.DirEntry[str]]:
         try:
@@ -230,14 +270,14 @@ class RegionTable:
         )
 
     def _remove(self, dir_path: str) -> None:
-        for path in [p for p, e in self._mapped.items() if e.dir_path == dir_path]:
-            self._mapped.pop(path).region.close()
+        for path in [p for p, e in self._held.items() if e.dir_path == dir_path]:
+            self._held.pop(path).region.close()
         shutil.rmtree(dir_path, ignore_errors=True)
         log.info("removed the directory of a pod no longer on this node", path=dir_path)
 
     def _map(self, path: str, parsed: ContainerDir, dir_path: str) -> bool:
-        """Keep ``path`` mapped; False when it cannot be (its problem reported)."""
-        entry = self._mapped.get(path)
+        """Keep ``path`` open; False when it cannot be (its problem reported)."""
+        entry = self._held.get(path)
         try:
             status = os.stat(path)
         except FileNotFoundError:
@@ -249,15 +289,15 @@ class RegionTable:
         if entry is not None:
             if entry.region.identity == FileIdentity.of(status) and not entry.region.resized:
                 return True
-            del self._mapped[path]
+            del self._held[path]
             entry.region.close()
         signature = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
         if self._failed.get(path) == signature:
             return False
         try:
-            region = MappedRegion.open(path)
+            region = RegionFile.open(path)
         except FileNotFoundError:
-            self._problems.report(path, FileReason.VANISHED, "gone before it could be mapped")
+            self._problems.report(path, FileReason.VANISHED, "gone before it could be opened")
             return False
         except RegionError as exc:
             self._problems.report(path, exc.fault, str(exc))
@@ -268,38 +308,44 @@ class RegionTable:
             self._failed[path] = signature
             return False
         self._failed.pop(path, None)
-        self._mapped[path] = _Entry(parsed, dir_path, region)
+        self._held[path] = _Entry(parsed, dir_path, region)
         return True
 
-    def _unmap_dropped(self, seen: _Pass) -> None:
-        for path in [p for p in self._mapped if p not in seen.keep]:
-            entry = self._mapped.pop(path)
+    def _close_dropped(self, seen: _Pass) -> None:
+        for path in [p for p in self._held if p not in seen.keep]:
+            entry = self._held.pop(path)
             entry.region.close()
             if entry.dir_path in seen.live_dirs and not os.path.exists(path):
                 seen.seen.add(path)
                 self._problems.report(path, FileReason.VANISHED, "removed from its directory")
 
     def _read(self, path: str, entry: _Entry) -> RegionUsage | None:
-        """The region's usage, or None (its problem reported; unmapped when it shrank or cannot
-        be looked at: it is mapped afresh at the next pass if it can be)."""
+        """The region's usage, or None (its problem reported; closed when it shrank or cannot
+        be read: it is opened afresh at the next pass if it can be)."""
         try:
-            usage = entry.region.usage()
+            usage = entry.region.usage(self._scratch)
         except (RegionError, OSError) as exc:
             fault = _reason(exc)
             self._problems.report(path, fault, str(exc))
             if fault in (RegionFault.TRUNCATED, FileReason.UNREADABLE):
-                del self._mapped[path]
+                del self._held[path]
                 entry.region.close()
             return None
         self._problems.resolve(path)
         return usage
 
-    def _feedback(self, inputs: list[FeedbackInput]) -> tuple[FeedbackWrite, ...]:
-        """Decide and write; returns the writes made (a file that shrank since it was read in
-        this pass is not written, and counted truncated)."""
+    def _feedback(
+        self, inputs: list[FeedbackInput], validated: dict[str, _Entry]
+    ) -> tuple[FeedbackWrite, ...]:
+        """Decide and write; returns the writes made.  Only into the very files read in this
+        pass: one a scrape closed since (it shrank) is skipped, and one that shrank since it
+        was read is not written and counted truncated."""
         made: list[FeedbackWrite] = []
         for write in decide_feedback(inputs):
-            region = self._mapped[write.key].region
+            entry = validated[write.key]
+            if self._held.get(write.key) is not entry:
+                continue
+            region = entry.region
             try:
                 region.store(field_offset(region.layout, write.field), write.value)
             except (RegionError, OSError) as exc:
@@ -310,10 +356,10 @@ class RegionTable:
 
     # --- the scrape ---------------------------------------------------------------------------
     def read(self, pods: PodIndex) -> list[ContainerUsage]:
-        """Every mapped region of a known pod and container that reads well, read now."""
+        """Every held region of a known pod and container that reads well, read now."""
         rows: list[ContainerUsage] = []
         with self._lock:
-            for path, entry in list(self._mapped.items()):
+            for path, entry in list(self._held.items()):
                 pod = pods.pods.get(entry.directory.pod_uid)
                 if pod is None or entry.directory.container not in pod.containers:
                     continue
@@ -325,16 +371,20 @@ class RegionTable:
         return rows
 
     def close(self) -> None:
-        """Unmap every region; later passes and reads find nothing."""
+        """Close every region file; later passes and reads find nothing."""
         with self._lock:
             self._closed = True
-            for entry in self._mapped.values():
+            for entry in self._held.values():
                 entry.region.close()
-            self._mapped.clear()
+            self._held.clear()
+
+
+def _chunks(items: list[_T], size: int) -> list[list[_T]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _reason(exc: RegionError | OSError) -> str:
-    """A mapped region's fault, or ``unreadable`` when its file cannot be looked at."""
+    """A held region's fault, or ``unreadable`` when its file cannot be looked at."""
     return exc.fault if isinstance(exc, RegionError) else FileReason.UNREADABLE
 
 
