@@ -40,8 +40,10 @@ What each container was given (device IDs, envs, mounts, devices, annotations, C
 kept in memory (:attr:`KubeletStandIn.allocations`) and, for pods that got any device, written
 to the emulator's own pod annotation ``kubesim.hami.io/container-allocations`` as JSON
 ``{"node": N, "containers": [{"name", "kind": init|sidecar|app, "resources": [{"resource",
-"deviceIDs", "envs", "mounts", "devices", "annotations", "cdiDevices"}]}]}`` before the pod is
-marked ``Running``. A failing ``PreStartContainer`` leaves the pod ``Pending`` with that
+"deviceIDs", "envs", "mounts", "devices", "annotations", "cdiDevices"}]}]}`` in the status
+write that marks the pod ``Running`` (or records its failed start): the real kubelet keeps this
+in a local checkpoint and sends only the status, so each admission costs the API server one write
+here too. A failing ``PreStartContainer`` leaves the pod ``Pending`` with that
 container waiting in ``CreateContainerConfigError`` (no retry). Status writes are retried on
 5xx/429 and lost connections.
 
@@ -66,7 +68,7 @@ from hami_kube.backoff import Backoff
 from hami_kube.errors import KubeError, NotFoundError
 from hami_kube.events import EventRecorder, EventType
 from hami_kube.objects import NodeView, PodView
-from hami_kube.patch import patch_metadata, with_retries
+from hami_kube.patch import with_retries
 from hami_kube.reflector import EventHandlers, Reflector
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
@@ -174,6 +176,7 @@ class KubeletStandIn(RunsInBackground):
         self.admission_log: list[str] = []
         """``namespace/name`` of every pod whose admission started, in that order."""
         self._allocations: dict[tuple[str, str], PodAllocation] = {}
+        self._node_ip: str | None = None
         self._pod_ips: dict[str, str] = {}
         runner = BackgroundRunner(
             f"kubelet-{settings.node_name}", what=f"kubelet {settings.node_name}"
@@ -459,26 +462,24 @@ class KubeletStandIn(RunsInBackground):
             self._free(uid)
             return
         self._allocations[(namespace, name)] = allocation
-        if allocation.has_devices:
-            annotations = {ALLOCATIONS_ANNOTATION: allocation.annotation_value()}
-            written = await _write(
-                lambda: patch_metadata(
-                    client, PODS, name, namespace=namespace, annotations=annotations
-                )
-            )
-            if written is None:
-                self._forget(uid)
-                return
+        # The record rides in the status write: the real kubelet checkpoints locally and sends
+        # the API server only that write, so an admission costs what the kubelet's costs.
+        record = (
+            {ALLOCATIONS_ANNOTATION: allocation.annotation_value()}
+            if allocation.has_devices
+            else None
+        )
         try:
             await self._devices.pre_start(allocation)
         except PreStartError as error:
             status = start_failed_status(pod, error.container, str(error))
-            await _patch_status(client, pod, status)
+            if await _patch_status(client, pod, status, annotations=record) is None:
+                self._forget(uid)
             return
         host_ip = await self._host_ip(client)
         pod_ip = host_ip if pod.spec.get("hostNetwork") else self._pod_ip(uid)
         status = running_status(pod, host_ip=host_ip, pod_ip=pod_ip, now=format_time(utc_now()))
-        if await _patch_status(client, pod, status) is not None:
+        if await _patch_status(client, pod, status, annotations=record) is not None:
             log.info("pod running", node=self.node_name, pod=f"{namespace}/{name}")
         else:
             self._forget(uid)
@@ -492,13 +493,18 @@ class KubeletStandIn(RunsInBackground):
         await events.record(pod.raw, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
 
     async def _host_ip(self, client: KubeClient) -> str:
+        """The node's InternalIP, read once: the real kubelet knows its own addresses (it
+        reports them) and does not ask the API server at each admission."""
+        if self._node_ip is not None:
+            return self._node_ip
         try:
             node = await client.get(NODES, self.node_name)
         except KubeError:
             return self.settings.host_ip
         for address in NodeView(node).addresses:
             if address.get("type") == "InternalIP" and address.get("address"):
-                return str(address["address"])
+                self._node_ip = str(address["address"])
+                return self._node_ip
         return self.settings.host_ip
 
     def _pod_ip(self, uid: str) -> str:
@@ -518,9 +524,17 @@ async def _write(operation: Callable[[], Awaitable[JsonObject]]) -> JsonObject |
 
 
 async def _patch_status(
-    client: KubeClient, pod: PodView, status: Mapping[str, Any]
+    client: KubeClient,
+    pod: PodView,
+    status: Mapping[str, Any],
+    *,
+    annotations: Mapping[str, str] | None = None,
 ) -> JsonObject | None:
-    body = {"status": status}
+    """``PATCH pods/<name>/status`` (the API server keeps metadata changes made there for pods,
+    owner references aside)."""
+    body: dict[str, Any] = {"status": status}
+    if annotations:
+        body["metadata"] = {"annotations": dict(annotations)}
     return await _write(
         lambda: client.patch(PODS, pod.name, body, namespace=pod.namespace, subresource="status")
     )
