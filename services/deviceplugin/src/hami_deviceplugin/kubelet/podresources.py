@@ -75,9 +75,12 @@ class PodResourcesClient:
             return None
         self.calls += 1
         try:
-            if not await asyncio.to_thread(os.path.exists, self._path):
-                raise FileNotFoundError(f"no socket at {self._path}")
             if self._channel is None:
+                # Only before a new channel: one that answered is used until a call fails, so
+                # a List costs no thread hop (a restarted kubelet fails the call, and the next
+                # one looks for its socket again).
+                if not await asyncio.to_thread(os.path.exists, self._path):
+                    raise FileNotFoundError(f"no socket at {self._path}")
                 self._channel = grpc.aio.insecure_channel(f"unix:{self._path}")
             stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
             response = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._deadline)
