@@ -662,6 +662,15 @@ def test_device_plugin_daemonset(render: RenderFn) -> None:
     assert plugin["securityContext"] == {"runAsUser": 0, "privileged": True}
     env = {e["name"]: e for e in plugin["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "ENABLE_TOPOLOGY_SCORE" not in env
+
+
+def test_device_plugin_writes_pair_scores_when_asked(render: RenderFn) -> None:
+    daemonset = render({"devicePlugin": {"enableTopologyScore": True}}).one(
+        "DaemonSet", "demo-hami-device-plugin"
+    )
+    env = {e["name"]: e for e in container(daemonset, "device-plugin")["env"]}
+    assert env["ENABLE_TOPOLOGY_SCORE"]["value"] == "true"
 
 
 def test_device_plugin_values(render: RenderFn) -> None:

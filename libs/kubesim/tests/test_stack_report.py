@@ -101,7 +101,16 @@ def _snapshot() -> ClusterState:
             "GPU-1",
             expect={"expect": "placed", "expect-same-gpu-as": "a", "expect-gpu-model": "t4"},
         ),
-        _pod("c", "n2", "GPU-3", expect={"expect": "placed", "expect-other-gpu-than": "a"}),
+        _pod(
+            "c",
+            "n2",
+            "GPU-3",
+            expect={
+                "expect": "placed",
+                "expect-other-gpu-than": "a",
+                "expect-gpus-one-of": "GPU-1, GPU-2; GPU-3 ;",
+            },
+        ),
         big,
     ]
     return ClusterState(tuple(pods), tuple(nodes), (event,), NOW)
@@ -121,6 +130,7 @@ def test_expectations_that_hold() -> None:
         ("c", {"expect-same-gpu-as": "a"}, "expected to share a GPU with a"),
         ("b", {"expect-other-gpu-than": "a"}, "expected no GPU in common with a"),
         ("a", {"expect-gpu": "GPU-2"}, "expected GPU GPU-2"),
+        ("a", {"expect-gpus-one-of": "GPU-1,GPU-2; GPU-2"}, "expected one of the GPU sets"),
         ("big", {"expect": "placed"}, "expected Running, is Unschedulable"),
         ("big", {"expect-reason": "NumaNotFit"}, "not for 'NumaNotFit'"),
         ("a", {"expect": "rejected"}, "expected rejection at admission"),
@@ -184,6 +194,9 @@ def test_the_example_pods_all_carry_an_expectation() -> None:
     pinned = [w.gpu for w in wanted if w is not None and w.gpu]
     assert pinned
     assert set(pinned) <= uuids
+    sets = [s for w in wanted if w is not None for s in w.gpus_one_of]
+    assert sets
+    assert set().union(*sets) <= uuids
     nodes = {n.name for n in DEMO_NODES}
     assert {w.node for w in wanted if w is not None and w.node} <= nodes
 

@@ -13,7 +13,7 @@ from hami_protocol.region.layout import RegionVersion
 from hami_protocol.region.usage import DeviceUsage, RegionUsage
 
 _NAMES = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12
 )
 _BYTES = st.integers(min_value=0, max_value=2**63 - 1)
 

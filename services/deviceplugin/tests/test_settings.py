@@ -53,6 +53,7 @@ def test_defaults() -> None:
     assert settings.device_backend == "nvml"
     assert settings.health == HealthChecks()
     assert settings.fail_on_init_error
+    assert not settings.enable_topology_score
     assert settings.register_interval_s == 30.0
     assert settings.register_retry_interval_s == 5.0
 
@@ -167,6 +168,7 @@ def test_refused_loudly(
         ("--device-list-strategy", "DEVICE_LIST_STRATEGY"),
         ("--fail-on-init-error", "FAIL_ON_INIT_ERROR"),
         ("--hook-path", "HOOK_PATH"),
+        ("--enable-topology-score", "ENABLE_TOPOLOGY_SCORE"),
         ("--device-backend", "HAMI_DEVICE_BACKEND"),
         ("--rdma-poll-interval", "HAMI_RDMA_POLL_INTERVAL"),
         ("--allocate-timeout", "HAMI_ALLOCATE_TIMEOUT"),
@@ -188,6 +190,7 @@ def test_environment_names_reach_settings() -> None:
             "DEVICE_MEMORY_SCALING": "1.5",
             "FAIL_ON_INIT_ERROR": "false",
             "HAMI_ALLOCATE_TIMEOUT": "7",
+            "ENABLE_TOPOLOGY_SCORE": "true",
         },
     )
     assert settings.node_name == "n2"
@@ -195,6 +198,11 @@ def test_environment_names_reach_settings() -> None:
     assert settings.node.device_memory_scaling == 1.5
     assert not settings.fail_on_init_error
     assert settings.allocate_timeout_s == 7.0
+    assert settings.enable_topology_score
+    flag_wins = parse_settings(
+        [*BASE, "--enable-topology-score=false"], {"ENABLE_TOPOLOGY_SCORE": "1"}
+    )
+    assert not flag_wins.enable_topology_score
 
 
 @pytest.mark.parametrize(

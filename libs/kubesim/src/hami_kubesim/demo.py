@@ -7,7 +7,8 @@ real ports with generated TLS certificates, on three simulated GPU nodes (fake d
 
 * ``gpu-node-a``: 4 × Tesla T4 (15 GiB), two NUMA nodes;
 * ``gpu-node-b``: 2 × A100-SXM4-80GB, one per NUMA node;
-* ``gpu-node-c``: 8 × A10 (24 GB), two NUMA nodes.
+* ``gpu-node-c``: 8 × A10 (24 GB), two NUMA nodes, GPUs 0-1, 2-3, 4-5 and 6-7 joined by 4
+  NVLinks each; its device plugin writes the GPU pair scores (topology-aware placement).
 
 It then submits the example pods of ``deploy/examples/*.yaml`` one after another (in file order;
 each waits until it is placed, refused or reported unschedulable, so the outcome does not depend
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 import time
@@ -41,17 +43,18 @@ from hami_kubesim.stack.expectations import ExpectationResult, evaluate, expecta
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import REPO_ROOT, SystemSpec, gpu_model_node
+from hami_kubesim.stack.spec import REPO_ROOT, SystemSpec, gpu_model_node, nvlinked_pairs
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system import System, running_system
 from hami_runtime.logs import configure_logging
 
 __all__ = ["DEMO_NODES", "demo_spec", "load_examples", "main"]
 
+_NODE_C = gpu_model_node("gpu-node-c", "NVIDIA A10", count=8, memory_mib=23028, numa_nodes=2)
 DEMO_NODES = (
     gpu_model_node("gpu-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
     gpu_model_node("gpu-node-b", "NVIDIA A100-SXM4-80GB", count=2, memory_mib=81920, numa_nodes=2),
-    gpu_model_node("gpu-node-c", "NVIDIA A10", count=8, memory_mib=23028, numa_nodes=2),
+    dataclasses.replace(_NODE_C, links=nvlinked_pairs(_NODE_C, nvlinks=4), topology_score=True),
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 _POD_TIMEOUT = 30.0

@@ -277,6 +277,8 @@ async def run(
             retry_interval=settings.register_retry_interval_s,
             nics=nic_inventory,
             identity=pod_resources.identity,
+            links=backend.links if settings.enable_topology_score else None,
+            recorder=recorder,
         )
         life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
         sources = AllocationSources(
@@ -358,6 +360,7 @@ async def run(
             metrics_port=metrics_port,
             rdma_resource=None if rdma is None else settings.rdma_resource_name,
             rdma_nics=None if rdma is None else [n.id for n in rdma.inventory.nics],
+            topology_score=settings.enable_topology_score,
         )
         if on_started is not None:
             on_started(running)

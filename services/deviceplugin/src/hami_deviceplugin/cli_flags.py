@@ -12,6 +12,10 @@ command line wins over its environment variable.
 ``/var/lib/kubelet/pod-resources/kubelet.sock``; ``none`` turns it off) is where the kubelet's
 pod-resources API is asked which pod an Allocate is for.
 
+``--enable-topology-score`` (HAMi's env ``ENABLE_TOPOLOGY_SCORE``, default false; HAMi's chart
+sets it when the scheduler's default GPU policy is ``topology-aware``) computes every GPU pair's
+link score and writes ``hami.io/node-nvidia-score``.
+
 RDMA (a second plugin in the same process, see the README): ``--enable-rdma`` (``auto``, the
 default, serves it when NICs are found at start; ``true``; ``false``), ``--rdma-resource-name``
 (default ``koordinator.sh/rdma``), ``--rdma-socket-name`` (default from the resource name,
@@ -161,6 +165,14 @@ FLAGS: Final = (
         "exit when the GPU backend cannot start (else run with no GPUs)",
         is_bool=True,
         env="FAIL_ON_INIT_ERROR",
+    ),
+    Flag(
+        ("--enable-topology-score",),
+        "enable_topology_score",
+        "false",
+        "write GPU pair link scores (hami.io/node-nvidia-score) for topology-aware placement",
+        is_bool=True,
+        env="ENABLE_TOPOLOGY_SCORE",
     ),
     Flag(
         ("--hook-path",),

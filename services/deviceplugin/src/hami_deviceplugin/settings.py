@@ -90,6 +90,8 @@ class Settings:
     """SIGTERM → exit within this long (``--shutdown-grace-period``)."""
     health: HealthChecks = field(default_factory=HealthChecks)
     fail_on_init_error: bool = True
+    enable_topology_score: bool = False
+    """Compute GPU pair scores and write ``hami.io/node-nvidia-score``."""
     register_interval_s: float = 30.0
     register_retry_interval_s: float = 5.0
     kubelet_poll_interval_s: float = 1.0
@@ -244,6 +246,7 @@ def parse_settings(
                 env.get("DP_DISABLE_HEALTHCHECKS"), env.get("DP_ENABLE_HEALTHCHECKS")
             ),
             fail_on_init_error=bool(value["fail_on_init_error"]),
+            enable_topology_score=bool(value["enable_topology_score"]),
             register_interval_s=float(value["register_interval"]),
             register_retry_interval_s=float(value["register_retry_interval"]),
             kubelet_poll_interval_s=float(value["kubelet_poll_interval"]),

@@ -11,6 +11,9 @@ An example pod says what should become of it in ``demo.hami.io/*`` annotations:
     a text every GPU it got has in its registered type (``A100``), case-insensitive.
 ``demo.hami.io/expect-gpu``
     a GPU UUID it must have got.
+``demo.hami.io/expect-gpus-one-of``
+    GPU sets separated by ``;``, each a comma-separated list of UUIDs: the GPUs it got must be
+    exactly one of them (e.g. the NVLinked pairs of a node, for topology-aware placement).
 ``demo.hami.io/expect-same-gpu-as`` / ``demo.hami.io/expect-other-gpu-than``
     another example pod (same namespace) it must share a GPU with / must share none with.
 ``demo.hami.io/expect-reason``
@@ -58,6 +61,7 @@ class Expectation:
     same_gpu_as: str = ""
     other_gpu_than: str = ""
     reason: str = ""
+    gpus_one_of: tuple[frozenset[str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -95,7 +99,13 @@ def expectation_of(pod: Mapping[str, Any]) -> Expectation | None:
         same_gpu_as=get("expect-same-gpu-as"),
         other_gpu_than=get("expect-other-gpu-than"),
         reason=get("expect-reason"),
+        gpus_one_of=_gpu_sets(get("expect-gpus-one-of")),
     )
+
+
+def _gpu_sets(text: str) -> tuple[frozenset[str], ...]:
+    sets = (frozenset(u.strip() for u in part.split(",") if u.strip()) for part in text.split(";"))
+    return tuple(s for s in sets if s)
 
 
 def _gpus(pod: Mapping[str, Any] | None) -> set[str]:
@@ -112,6 +122,8 @@ def _placed_problems(state: ClusterState, want: Expectation, pod: Mapping[str, A
         problems.append(f"expected node {want.node}")
     if want.gpu and want.gpu not in gpus:
         problems.append(f"expected GPU {want.gpu}")
+    if want.gpus_one_of and gpus not in want.gpus_one_of:
+        problems.append(f"expected one of the GPU sets {[sorted(s) for s in want.gpus_one_of]}")
     if want.gpu_model:
         registered = state.node(node)
         types = {d.id: d.type for d in (node_devices(registered) or ())} if registered else {}

@@ -199,6 +199,7 @@ def deviceplugin_args(
         f"--kube-url={api_url}",
         f"--log-format={spec.log_format}",
         f"--log-level={spec.log_level}",
+        *(["--enable-topology-score=true"] if node.topology_score else []),
         *spec.deviceplugin_args,
     ]
 

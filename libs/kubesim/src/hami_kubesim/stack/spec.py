@@ -29,6 +29,7 @@ __all__ = [
     "fake_devices_document",
     "fake_uuid",
     "gpu_model_node",
+    "nvlinked_pairs",
 ]
 
 
@@ -94,6 +95,10 @@ class GpuNode:
     pod_resources: bool = True
     """The node's device plugin reads the kubelet stand-in's PodResources API (False: it runs
     without, as beside a kubelet that does not serve it, and binds to the node take the lock)."""
+    links: tuple[Mapping[str, Any], ...] = ()
+    """GPU links for the fake backend's ``links`` list (kept as given)."""
+    topology_score: bool = False
+    """The node's device plugin writes GPU pair scores (``--enable-topology-score``)."""
 
 
 def fake_devices_document(node: GpuNode, *, healthy: bool | None = None) -> dict[str, Any]:
@@ -102,7 +107,19 @@ def fake_devices_document(node: GpuNode, *, healthy: bool | None = None) -> dict
     if healthy is not None:
         for gpu in gpus:
             gpu["healthy"] = healthy
-    return {"gpus": gpus, "nics": [dict(nic) for nic in node.nics]}
+    document: dict[str, Any] = {"gpus": gpus, "nics": [dict(nic) for nic in node.nics]}
+    if node.links:
+        document["links"] = [dict(link) for link in node.links]
+    return document
+
+
+def nvlinked_pairs(node: GpuNode, *, nvlinks: int) -> tuple[dict[str, Any], ...]:
+    """``links`` entries joining GPUs 0-1, 2-3, ... of ``node`` with ``nvlinks`` NVLinks each."""
+    gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
+    return tuple(
+        {"from": first.uuid, "to": second.uuid, "nvlinks": nvlinks}
+        for first, second in zip(gpus[::2], gpus[1::2], strict=False)
+    )
 
 
 def gpu_model_node(

@@ -1,2 +1,2 @@
 """Where devices sit and how they are allocated together: PCIe/NUMA layout, the RDMA register,
-Koordinator's joint-allocation annotations."""
+GPU links and their pair scores, Koordinator's joint-allocation annotations."""

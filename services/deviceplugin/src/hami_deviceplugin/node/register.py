@@ -11,8 +11,10 @@ UUID or index) are not registered at all, nor advertised to the kubelet.
 Writes: the register value when it differs from the node's; the handshake ``Reported <now>``
 whenever the node's handshake is not a ``Reported`` value (absent, or rewritten by the scheduler
 to ``Requesting_<ts>``); ``hami.io/node-rdma-register`` when the RDMA plugin runs and its value
-differs, or its removal when the RDMA plugin does not run and the node still has one.  Nothing
-else, so an unchanged node costs no write.
+differs, or its removal when the RDMA plugin does not run and the node still has one; with
+topology scoring on, ``hami.io/node-nvidia-score`` (every GPU's pair scores,
+:func:`pair_score_value`) when it differs.  With scoring off the score annotation is left as it is
+(as HAMi leaves it).  Nothing else, so an unchanged node costs no write.
 """
 
 from __future__ import annotations
@@ -26,16 +28,20 @@ from hami_protocol.keys import (
     NODE_ALLOCATE_IDENTITY,
     NVIDIA_HANDSHAKE,
     NVIDIA_REGISTER,
+    NVIDIA_SCORE,
     RDMA_REGISTER,
 )
 from hami_protocol.node.handshake import format_reported, parse_handshake
+from hami_protocol.node.pairscore import encode_pair_scores
 from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.topology.links import AsymmetricPair, LinkTable, pair_scores
 
 __all__ = [
     "annotations_to_write",
     "device_infos",
     "device_type",
     "handshake_needs_answer",
+    "pair_score_value",
     "register_value",
     "visible_gpus",
 ]
@@ -80,6 +86,15 @@ def register_value(gpus: Iterable[Gpu], node: NodeSettings) -> str:
     return encode_node_devices_json(device_infos(gpus, node))
 
 
+def pair_score_value(
+    gpus: Iterable[Gpu], links: LinkTable
+) -> tuple[str, tuple[AsymmetricPair, ...]]:
+    """The ``hami.io/node-nvidia-score`` value for ``gpus`` (in index order), and the pairs whose
+    two directions disagree (scored 0)."""
+    scores, asymmetric = pair_scores([gpu.uuid for gpu in gpus], links)
+    return encode_pair_scores(scores), asymmetric
+
+
 def handshake_needs_answer(value: str | None) -> bool:
     """Whether the handshake must be (re)written: anything but a ``Reported`` value."""
     return parse_handshake(value).state != "reported"
@@ -92,13 +107,15 @@ def annotations_to_write(
     now: datetime,
     rdma_register: str | None = None,
     identity: str | None = None,
+    score: str | None = None,
 ) -> dict[str, str | None]:
     """The node annotations to patch (empty when the node already says it all).
 
     ``rdma_register`` is the RDMA register value, or None when the node must not have one (the
     value None in the result removes the annotation); ``identity`` likewise for
     ``hami.io/node-allocate-identity`` (set while the kubelet's PodResources API answers, so the
-    scheduler may bind without the node lock).
+    scheduler may bind without the node lock).  ``score`` is the pair-score value, or None when
+    topology scoring is off (the node's value, if any, is then left alone).
     """
     writes: dict[str, str | None] = {}
     if current.get(NVIDIA_REGISTER) != register:
@@ -109,4 +126,6 @@ def annotations_to_write(
         writes[RDMA_REGISTER] = rdma_register
     if current.get(NODE_ALLOCATE_IDENTITY) != identity:
         writes[NODE_ALLOCATE_IDENTITY] = identity
+    if score is not None and current.get(NVIDIA_SCORE) != score:
+        writes[NVIDIA_SCORE] = score
     return writes

@@ -1,5 +1,6 @@
-"""The node registration loop: keep ``hami.io/node-nvidia-register``, the handshake and
-``hami.io/node-rdma-register`` current.
+"""The node registration loop: keep ``hami.io/node-nvidia-register``, the handshake,
+``hami.io/node-rdma-register`` and (with topology scoring on) ``hami.io/node-nvidia-score``
+current.
 
 A pass reads the node, asks :func:`~hami_deviceplugin.node.register.annotations_to_write` what is
 missing and merge-patches only that.  Passes run every ``interval`` (30 s) after success and
@@ -7,6 +8,10 @@ missing and merge-patches only that.  Passes run every ``interval`` (30 s) after
 when the node watch shows something to answer: the scheduler rewrote the handshake to
 ``Requesting_<ts>``, or the register value differs from ours.  So a ``Requesting`` handshake is
 answered within a watch round trip, not at the next tick.
+
+With topology scoring on, every pass reads the backend's links afresh (a GPU reset can change
+them) and recomputes the pair scores of the registered GPUs; a pair whose directions disagree
+scores 0 and gets a node Warning Event ``AsymmetricGPUP2PLink``, at most once an hour per pair.
 
 The node watch (:attr:`Registrar.node_watch`, this node only) is also where the Allocate path
 reads the node lock (:meth:`Registrar.cached_node`).
@@ -17,19 +22,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
 from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.metrics import PluginMetrics
-from hami_deviceplugin.node.register import annotations_to_write, register_value
+from hami_deviceplugin.node.register import annotations_to_write, pair_score_value, register_value
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
 from hami_kube.errors import KubeError
+from hami_kube.events import EventRecorder, EventType, ObjectReference
 from hami_kube.objects import NodeView, key_for
 from hami_kube.patch import patch_metadata
 from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
@@ -38,10 +44,14 @@ from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.errors import ProtocolError
+from hami_protocol.topology.links import ASYMMETRIC_LINK_REASON, AsymmetricPair, LinkTable
 
-__all__ = ["Registrar"]
+__all__ = ["ASYMMETRY_WARNING_EVERY_S", "Registrar"]
 
 log = structlog.get_logger(__name__)
+
+ASYMMETRY_WARNING_EVERY_S: Final = 3600.0
+"""How often one asymmetric GPU pair may be warned about (HAMi's one-hour dedup window)."""
 
 
 class Registrar:
@@ -59,10 +69,15 @@ class Registrar:
         nics: NicInventory | None = None,
         watch_timeout_s: int = 300,
         identity: Callable[[], Awaitable[str | None]] | None = None,
+        links: Callable[[], Awaitable[LinkTable]] | None = None,
+        recorder: EventRecorder | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
         register.  ``identity``: asked once a pass, the ``hami.io/node-allocate-identity`` value
-        the node should carry (None: none)."""
+        the node should carry (None: none).  ``links``: topology scoring on, read once a pass
+        (None: off, the score annotation is left alone); ``recorder`` posts the asymmetric-pair
+        warnings, timed by ``clock``."""
         self._client = client
         self._node_name = node_name
         self._inventory = inventory
@@ -76,6 +91,12 @@ class Registrar:
         self._rdma_register: str | None = None
         self._probe_identity = identity
         self._identity: str | None = None
+        self._read_links = links
+        self._score: str | None = None
+        self._asymmetric: tuple[AsymmetricPair, ...] = ()
+        self._recorder = recorder
+        self._clock = clock
+        self._warned: dict[tuple[str, str], float] = {}
         self.passes = 0
         self.patches = 0
         inventory.subscribe(self._on_inventory)
@@ -88,6 +109,11 @@ class Registrar:
     def register(self) -> str:
         """The register value we want on the node."""
         return self._register
+
+    @property
+    def score(self) -> str | None:
+        """The pair-score value we want on the node (None: scoring off, or not read yet)."""
+        return self._score
 
     @property
     def rdma_register(self) -> str | None:
@@ -109,7 +135,28 @@ class Registrar:
             now=self._now(),
             rdma_register=self._rdma_register,
             identity=self._identity,
+            score=self._score,
         )
+
+    async def _read_scores(self) -> None:
+        if self._read_links is None:
+            return
+        links = await self._read_links()
+        self._score, self._asymmetric = pair_score_value(self._inventory.gpus, links)
+
+    def _warn_asymmetric(self, node: Mapping[str, Any], pairs: Iterable[AsymmetricPair]) -> None:
+        if self._recorder is None:
+            return
+        now = self._clock()
+        involved = ObjectReference(kind="Node", name=self._node_name, uid=NodeView(node).uid)
+        for pair in pairs:
+            key = (pair.first, pair.second)
+            last = self._warned.get(key)
+            if last is not None and now - last < ASYMMETRY_WARNING_EVERY_S:
+                continue
+            self._warned[key] = now
+            log.warning("asymmetric GPU link", node=self._node_name, pair=list(key))
+            self._recorder.emit(involved, EventType.WARNING, ASYMMETRIC_LINK_REASON, pair.message())
 
     def wake(self) -> None:
         self._wake.set()
@@ -126,7 +173,9 @@ class Registrar:
         if self._probe_identity is not None:
             self._identity = await self._probe_identity()
         try:
+            await self._read_scores()
             node = await self._client.get(NODES, self._node_name)
+            self._warn_asymmetric(node, self._asymmetric)
             writes = self._writes(node)
             if writes:
                 await patch_metadata(self._client, NODES, self._node_name, annotations=writes)

@@ -1,8 +1,9 @@
 """What every GPU backend reports, and the small interface the service drives backends through.
 
 A backend discovers the node's GPUs once (:meth:`Backend.open`), then reports every later change
-(health above all) as a new complete list from :meth:`Backend.updates`, and can sample live usage
-for the vGPU monitor's host gauges.  (Its NIC twin is
+(health above all) as a new complete list from :meth:`Backend.updates`, can sample live usage
+for the vGPU monitor's host gauges, and reads the links between its GPUs (:meth:`Backend.links`,
+what the topology pair scores are computed from).  (Its NIC twin is
 :class:`hami_deviceplugin.rdma.sources.NicSource`.)
 Backends never block the event loop: blocking library calls run in threads.  ``close`` is awaited
 on shutdown under the lifecycle's bound, so a driver call that never returns cannot keep the
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
+
+from hami_protocol.topology.links import LinkTable
 
 __all__ = ["CLOSE_WITHIN_S", "Backend", "Gpu", "GpuUsage"]
 
@@ -69,6 +72,11 @@ class Backend(Protocol):
 
     async def usage(self) -> Mapping[str, GpuUsage]:
         """Live usage by GPU UUID (empty when the backend has none)."""
+        ...
+
+    async def links(self) -> LinkTable:
+        """The links of every ordered pair of GPUs as they are now (read afresh each call: a GPU
+        reset can change them); a pair whose links cannot be read is left out."""
         ...
 
     async def close(self) -> None: ...

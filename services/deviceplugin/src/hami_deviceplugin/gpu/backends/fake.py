@@ -16,6 +16,7 @@ File shape (unknown keys are refused, so a typo cannot pass silently)::
         utilization: 35             # optional: hami_host_gpu_utilization_ratio
         memory_utilization: 10      # optional: hami_host_gpu_memory_controller_utilization_ratio
     nics: []                        # RDMA NICs, read by the fake NIC source (rdma.sources)
+    links: []                       # NVLinks and PCIe classes between GPUs (fake_links)
 
 The file is re-read every ``poll_interval`` seconds; when its content changes the new list is
 reported, so a test flips ``healthy`` by rewriting the file.  A rewrite that does not parse is
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from hami_deviceplugin.fake_devices import (
     UNHEALTHY_REASON,
@@ -43,7 +44,9 @@ from hami_deviceplugin.fake_devices import (
     string_field,
 )
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.gpu.backends.fake_links import link_table, parse_links
 from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
+from hami_protocol.topology.links import LinkTable
 
 __all__ = ["FakeBackend", "FakeGpu", "parse_fake_devices"]
 
@@ -63,7 +66,7 @@ _GPU_KEYS: Final = frozenset(
         "memory_utilization",
     }
 )
-_TOP_KEYS: Final = frozenset({"gpus", "nics"})
+_TOP_KEYS: Final = frozenset({"gpus", "nics", "links"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +111,22 @@ def _parse_gpu(raw: object, position: int) -> FakeGpu:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    entries: tuple[FakeGpu, ...]
+    gpus: tuple[Gpu, ...]
+    links: LinkTable
+
+
 def parse_fake_devices(text: str) -> tuple[FakeGpu, ...]:
     """Parse the file's text; raises :class:`~hami_deviceplugin.errors.FakeDevicesError`."""
     document = parse_document(text)
+    gpus = _parse_gpus(document)
+    parse_links(list_field(document, "links"), (gpu.uuid for gpu in gpus))
+    return gpus
+
+
+def _parse_gpus(document: Mapping[str, Any]) -> tuple[FakeGpu, ...]:
     unknown = sorted(str(key) for key in document if key not in _TOP_KEYS)
     if unknown:
         raise fail("document", f"unknown keys {', '.join(unknown)}")
@@ -147,7 +163,7 @@ def _resolve(entry: FakeGpu, sysfs_root: Path) -> Gpu:
     )
 
 
-class FakeBackend(FakeFileSource[tuple[tuple[FakeGpu, ...], tuple[Gpu, ...]]]):
+class FakeBackend(FakeFileSource[_Loaded]):
     """GPUs from a YAML file, re-read when it changes."""
 
     _rejected = "fake devices file rejected, keeping the previous list"
@@ -156,22 +172,31 @@ class FakeBackend(FakeFileSource[tuple[tuple[FakeGpu, ...], tuple[Gpu, ...]]]):
         super().__init__(path, sysfs_root=sysfs_root, poll_interval=poll_interval)
         self._entries: tuple[FakeGpu, ...] = ()
         self._gpus: tuple[Gpu, ...] = ()
+        self._links: LinkTable = {}
 
-    def _parse(self, text: str) -> tuple[tuple[FakeGpu, ...], tuple[Gpu, ...]]:
-        entries = parse_fake_devices(text)
-        return entries, tuple(_resolve(entry, self._sysfs) for entry in entries)
+    def _parse(self, text: str) -> _Loaded:
+        document = parse_document(text)
+        entries = _parse_gpus(document)
+        gpus = tuple(_resolve(entry, self._sysfs) for entry in entries)
+        links = parse_links(list_field(document, "links"), (gpu.uuid for gpu in gpus))
+        return _Loaded(entries, gpus, link_table(gpus, links))
 
     async def open(self) -> tuple[Gpu, ...]:
-        self._entries, self._gpus = await self._open_file()
+        loaded = await self._open_file()
+        self._entries, self._gpus, self._links = loaded.entries, loaded.gpus, loaded.links
         return self._gpus
 
     async def updates(self) -> AsyncIterator[tuple[Gpu, ...]]:
-        async for entries, gpus in self._rewrites():
-            # The entries carry the usage figures, which change without the GPU list changing.
-            self._entries = entries
-            if gpus != self._gpus:
-                self._gpus = gpus
-                yield gpus
+        async for loaded in self._rewrites():
+            # The entries carry the usage figures and the links, which change without the GPU
+            # list changing.
+            self._entries, self._links = loaded.entries, loaded.links
+            if loaded.gpus != self._gpus:
+                self._gpus = loaded.gpus
+                yield loaded.gpus
+
+    async def links(self) -> LinkTable:
+        return self._links
 
     async def usage(self) -> Mapping[str, GpuUsage]:
         return {entry.uuid: entry.usage for entry in self._entries if entry.usage != GpuUsage()}

@@ -17,6 +17,9 @@ cannot be read or registered is unhealthy (it cannot be watched).  Ignored Xids 
 ``all`` or ``xids`` switch the checks off, a comma list of numbers adds ignored Xids;
 ``DP_ENABLE_HEALTHCHECKS``: a comma list of numbers removes Xids from the ignored list.
 
+Links between GPUs (for the topology pair scores) are read by
+:mod:`hami_deviceplugin.gpu.backends.nvml_links` at every :meth:`NvmlBackend.links` call.
+
 Every NVML call runs in a worker thread; the module object is injected so tests can pass a
 stand-in.
 """
@@ -35,9 +38,11 @@ import structlog
 
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
+from hami_deviceplugin.gpu.backends.nvml_links import LinkedGpu, read_link_table
 from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import normalize_pci_bus_id
+from hami_protocol.topology.links import LinkTable
 
 __all__ = [
     "DEFAULT_IGNORED_XIDS",
@@ -122,6 +127,7 @@ class NvmlBackend:
         self._event_set: Any = None
         self._inflight: set[asyncio.Future[Any]] = set()
         self._closed = False
+        self._link_problems: set[str] = set()
 
     @property
     def name(self) -> str:
@@ -317,6 +323,13 @@ class NvmlBackend:
         if not self._probes or self._closed:
             return {}
         return await self._call(self._sample)
+
+    # --- links --------------------------------------------------------------------------------
+    async def links(self) -> LinkTable:
+        if len(self._probes) < 2 or self._closed:
+            return {}
+        gpus = [LinkedGpu(p.gpu.uuid, p.gpu.pci_bus_id, p.handle) for p in self._probes]
+        return await self._call(lambda: read_link_table(self._nvml, gpus, self._link_problems))
 
     # --- shutdown -----------------------------------------------------------------------------
     def _shutdown(self) -> None:
