@@ -2,8 +2,9 @@
 ``hami.io/node-rdma-register`` and (with topology scoring on) ``hami.io/node-nvidia-score``
 current.
 
-A pass reads the node, asks :func:`~hami_deviceplugin.node.register.annotations_to_write` what is
-missing and merge-patches only that.  Passes run every ``interval`` (30 s) after success and
+A pass reads the node (from the node watch once it has synced, else with a GET), asks
+:func:`~hami_deviceplugin.node.register.annotations_to_write` what is missing and merge-patches
+only that.  Passes run every ``interval`` (30 s) after success and
 ``retry_interval`` (5 s) after an error, and at once when the GPU or NIC inventory changes or
 when the node watch shows something to answer: the scheduler rewrote the handshake to
 ``Requesting_<ts>``, or the register value differs from ours.  So a ``Requesting`` handshake is
@@ -174,7 +175,7 @@ class Registrar:
             self._identity = await self._probe_identity()
         try:
             await self._read_scores()
-            node = await self._client.get(NODES, self._node_name)
+            node = self._current_node() or await self._client.get(NODES, self._node_name)
             self._warn_asymmetric(node, self._asymmetric)
             writes = self._writes(node)
             if writes:
@@ -200,6 +201,16 @@ class Registrar:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._wake.wait()
+
+    def _current_node(self) -> JsonObject | None:
+        """The node from the node watch once it has synced (None before: read it).  A pass
+        decided on a watch copy that lags at worst writes what the node already has (merge
+        patches of our own annotations, harmless to repeat), and the watch event that made it
+        lag wakes another pass; reading the cache spares the API server a GET per pass, and a
+        pass woken by a stale event reads nothing at all."""
+        if not self.node_watch.has_synced:
+            return None
+        return self.cached_node()
 
     def cached_node(self) -> JsonObject | None:
         """The node as the node watch has it; None before the watch delivered it."""
