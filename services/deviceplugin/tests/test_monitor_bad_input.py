@@ -73,6 +73,8 @@ async def test_every_bad_input_is_counted_once_logged_once_and_the_rest_exported
     stranger = container_dir(hook, str(uuid.uuid4()), "main")
     write_region(stranger)
     write_region(container_dir(hook, good_uid, "ghost"))  # no such container in the pod
+    # The pod's init container asked for a GPU too: its directory is no error, and no series.
+    write_region(container_dir(hook, good_uid, "init"))
     no_separator = hook / "containers" / "no-separator"
     no_separator.mkdir()
     write_region(no_separator)
@@ -110,9 +112,10 @@ async def test_every_bad_input_is_counted_once_logged_once_and_the_rest_exported
     # part in the feedback) but has no series.
     assert [labels["pod"] for labels, _ in later.named("hami_vgpu_memory_used_bytes")] == ["good"]
     assert later.get("hami_vgpu_memory_used_bytes", pod="good", container="main") == GIB
-    assert first.get("hami_vgpu_monitor_regions", state="valid") == 3  # good, ghost, vanishing
+    # good, ghost, init, vanishing
+    assert first.get("hami_vgpu_monitor_regions", state="valid") == 4
     assert first.get("hami_vgpu_monitor_regions", state="invalid") == len(BAD_CONTENT) + 1
-    assert later.get("hami_vgpu_monitor_regions", state="valid") == 2
+    assert later.get("hami_vgpu_monitor_regions", state="valid") == 3
 
     lines = skipped(logs)
     assert all(count == 1 for count in lines.values()), lines

@@ -38,6 +38,8 @@ class PodRef:
     name: str
     containers: frozenset[str]
     """``spec.containers`` names (init containers are not reported, as in HAMi)."""
+    init_containers: frozenset[str] = frozenset()
+    """``spec.initContainers`` names: their directories are the pod's, not unknown ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ def pod_ref(pod: JsonObject) -> PodRef:
         namespace=view.namespace,
         name=view.name,
         containers=frozenset(c.name for c in view.containers),
+        init_containers=frozenset(c.name for c in view.init_containers),
     )
 
 

@@ -260,7 +260,9 @@ class RegionTable:
             self._problems.report(dir_path, PodReason.UNKNOWN_POD, f"pod UID {parsed.pod_uid}")
 
     def _check_container(self, dir_path: str, parsed: ContainerDir, pod: PodRef) -> None:
-        if parsed.container in pod.containers:
+        # An init container that asked for a GPU has a directory too (the device plugin makes
+        # one per Allocate); it is not reported, as in HAMi, and it is no error either.
+        if parsed.container in pod.containers or parsed.container in pod.init_containers:
             self._problems.resolve(dir_path)
             return
         self._problems.report(
