@@ -1,4 +1,5 @@
-"""Start-up cost of each service process: from exec to ``/readyz`` answering 200.
+"""Start-up cost of each service process (and of the vGPU monitor): from exec to ``/readyz``
+answering 200.
 
 The bench starts the emulator itself (``python -m hami_kubesim cluster``: an API server and one
 node with a kubelet stand-in), then for each service runs ``python -m <service>`` against it
@@ -129,6 +130,17 @@ def service_args(name: str, emu: Emulator, metrics_port: int) -> list[str]:
     if name == "hami_webhook":
         return [f"--http_bind=127.0.0.1:{free_port()}", *common]
     devices = emu.work / "devices.yaml"
+    if name == "hami_deviceplugin.monitor":
+        hook = emu.work / "vgpu"
+        (hook / "containers").mkdir(parents=True, exist_ok=True)
+        return [
+            f"--node-name={NODE}",
+            f"--hook-path={hook}",
+            "--device-backend=fake",
+            f"--fake-devices={devices}",
+            f"--mig-lock-file={emu.work / 'mig.lock'}",
+            *common,
+        ]
     gpus = [
         {"uuid": f"GPU-{i:08d}-0000-0000-0000-000000000000", "index": i, "model": "Tesla T4"}
         | {"memory_mib": 15360, "numa": 0, "healthy": True}
@@ -181,13 +193,20 @@ async def start_once(http: aiohttp.ClientSession, name: str, emu: Emulator) -> t
 async def services(repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="hami-startup-") as tmp:
         async with emulator(Path(tmp)) as emu, aiohttp.ClientSession() as http:
-            for name in ("hami_scheduler", "hami_webhook", "hami_deviceplugin"):
+            names = (
+                "hami_scheduler",
+                "hami_webhook",
+                "hami_deviceplugin",
+                "hami_deviceplugin.monitor",
+            )
+            for name in names:
                 figures = Figures()
                 for _ in range(repeat):
                     seconds, rss = await start_once(http, name, emu)
                     figures.seconds.append(seconds)
                     figures.rss.append(rss)
-                print(figures.line(name.removeprefix("hami_")), flush=True)
+                label = "vgpu-monitor" if name.endswith(".monitor") else name.removeprefix("hami_")
+                print(figures.line(label), flush=True)
 
 
 async def demo() -> None:
