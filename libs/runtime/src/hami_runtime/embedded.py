@@ -30,14 +30,23 @@ class ServiceDidNotStopError(RuntimeError):
 
 @contextlib.asynccontextmanager
 async def embedded(
-    start: Starter[R], *, name: str, stop_within: float = DEFAULT_GRACE_S + _SLACK_S
+    start: Starter[R],
+    *,
+    name: str,
+    grace_s: float = DEFAULT_GRACE_S,
+    stop_within: float | None = None,
 ) -> AsyncIterator[R]:
     """Yield what the service hands ``on_started``; stop it and wait for it on exit.
+
+    ``grace_s`` is the service's own shutdown grace period; the block waits that long plus a
+    little slack (``stop_within`` overrides the total).
 
     A service that fails before it has started raises its error here instead of leaving the
     block waiting forever.  One that has not stopped ``stop_within`` seconds after its stop event
     is cancelled and reported as :class:`ServiceDidNotStopError`, with where it was waiting.
     """
+    if stop_within is None:
+        stop_within = grace_s + _SLACK_S
     stop = asyncio.Event()
     started: asyncio.Future[R] = asyncio.get_running_loop().create_future()
 

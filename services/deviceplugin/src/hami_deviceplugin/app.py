@@ -99,9 +99,6 @@ EVENT_FLUSH_S: Final = 2.0
 CLOSE_S: Final = 2.0
 """The bound of the quick exits: the client, the metrics site, the loops' cancellation."""
 
-_EMBEDDED_SLACK_S: Final = 2.0
-"""Beyond the grace period, before :func:`serving` reports a service that did not stop."""
-
 
 @dataclass(frozen=True, slots=True)
 class RunningPlugin:
@@ -385,6 +382,6 @@ async def serving(
     async with embedded(
         start,
         name="hami-deviceplugin",
-        stop_within=settings.shutdown_grace_s + _EMBEDDED_SLACK_S,
+        grace_s=settings.shutdown_grace_s,
     ) as running:
         yield running

@@ -87,9 +87,6 @@ EXIT_SHARES: Final = {
 }
 """The share of the grace period each step may take to exit (they add up to the whole)."""
 
-_EMBEDDED_SLACK_S: Final = 2.0
-"""Beyond the grace period, before an embedded scheduler that has not stopped is reported."""
-
 
 @dataclass(frozen=True, slots=True)
 class RunningScheduler:
@@ -451,6 +448,6 @@ async def serving(
             now=now,
         )
 
-    stop_within = settings.shutdown_grace_s + _EMBEDDED_SLACK_S
-    async with embedded(start, name="hami-scheduler", stop_within=stop_within) as running:
+    grace_s = settings.shutdown_grace_s
+    async with embedded(start, name="hami-scheduler", grace_s=grace_s) as running:
         yield running

@@ -48,7 +48,6 @@ log = structlog.get_logger("hami_webhook")
 
 COMPONENT: Final = "webhook"
 _CLIENT_CLOSE_S: Final = 2.0
-_EMBEDDED_SLACK_S: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +172,5 @@ async def serving(settings: Settings) -> AsyncIterator[RunningWebhook]:
     ) -> Coroutine[Any, Any, None]:
         return run(settings, stop=stop, on_started=on_started)
 
-    async with embedded(
-        start, name="hami-webhook", stop_within=settings.shutdown_grace_s + _EMBEDDED_SLACK_S
-    ) as running:
+    async with embedded(start, name="hami-webhook", grace_s=settings.shutdown_grace_s) as running:
         yield running

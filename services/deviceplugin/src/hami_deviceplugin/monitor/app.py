@@ -67,7 +67,6 @@ QUICK_EXIT_S: Final = 2.0
 """Bounds the exits of the client, the loops, closing the region files and the metrics site."""
 USAGE_TIMEOUT_S: Final = 2.0
 """How long a scrape waits for the backend's usage figures."""
-_SERVING_SLACK_S: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +222,6 @@ async def serving(
     async with embedded(
         start,
         name="hami-vgpu-monitor",
-        stop_within=settings.shutdown_grace_s + _SERVING_SLACK_S,
+        grace_s=settings.shutdown_grace_s,
     ) as running:
         yield running
