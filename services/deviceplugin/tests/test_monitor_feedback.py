@@ -165,3 +165,33 @@ def test_a_pass_taken_in_small_chunks_reads_and_writes_every_region(hook: Path) 
     assert sorted(row.pod for row in rows) == [f"p{i}" for i in range(5)]
     assert kernels == [1, -1, -1, -1, -1]
     assert switches == [0, 1, 1, 1, 1]
+
+
+def test_a_cache_linked_to_another_containers_region_is_not_followed(hook: Path) -> None:
+    """A container that links its cache to a neighbour's region gets no series and no feedback,
+    and the neighbour is not counted twice (two tasks would limit it)."""
+    pods = {
+        uid: PodRef(uid=uid, namespace="default", name=uid, containers=frozenset({"main"}))
+        for uid in ("victim", "linker")
+    }
+    victim = region(hook, "victim", priority=1)
+    victim.launch_kernel()
+    linked = container_dir(hook, "linker", "main") / "a.cache"
+    linked.symlink_to(victim.path)
+    metrics = MonitorMetrics(node="n")
+    table = RegionTable(
+        hook / "containers",
+        ProblemLog(metrics.count_error),
+        resync_s=SLOW,
+        pause_file=hook / "no-lock",
+    )
+    try:
+        report = table.run_pass(PodIndex(pods=pods))
+        rows = table.read(PodIndex(pods=pods))
+        switch = victim.utilization_switch
+    finally:
+        table.close()
+        victim.close()
+    assert (report.valid, report.invalid) == (1, 1)
+    assert [row.pod for row in rows] == ["victim"]
+    assert switch == 0

@@ -1,6 +1,7 @@
-"""One region file as the monitor holds it: reads through ``pread`` (a file truncated under the
-reader comes back short and reads as truncated; a mapped read of a lost page would kill the
-process), feedback stores through a mapping made at the first store."""
+"""One region file as the monitor holds it: reads through ``pread`` and feedback through
+``pwrite`` (a file truncated under the monitor comes back short and reads as truncated; a mapped
+page it lost would kill the process), a store only over the value the decision saw, and no
+symbolic link followed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hami_deviceplugin.monitor.region_file import SCRATCH_BYTES, RegionFile
+from hami_deviceplugin.monitor.region_file import SCRATCH_BYTES, RegionFile, RegionFileError
 from hami_kubesim.hamicore import RegionWriter
 from hami_protocol.region.codec import RegionError, RegionFault
 from hami_protocol.region.feedback import FeedbackField, field_offset
@@ -23,7 +24,7 @@ def _mapped(path: Path) -> bool:
 
 
 @pytest.mark.parametrize("version", list(RegionVersion))
-def test_reads_take_no_mapping(tmp_path: Path, version: RegionVersion) -> None:
+def test_reads_and_stores_take_no_mapping(tmp_path: Path, version: RegionVersion) -> None:
     path = tmp_path / "r.cache"
     scratch = bytearray(SCRATCH_BYTES)
     with RegionWriter.create(path, version=version, devices=[("GPU-a", GIB, 30)]) as writer:
@@ -37,8 +38,12 @@ def test_reads_take_no_mapping(tmp_path: Path, version: RegionVersion) -> None:
             assert not _mapped(path)
             assert region.usage(scratch) == usage
             assert not _mapped(path)
-            region.store(field_offset(region.layout, FeedbackField.RECENT_KERNEL), -1)
-            assert _mapped(path)
+            offset = field_offset(region.layout, FeedbackField.RECENT_KERNEL)
+            assert region.store(offset, -1, expected=2)
+            assert not _mapped(path)
+            assert region.usage(scratch).recent_kernel == -1
+            # HAMi-core launched a kernel since the decision: its 2 is not overwritten.
+            assert not region.store(offset, 0, expected=1)
             assert region.usage(scratch).recent_kernel == -1
         finally:
             region.close()
@@ -62,7 +67,7 @@ def test_a_file_truncated_after_it_was_opened_reads_as_truncated(tmp_path: Path)
         assert caught.value.fault is RegionFault.TRUNCATED
         assert "shrank" in str(caught.value)
         with pytest.raises(RegionError):
-            region.store(field_offset(V1, FeedbackField.UTILIZATION_SWITCH), 1)
+            region.store(field_offset(V1, FeedbackField.UTILIZATION_SWITCH), 1, expected=0)
     finally:
         region.close()
 
@@ -87,3 +92,15 @@ def test_the_reads_ignore_what_an_earlier_region_left_in_the_scratch(tmp_path: P
         finally:
             first.close()
             second.close()
+
+
+def test_a_region_path_that_is_a_symbolic_link_is_refused(tmp_path: Path) -> None:
+    """A container may point its cache at another container's region: following the link would
+    report the victim's usage as the linker's and write feedback into the victim's file."""
+    victim = tmp_path / "victim.cache"
+    with RegionWriter.create(victim, devices=[("GPU-a", GIB, 0)]) as writer:
+        writer.set_process(1, used_bytes=[1], sm_util=[1])
+    link = tmp_path / "link.cache"
+    link.symlink_to(victim)
+    with pytest.raises(RegionFileError, match="cannot open"):
+        RegionFile.open(str(link))

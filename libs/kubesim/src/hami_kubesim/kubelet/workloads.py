@@ -264,7 +264,9 @@ class Workloads:
                     self._write(workload, tick, now)
                 except (OSError, ValueError, struct.error) as error:
                     self._failed.add(key)
-                    self._writers.pop(key, None)
+                    broken = self._writers.pop(key, None)
+                    if broken is not None:
+                        broken.close()
                     log.warning(
                         "cannot keep the container's shared region",
                         node=self.node,

@@ -1,23 +1,24 @@
-"""One region file, held open: read with ``pread`` at every pass and scrape, written by the
-priority feedback through a shared mapping (aligned int32 stores, as HAMi's monitor does).
-Every call blocks: run them in a worker thread.
+"""One region file, held open: read with ``pread`` at every pass and scrape, its feedback fields
+written with ``pwrite``.  Every call blocks: run them in a worker thread.
 
-Why reads do not go through a mapping, as HAMi's do: the file sits in a directory its container
-can write, and reading a mapped page the file no longer has (a process truncated it) kills the
-reader with SIGBUS, so one container could stop the monitoring of its whole node.  ``pread`` of
-a shrunk file comes back short, which is a truncated region like any other.  A read takes only
-what the metrics need, into a scratch buffer the caller owns: the tail first (``procnum``, the
-feedback fields, the last kernel time), then the header, the device table and the first
-``procnum`` process slots: a few kilobytes per region, not the 2 MB of the file.
+Why the monitor maps nothing, where HAMi's maps every region: the file sits in a directory its
+container can write, and touching a mapped page the file no longer has (a process truncated it)
+kills the process with SIGBUS, so one container could stop the monitoring of its whole node.
+``pread`` and ``pwrite`` on a shrunk file come back short, which is a truncated region like any
+other.  A read takes only what the metrics need, into a scratch buffer the caller owns: the tail
+first (``procnum``, the feedback fields, the last kernel time), then the header, the device table
+and the first ``procnum`` process slots: a few kilobytes per region, not the 2 MB of the file.
 
-The feedback writes through a mapping made at the first write and kept: each store checks the
-file's size just before it, so only a truncation in that instant (at most twice per feedback
-round, for a region whose fields change) could still meet a lost page.
+A feedback write is one aligned 4-byte ``pwrite`` into the page cache HAMi-core has mapped, made
+only while the field still holds the value the decision was made on (read just before): a kernel
+launch HAMi-core recorded since is not overwritten with a stale decrement.
+
+Files are opened with ``O_NOFOLLOW``: a region path that is a symbolic link (a container pointing
+its cache at another container's region) is refused, never followed.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
@@ -39,8 +40,9 @@ __all__ = ["SCRATCH_BYTES", "FileIdentity", "RegionFile", "RegionFileError"]
 SCRATCH_BYTES: Final = 2 * V1.size
 """The scratch buffer a reader needs: larger region files are refused as oversized."""
 
-_OPEN_FLAGS: Final = os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK
-"""Read-write for the feedback; non-blocking so a FIFO named ``*.cache`` cannot hang a thread."""
+_OPEN_FLAGS: Final = os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY
+"""Read-write for the feedback; non-blocking so a FIFO named ``*.cache`` cannot hang a thread;
+never through a symbolic link, never becoming a controlling terminal."""
 
 _INT32: Final = struct.Struct("<i")
 
@@ -80,7 +82,6 @@ class RegionFile:
         self.layout = layout
         self._fd = fd
         self._size = size
-        self._mm: mmap.mmap | None = None
 
     @classmethod
     def open(cls, path: str) -> RegionFile:
@@ -124,25 +125,24 @@ class RegionFile:
                 raise _truncated(os.fstat(self._fd).st_size, layout)
             return read_usage(view)
 
-    def store(self, offset: int, value: int) -> None:
-        """Write the int32 at ``offset`` (4-byte aligned) with a single store."""
+    def store(self, offset: int, value: int, *, expected: int) -> bool:
+        """Write the int32 at ``offset`` (4-byte aligned) if it still holds ``expected``; False
+        when it changed meanwhile (nothing written).  ``RegionError`` when the file shrank."""
         layout = self.layout
         if offset % 4 or not 0 <= offset <= layout.size - 4:
             raise ValueError(f"offset {offset} is not an aligned int32 of the region")
-        size = os.fstat(self._fd).st_size
-        if size < layout.size:
-            raise _truncated(size, layout)
-        if self._mm is None:
-            self._mm = mmap.mmap(self._fd, layout.size, flags=mmap.MAP_SHARED)
-        with memoryview(self._mm) as view, view.cast("i") as words:
-            words[offset // 4] = value
+        current = os.pread(self._fd, 4, offset)
+        if len(current) < 4:
+            raise _truncated(os.fstat(self._fd).st_size, layout)
+        if _INT32.unpack(current)[0] != expected:
+            return False
+        if os.pwrite(self._fd, _INT32.pack(value), offset) < 4:
+            raise _truncated(os.fstat(self._fd).st_size, layout)
+        return True
 
     def close(self) -> None:
         """Close the file (again: nothing; a descriptor number is never closed twice, it may
         belong to another file by then)."""
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)

@@ -54,6 +54,7 @@ from hami_deviceplugin.monitor.region_file import (
 )
 from hami_protocol.region.codec import RegionError, RegionFault
 from hami_protocol.region.feedback import (
+    FeedbackField,
     FeedbackInput,
     FeedbackWrite,
     decide_feedback,
@@ -281,7 +282,7 @@ class RegionTable:
         """Keep ``path`` open; False when it cannot be (its problem reported)."""
         entry = self._held.get(path)
         try:
-            status = os.stat(path)
+            status = os.lstat(path)  # a symbolic link is refused at open, not followed
         except FileNotFoundError:
             self._problems.report(path, FileReason.VANISHED, "gone before it could be read")
             return False
@@ -340,20 +341,30 @@ class RegionTable:
         self, inputs: list[FeedbackInput], validated: dict[str, _Entry]
     ) -> tuple[FeedbackWrite, ...]:
         """Decide and write; returns the writes made.  Only into the very files read in this
-        pass: one a scrape closed since (it shrank) is skipped, and one that shrank since it
-        was read is not written and counted truncated."""
+        pass (one a scrape closed since, because it shrank, is skipped), and only over the value
+        the decision was made on: a field HAMi-core changed since keeps its new value."""
+        read_as = {region.key: region for region in inputs}
         made: list[FeedbackWrite] = []
         for write in decide_feedback(inputs):
             entry = validated[write.key]
             if self._held.get(write.key) is not entry:
                 continue
             region = entry.region
+            seen = read_as[write.key]
+            expected = (
+                seen.recent_kernel
+                if write.field is FeedbackField.RECENT_KERNEL
+                else seen.utilization_switch
+            )
             try:
-                region.store(field_offset(region.layout, write.field), write.value)
+                written = region.store(
+                    field_offset(region.layout, write.field), write.value, expected=expected
+                )
             except (RegionError, OSError) as exc:
                 self._problems.report(write.key, _reason(exc), str(exc))
                 continue
-            made.append(write)
+            if written:
+                made.append(write)
         return tuple(made)
 
     # --- the scrape ---------------------------------------------------------------------------

@@ -171,9 +171,9 @@ class Registrar:
         """One pass; True when the node is current (patched or already so)."""
         started = time.perf_counter()
         self.passes += 1
-        if self._probe_identity is not None:
-            self._identity = await self._probe_identity()
         try:
+            if self._probe_identity is not None:
+                self._identity = await self._probe_identity()
             await self._read_scores()
             node = self._current_node() or await self._client.get(NODES, self._node_name)
             self._warn_asymmetric(node, self._asymmetric)
