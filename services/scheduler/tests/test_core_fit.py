@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hami_protocol.node.registry import MigPlacement, MigProfile
 from hami_protocol.pod.policy import parse_device_cordon, parse_pod_policy
 from hami_scheduler.core import (
     DeviceSelectors,
@@ -13,8 +14,8 @@ from hami_scheduler.core import (
     fit_request,
     format_reasons,
 )
+from hami_scheduler.core.mig import MigGpu
 from hami_scheduler.core.reasons import (
-    CARD_MIG_NOT_SUPPORTED,
     NODE_INSUFFICIENT_DEVICE,
 )
 
@@ -178,19 +179,23 @@ def test_item_20_cordon_does_not_touch_existing_usage() -> None:
     assert uuids(nvidia[0]) == ["dev-0"]
 
 
-def test_item_25_mig_device_is_never_handed_out() -> None:
-    # A MIG GPU whose only profile is 1 GiB cannot host 50 % of 8 GiB; and until MIG placement
-    # exists even a request that a profile could hold is refused, never shared as a whole GPU.
+def test_item_25_mig_device_without_registered_profiles_is_never_handed_out() -> None:
+    # A MIG-mode device the layout knows no profiles for is never shared as a whole GPU.
     mig = dev("mig", mem=8192, mode="mig")
-    assert fit_request([mig], req(pct=50)).reason == f"1/1 {CARD_MIG_NOT_SUPPORTED}"
-    assert fit_request([mig], req(mem=512)).reason == f"1/1 {CARD_MIG_NOT_SUPPORTED}"
+    assert fit_request([mig], req(pct=50)).reason == "1/1 CardNotHealth"
+    assert fit_request([mig], req(mem=512)).reason == "1/1 CardNotHealth"
     decision = decide_node(node("n", [mig]), plan_of([gpu(1, pct=50)]))
     assert not decision.fits
 
 
 def test_mig_refusal_comes_after_the_capacity_checks() -> None:
     mig = dev("mig", mem=1024, mode="mig")
-    assert fit_request([mig], req(mem=4096)).reason == "1/1 CardInsufficientMemory"
+    small = MigProfile("1g.1gb", 512, 15, 1, (MigPlacement(0, 1),))
+    ctx = FitContext(mig_gpus={"mig": MigGpu("mig", 1024, (small,))})
+    assert fit_request([mig], req(mem=4096), ctx).reason == "1/1 CardInsufficientMemory"
+    assert fit_request([mig], req(mem=1000), ctx).reason.startswith(
+        "1/1 CardMigTopologyInfeasible — mig has no MIG profile of 1000 MiB"
+    )
 
 
 def test_vgpu_mode_annotation_filters_by_device_mode() -> None:

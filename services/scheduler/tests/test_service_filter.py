@@ -184,15 +184,6 @@ async def test_legacy_colon_registration_is_read() -> None:
         assert (await h.filter(pod, ["old"]))["NodeNames"] == ["old"]
 
 
-async def test_mig_devices_are_refused_with_a_clear_reason() -> None:
-    async with harness() as h:
-        await h.add_node("mig", gpus("mig", 1, mode="mig"))
-        await h.synced_node("mig")
-        pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=1000))))
-        reply = await h.filter(pod, ["mig"])
-        assert reply["FailedNodes"] == {"mig": "1/1 CardMigNotSupported"}
-
-
 async def test_selectors_cordon_and_policies_from_annotations() -> None:
     async with harness() as h:
         await h.add_node(

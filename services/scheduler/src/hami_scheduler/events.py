@@ -43,9 +43,11 @@ NODE_LOCK_OVERDUE: Final = "NodeLockOverdue"
 
 
 def reason_words(reason: str) -> list[str]:
-    """The reason words of a ``FailedNodes`` text: ``"1/2 A, 1/2 B"`` → ``["A", "B"]``."""
+    """The reason words of a ``FailedNodes`` text: ``"1/2 A, 1/2 B"`` → ``["A", "B"]``.
+
+    What follows ``" — "`` (a MIG refusal's free slices, say) is detail, not a word."""
     words = []
-    for part in reason.split(", "):
+    for part in reason.partition(" — ")[0].split(", "):
         head, _, rest = part.partition(" ")
         words.append(rest if rest and "/" in head else part)
     return words

@@ -12,6 +12,9 @@ caches at scrape time (no bookkeeping on the request path):
   ``hami_resource_quota_limit{namespace,quota_name}`` (``quota_name`` is the limited resource);
 * per pod device: ``hami_vgpu_memory_allocated_bytes`` and ``hami_vgpu_core_allocated_ratio``
   ``{namespace,node,pod,container_index,device_uuid}``;
+* per MIG instance the device plugin realised: ``hami_node_gpu_mig_instance_info{node,
+  device_uuid,device_index,mig_uuid,profile,gpu_instance_id,compute_instance_id,
+  placement_start,placement_size}`` = 1;
 * ``hami_build_info`` = 1.
 
 Ours: ``hami_scheduler_request_duration_seconds{verb,outcome}`` (filter/bind/prioritize
@@ -88,6 +91,7 @@ class _HamiCollector(Collector):
         yield from self._devices()
         yield from self._quotas()
         yield from self._pods()
+        yield self._mig_instances()
 
     def _devices(self) -> Iterator[GaugeMetricFamily]:
         mem_limit = _gauge(
@@ -192,6 +196,49 @@ class _HamiCollector(Collector):
                         cores.add_metric(values, device.usedcores)
         yield memory
         yield cores
+
+    def _mig_instances(self) -> GaugeMetricFamily:
+        """``hami_node_gpu_mig_instance_info``: one sample per realised MIG reservation."""
+        family = _gauge(
+            "hami_node_gpu_mig_instance_info",
+            "A MIG instance the device plugin created for a pod's reservation.",
+            (
+                "node",
+                "device_uuid",
+                "device_index",
+                "mig_uuid",
+                "profile",
+                "gpu_instance_id",
+                "compute_instance_id",
+                "placement_start",
+                "placement_size",
+                "zone",
+            ),
+        )
+        nodes = self._cache.nodes
+        for _uid, _pod, holding in self._cache.holdings():
+            for reservation in holding.reservations:
+                runtime = reservation.runtime
+                if runtime is None:
+                    continue
+                node = nodes.get(holding.node)
+                device = None if node is None else node.device(reservation.gpu_uuid)
+                family.add_metric(
+                    [
+                        holding.node,
+                        reservation.gpu_uuid,
+                        "" if device is None else str(device.index),
+                        runtime.mig_uuid,
+                        reservation.profile,
+                        str(runtime.gpu_instance_id),
+                        str(runtime.compute_instance_id),
+                        str(reservation.placement.start),
+                        str(reservation.placement.size),
+                        ZONE,
+                    ],
+                    1,
+                )
+        return family
 
 
 class _WaitersCollector(Collector):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from hami_kube.objects import PodView
@@ -42,12 +42,19 @@ from hami_protocol.pod.devices import (
     PodSingleDevice,
     decode_pod_devices_canonical,
 )
+from hami_protocol.pod.mig import (
+    MigReservation,
+    decode_mig_reservations,
+    encode_mig_reservations,
+)
 from hami_protocol.topology.koordinator import decode_device_allocated
 from hami_protocol.vendor.table import Vendor
 from hami_scheduler.core import pod_usage
+from hami_scheduler.core.mig import MigHold, mig_holds
 
 __all__ = [
     "ALLOCATION_EXTRA_KEYS",
+    "MIG_KEY_WORD",
     "NIC_ANNOTATIONS",
     "NIC_KEY_WORD",
     "AllocationKey",
@@ -57,6 +64,7 @@ __all__ = [
     "allocation_key",
     "allocation_keys",
     "carries_allocation",
+    "mig_key_value",
     "pod_nic_allocation",
     "read_pod",
     "slim_pod",
@@ -77,6 +85,9 @@ ALLOCATION_EXTRA_KEYS: Final = (
 annotations that say a pod was given devices (see :func:`carries_allocation`)."""
 NIC_KEY_WORD: Final = "RDMA"
 """Stands for ``hami.io/rdma-devices-allocated`` in an :data:`AllocationKey`."""
+MIG_KEY_WORD: Final = "MIG"
+"""Stands for the pod's MIG reservations in an :data:`AllocationKey`, written without the
+runtime ids: the device plugin adds those later, and the allocation stays the same one."""
 
 AllocationKey = tuple[str, ...]
 """``(node, vendor word, written device list, vendor word, ...)``, vendors sorted (the RDMA
@@ -159,13 +170,17 @@ class Holding:
     """:func:`allocation_key` of the written values (which it holds by reference)."""
     nics: PodNicAllocation | None = None
     """Its NICs and exclusive claims as written; ``None``: it has neither."""
+    mig: tuple[MigHold, ...] = ()
+    """The MIG slices its reservations hold (``hami.io/vgpu-mig-allocations``)."""
+    reservations: tuple[MigReservation, ...] = ()
+    """Those reservations as written, runtime ids included once the plugin has added them."""
 
     def pod_devices(self) -> PodDevices:
         """The written GPU device lists, decoded (undecodable ones left out)."""
         decoded: dict[str, PodSingleDevice] = {}
         for position in range(1, len(self.key) - 1, 2):
             word, value = self.key[position], self.key[position + 1]
-            if word == NIC_KEY_WORD:
+            if word in (NIC_KEY_WORD, MIG_KEY_WORD):
                 continue
             try:
                 decoded[word] = decode_pod_devices_canonical(value)
@@ -244,9 +259,40 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     listed = None if nics is None else nics.rdma_list
     if listed is not None:
         written[NIC_KEY_WORD] = listed
+    reservations = _reservations(annotations, problems)
+    if reservations:
+        written[MIG_KEY_WORD] = mig_key_value(reservations)
     node = sys.intern(node)
-    holding = Holding(node, namespace, shared_usage(usage), allocation_key(node, written), nics)
+    holding = Holding(
+        node,
+        namespace,
+        shared_usage(usage),
+        allocation_key(node, written),
+        nics,
+        mig=mig_holds(f"{namespace}/{name}", reservations),
+        reservations=reservations,
+    )
     return PodFacts(uid, namespace, name, holding, problems=tuple(problems))
+
+
+def mig_key_value(reservations: Sequence[MigReservation]) -> str:
+    """The reservations as the :data:`AllocationKey` names them: without runtime ids."""
+    return encode_mig_reservations(replace(r, runtime=None) for r in reservations)
+
+
+def _reservations(
+    annotations: Mapping[str, str], problems: list[str]
+) -> tuple[MigReservation, ...]:
+    """The pod's MIG reservations; a value that does not decode holds no slices and is reported
+    (the slots it uses then exceed the GPU's reservations, so the GPU takes no new instance)."""
+    raw = annotations.get(keys.NVIDIA_MIG_ALLOCATIONS)
+    if not raw:
+        return ()
+    try:
+        return tuple(decode_mig_reservations(raw))
+    except (ProtocolError, ValueError, RecursionError) as exc:
+        problems.append(str(exc))
+        return ()
 
 
 def _nic_allocation(
@@ -300,7 +346,7 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     """
     pod = PodView(obj)
     meta, annotations = pod.meta, pod.annotations
-    wanted = [keys.VGPU_NODE, *NIC_ANNOTATIONS, *_KEPT_STATE]
+    wanted = [keys.VGPU_NODE, keys.NVIDIA_MIG_ALLOCATIONS, *NIC_ANNOTATIONS, *_KEPT_STATE]
     wanted += [v.devices_allocated_key for v in vendors if v.devices_allocated_key]
     slim_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if "namespace" in slim_meta:

@@ -47,7 +47,6 @@ from typing import Any
 from hami_kube.objects import NodeView, PodView
 from hami_kube.resources import JsonObject
 from hami_kube.timefmt import utc_now
-from hami_protocol.pod.devices import DeviceUsageSummary
 from hami_protocol.selectors import EVERYTHING, LabelSelector
 from hami_protocol.vendor.table import Vendor
 from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
@@ -133,7 +132,7 @@ class SchedulerCache:
             on_health_change=on_health_change,
         )
         self._facts: dict[str, NodeFacts] = {}
-        self._node_pods: dict[str, dict[str, tuple[DeviceUsageSummary, ...]]] = {}
+        self._node_pods: dict[str, dict[str, Holding]] = {}
         self._pods: dict[str, PodRecord] = {}
         self.nic = NicCache()
         self.troubled: set[str] = set()
@@ -239,7 +238,8 @@ class SchedulerCache:
             devices,
             cordon=facts.cordon,
             pair_scores=facts.pair_scores,
-            usages=[summary for usage in held.values() for summary in usage],
+            usages=[summary for holding in held.values() for summary in holding.usage],
+            mig=[hold for holding in held.values() for hold in holding.mig],
         )
 
     def simulated(self, objs: Iterable[JsonObject], *, exclude_uid: str = "") -> Simulation:
@@ -265,7 +265,18 @@ class SchedulerCache:
                     devices,
                     cordon=facts.cordon,
                     pair_scores=facts.pair_scores,
-                    usages=[s for uid, usage in held.items() if uid != exclude_uid for s in usage],
+                    usages=[
+                        s
+                        for uid, holding in held.items()
+                        if uid != exclude_uid
+                        for s in holding.usage
+                    ],
+                    mig=[
+                        m
+                        for uid, holding in held.items()
+                        if uid != exclude_uid
+                        for m in holding.mig
+                    ],
                 )
             usage = self.nic.simulated(facts, exclude_uid=exclude_uid)
             if usage is not None:
@@ -400,8 +411,8 @@ class SchedulerCache:
         if (
             old is not None
             and new is not None
-            and (old.node, old.namespace, old.usage, old.nics)
-            == (new.node, new.namespace, new.usage, new.nics)
+            and (old.node, old.namespace, old.usage, old.nics, old.mig)
+            == (new.node, new.namespace, new.usage, new.nics, new.mig)
         ):
             return
         if old is not None:
@@ -412,15 +423,15 @@ class SchedulerCache:
                     del self._node_pods[old.node]
             node = self.nodes.get(old.node)
             if node is not None:
-                self.nodes[old.node] = remove_usage(node, old.usage)
+                self.nodes[old.node] = remove_usage(node, old.usage, old.mig)
             self.ledger.remove(old.namespace, old.usage)
             if old.nics is not None:
                 self.nic.release(uid, old.node)
         if new is not None:
-            self._node_pods.setdefault(new.node, {})[uid] = new.usage
+            self._node_pods.setdefault(new.node, {})[uid] = new
             node = self.nodes.get(new.node)
             if node is not None:
-                self.nodes[new.node] = apply_usage(node, new.usage)
+                self.nodes[new.node] = apply_usage(node, new.usage, new.mig)
             self.ledger.add(new.namespace, new.usage)
             if new.nics is not None:
                 self.nic.hold(uid, new.node, new.nics)

@@ -10,7 +10,11 @@ Containers are taken init containers first, then app containers (the order of
 * within a container, every vendor request is fitted on that vendor's devices, sorted by the
   GPU policy with device scores computed once per container (:mod:`.score`);
 * a request for more devices than the node has of that vendor fails with
-  ``NodeInsufficientDevice``; otherwise a failing container reports its fit's reason text.
+  ``NodeInsufficientDevice`` (unless the node has MIG GPUs, which may give one container several
+  instances each); otherwise a failing container reports its fit's reason text;
+* MIG instances are carved from one occupancy shared by every container, init containers
+  included: an instance lives as long as its pod, so an init container's slices stay taken
+  while the app containers run.  Their reservations are the decision's ``mig``.
 
 The result lists, per vendor the pod requests, one segment per container in init+app order —
 empty for containers without devices of that vendor — ready for
@@ -23,7 +27,7 @@ device, exactly what the caches apply once the annotations are written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hami_protocol.pod.devices import (
@@ -32,9 +36,11 @@ from hami_protocol.pod.devices import (
     DeviceUsageSummary,
     PodDevices,
 )
+from hami_protocol.pod.mig import MigReservation
 from hami_protocol.request.containers import ContainerDeviceRequest, ContainerSlot
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, QuotaProbe, fit_request
+from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigChoice
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import PodQuotaTally, VendorQuota
 from hami_scheduler.core.score import device_score, sort_devices
@@ -55,6 +61,8 @@ class NodeDecision:
     score: float = 0.0
     devices: PodDevices = _NO_DEVICES
     reason: str = ""
+    mig: tuple[MigReservation, ...] = ()
+    """The MIG instances to create, by container (init first) and NVIDIA device position."""
 
 
 def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
@@ -62,22 +70,32 @@ def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
     segments: dict[str, list[ContainerDevices]] = {word: [] for word in plan.vendors}
     work = list(node.devices)
     touched: set[str] = set()
-    for slot in plan.requests.slots:
+    occupancy = dict(node.mig)
+    reservations: list[MigReservation] = []
+    for container_index, slot in enumerate(plan.requests.slots):
         if not slot.requests:
             for taken in segments.values():
                 taken.append(())
             continue
         # Init containers read the untouched node; app containers share ``work``.
-        outcome = _fit_container(
+        fitted = _fit_container(
             slot,
             node,
             plan,
             devices=node.devices if slot.is_init else work,
             touched=set() if slot.is_init else touched,
             segments=segments,
+            occupancy=occupancy,
         )
-        if isinstance(outcome, str):
-            return NodeDecision(node=node.name, fits=False, reason=outcome)
+        if isinstance(fitted, str):
+            return NodeDecision(node=node.name, fits=False, reason=fitted)
+        outcome, instances = fitted
+        for device_index, choice in instances:
+            reservations.append(choice.reservation(container_index, device_index))
+            held = occupancy.get(choice.gpu_uuid, GpuOccupancy(choice.gpu_uuid))
+            occupancy[choice.gpu_uuid] = held.with_held(
+                HeldSlices("", choice.profile.name, choice.placement)
+            )
         if not slot.is_init:
             positions = node.layout.positions
             for word, granted in outcome.items():
@@ -92,6 +110,7 @@ def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
         fits=True,
         score=node.base_score,
         devices=PodDevices(tuple((word, tuple(taken)) for word, taken in segments.items())),
+        mig=tuple(reservations),
     )
 
 
@@ -108,17 +127,20 @@ def _fit_container(
     devices: Sequence[DeviceUsage],
     touched: set[str],
     segments: dict[str, list[ContainerDevices]],
-) -> dict[str, ContainerDevices] | str:
+    occupancy: Mapping[str, GpuOccupancy],
+) -> tuple[dict[str, ContainerDevices], list[tuple[int, MigChoice]]] | str:
     """Fit one container's requests on ``devices``; the reason text on failure.
 
-    ``touched`` names the vendors whose devices in ``devices`` differ from ``node``'s.
+    ``touched`` names the vendors whose devices in ``devices`` differ from ``node``'s; the MIG
+    instances taken come back as ``(position in the container's device list, choice)``.
     """
     layout = node.layout
     requests = tuple(slot.requests.values())
     chosen: dict[str, ContainerDevices] = {}
+    instances: list[tuple[int, MigChoice]] = []
     for word, request in slot.requests.items():
         positions = layout.vendor_positions.get(word, ())
-        if request.nums > len(positions):
+        if request.nums > len(positions) and not layout.mig_gpus:
             return why.NODE_INSUFFICIENT_DEVICE
         selectors = plan.selectors_for(word)
         if word in touched:
@@ -133,12 +155,19 @@ def _fit_container(
             cordon=layout.cordon,
             pair_score=layout.pair_score,
             quota=None if quota is None else _quota_probe(quota, segments[word], plan),
+            mig_gpus=layout.mig_gpus,
+            mig=occupancy,
         )
         result = fit_request(ordered, request, ctx)
         if not result.ok:
             return result.reason
         chosen[word] = result.devices
-    return chosen
+        instances.extend(
+            (position, choice)
+            for position, choice in enumerate(result.instances)
+            if choice is not None
+        )
+    return chosen, instances
 
 
 def _order(

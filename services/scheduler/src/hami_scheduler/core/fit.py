@@ -18,13 +18,21 @@ last to first** and checks each device in this order, counting the first failing
 11. ``Totalcore − Usedcores < cores`` → ``CardInsufficientCore``
 12. ``Totalcore == 100``, cores 100 and ``Used > 0`` → ``ExclusiveDeviceAllocateConflict``
 13. ``Totalcore ≠ 0``, ``Usedcores == Totalcore`` and cores 0 → ``CardComputeUnitsExhausted``
-14. MIG-mode device → ``CardMigNotSupported`` (MIG placement is not implemented yet; refusing is
-    what keeps such a GPU from being handed out as a shared one)
-15. accept ``{uuid, vendor word, memreq, cores}``; done when enough devices are accepted.
+14. MIG-mode device: the smallest registered profile that covers ``memreq`` and has a free
+    placement (:func:`~hami_scheduler.core.mig.choose_instance`), else
+    ``CardMigTopologyInfeasible``
+15. accept ``{uuid, vendor word, memreq, cores}`` — on a MIG device the chosen profile's memory
+    and cores, and the device is asked again (one container may hold several instances of one
+    GPU) until it refuses; done when enough devices are accepted.
+
+A MIG device whose slots are used beyond the reservations the node's pods hold on it, or a
+device not in MIG mode that reservations name, is refused ``CardNotHealth`` (HAMi's rule: the
+slices in use there are unknown, so no placement on it can be trusted).
 
 ``memreq`` is the request's MiB when given, else the percentage of this device's memory.  On
 failure the reasons are reported by :func:`~hami_scheduler.core.reasons.format_reasons` over the
-number of devices offered, plus ``AllocatedCardsInsufficientRequest`` = devices accepted.
+number of devices offered, plus ``AllocatedCardsInsufficientRequest`` = devices accepted; a MIG
+refusal adds, after ``" — "``, which GPU could not place which profile and the free slice runs.
 
 With the topology-aware policy every fitting device is collected first and the set is chosen by
 pair scores (:mod:`.topology`).
@@ -32,16 +40,24 @@ pair scores (:mod:`.topology`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
+from hami_scheduler.core.mig import (
+    GpuOccupancy,
+    HeldSlices,
+    MigChoice,
+    MigGpu,
+    MigRefusal,
+    choose_instance,
+)
 from hami_scheduler.core.plan import NO_SELECTORS, DeviceSelectors
 from hami_scheduler.core.topology import PairScore, best_subset, worst_connected
-from hami_scheduler.core.usage import MIG_MODE, DeviceUsage
+from hami_scheduler.core.usage import MIG_MODE, NO_MIG, NO_MIG_GPUS, DeviceUsage
 
 __all__ = [
     "MAX_CORES",
@@ -74,6 +90,10 @@ class FitContext:
     cordon: frozenset[str] = frozenset()
     pair_score: PairScore = _no_pairs
     quota: QuotaProbe | None = None
+    mig_gpus: Mapping[str, MigGpu] = field(default_factory=lambda: NO_MIG_GPUS)
+    """The node's MIG-mode GPUs (:attr:`~hami_scheduler.core.usage.NodeLayout.mig_gpus`)."""
+    mig: Mapping[str, GpuOccupancy] = field(default_factory=lambda: NO_MIG)
+    """The slices held now: the node's pods', plus those this pod's earlier containers took."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +103,8 @@ class FitResult:
     ok: bool
     devices: tuple[ContainerDevice, ...] = ()
     reason: str = ""
+    instances: tuple[MigChoice | None, ...] = ()
+    """With any MIG device taken: per entry of ``devices``, its MIG instance (None elsewhere)."""
 
 
 def request_memory(dev: DeviceUsage, request: ContainerDeviceRequest) -> int:
@@ -134,20 +156,93 @@ def _after_quota(dev: DeviceUsage, memreq: int, cores: int) -> str:
         return why.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if dev.totalcore != 0 and dev.usedcores == dev.totalcore and cores == 0:
         return why.CARD_COMPUTE_UNITS_EXHAUSTED
-    if dev.mode == MIG_MODE:
-        return why.CARD_MIG_NOT_SUPPORTED
     return ""
+
+
+def _unknown_slices(dev: DeviceUsage, ctx: FitContext) -> bool:
+    """Slices in use on ``dev`` that no reservation accounts for (see the module doc)."""
+    occupancy = ctx.mig.get(dev.uuid)
+    if dev.mode != MIG_MODE:
+        return occupancy is not None
+    return dev.uuid not in ctx.mig_gpus or dev.used > (
+        0 if occupancy is None else len(occupancy.held)
+    )
 
 
 def device_refusal(
     dev: DeviceUsage, request: ContainerDeviceRequest, ctx: FitContext = FitContext()
 ) -> str:
     """The first failing check for ``dev`` alone (no NUMA run, no quota); ``""`` if it fits."""
-    return (
+    memreq = request_memory(dev, request)
+    refusal = (
         _early_refusal(dev, request, ctx)
         or _before_quota(dev, ctx)
-        or _after_quota(dev, request_memory(dev, request), clamped_cores(request))
+        or _after_quota(dev, memreq, clamped_cores(request))
     )
+    if refusal or (dev.mode != MIG_MODE and not ctx.mig):
+        return refusal
+    if _unknown_slices(dev, ctx):
+        return why.CARD_NOT_HEALTH
+    if dev.mode == MIG_MODE:
+        gpu = ctx.mig_gpus[dev.uuid]
+        outcome = choose_instance(gpu, ctx.mig.get(dev.uuid, GpuOccupancy(dev.uuid)), memreq)
+        if isinstance(outcome, MigRefusal):
+            return outcome.reason
+    return ""
+
+
+@dataclass(slots=True)
+class _MigWalk:
+    """What one MIG device gave a container: entries, instances, and why it stopped."""
+
+    devices: list[ContainerDevice]
+    instances: list[MigChoice]
+    refusal: str = ""
+    detail: MigRefusal | None = None
+
+
+def _take_instances(
+    dev: DeviceUsage,
+    request: ContainerDeviceRequest,
+    ctx: FitContext,
+    taken: Sequence[ContainerDevice],
+    want: int,
+) -> _MigWalk:
+    """Ask MIG device ``dev`` for instances until it refuses or ``want`` entries are taken.
+
+    Every check runs again on the device as charged so far, so the second instance on a GPU
+    sees the first one's slot, memory, cores and slices.
+    """
+    walk = _MigWalk([], [])
+    if _unknown_slices(dev, ctx):
+        walk.refusal = why.CARD_NOT_HEALTH
+        return walk
+    gpu = ctx.mig_gpus[dev.uuid]
+    occupancy = ctx.mig.get(dev.uuid, GpuOccupancy(dev.uuid))
+    cores = clamped_cores(request)
+    current = dev
+    while len(taken) + len(walk.devices) < want:
+        memreq = request_memory(current, request)
+        refusal = _before_quota(current, ctx)
+        if not refusal and ctx.quota is not None:
+            candidate = ContainerDevice(dev.uuid, request.type, memreq, cores)
+            if not ctx.quota([*taken, *walk.devices], candidate):
+                refusal = why.RESOURCE_QUOTA_NOT_FIT
+        refusal = refusal or _after_quota(current, memreq, cores)
+        if refusal:
+            walk.refusal = refusal
+            return walk
+        outcome = choose_instance(gpu, occupancy, memreq)
+        if isinstance(outcome, MigRefusal):
+            walk.refusal, walk.detail = outcome.reason, outcome
+            return walk
+        walk.devices.append(
+            ContainerDevice(dev.uuid, request.type, outcome.usedmem, outcome.usedcores)
+        )
+        walk.instances.append(outcome)
+        current = current.shifted(1, outcome.usedmem, outcome.usedcores)
+        occupancy = occupancy.with_held(HeldSlices("", outcome.profile.name, outcome.placement))
+    return walk
 
 
 def fit_request(
@@ -163,6 +258,8 @@ def fit_request(
     numa_bind = ctx.selectors.numa_bind
     counts: dict[str, int] = {}
     taken: list[ContainerDevice] = []
+    instances: list[MigChoice | None] = []
+    details: list[MigRefusal] = []
     run_numa: int | None = None
     for dev in reversed(devices):
         refusal = _early_refusal(dev, request, ctx)
@@ -171,7 +268,23 @@ def fit_request(
                 if taken and not ctx.topology:
                     counts[why.NUMA_NOT_FIT] = counts.get(why.NUMA_NOT_FIT, 0) + len(taken)
                 run_numa = dev.numa
-                taken = []
+                taken, instances = [], []
+            if dev.mode == MIG_MODE:
+                walk = _take_instances(dev, request, ctx, taken, want)
+                if walk.detail is not None:
+                    details.append(walk.detail)
+                if not walk.devices:
+                    counts[walk.refusal] = counts.get(walk.refusal, 0) + 1
+                    continue
+                taken.extend(walk.devices)
+                instances.extend(walk.instances)
+                if len(taken) >= want:
+                    return _mig_result(taken, instances, want)
+                continue
+            if dev.uuid in ctx.mig:
+                # Reservations name a GPU that is not in MIG mode: its slices are unknown.
+                counts[why.CARD_NOT_HEALTH] = counts.get(why.CARD_NOT_HEALTH, 0) + 1
+                continue
             memreq = request_memory(dev, request)
             refusal = _before_quota(dev, ctx)
             if not refusal and ctx.quota is not None:
@@ -183,13 +296,31 @@ def fit_request(
             counts[refusal] = counts.get(refusal, 0) + 1
             continue
         taken.append(ContainerDevice(dev.uuid, request.type, memreq, cores))
+        instances.append(None)
         if not ctx.topology and len(taken) == want:
-            return FitResult(ok=True, devices=tuple(taken))
+            return _mig_result(taken, instances, want)
     if ctx.topology and len(taken) >= want:
+        if any(instances):
+            return _mig_result(taken, instances, want)
         return FitResult(ok=True, devices=_by_topology(taken, want, ctx.pair_score))
     if taken:
         counts[why.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(taken)
-    return FitResult(ok=False, reason=why.format_reasons(counts, len(devices)))
+    reason = why.format_reasons(counts, len(devices))
+    if details:
+        reason += " — " + "; ".join(detail.detail() for detail in details)
+    return FitResult(ok=False, reason=reason)
+
+
+def _mig_result(
+    taken: Sequence[ContainerDevice], instances: Sequence[MigChoice | None], want: int
+) -> FitResult:
+    """The first ``want`` entries; their instances only when some entry is a MIG one."""
+    chosen = tuple(instances[:want])
+    return FitResult(
+        ok=True,
+        devices=tuple(taken[:want]),
+        instances=chosen if any(chosen) else (),
+    )
 
 
 def _by_topology(

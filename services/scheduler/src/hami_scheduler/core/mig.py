@@ -30,6 +30,7 @@ from typing import Final
 from hami_protocol.node.registry import DeviceInfo, MigPlacement, MigProfile
 from hami_protocol.pod.mig import MigReservation
 from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
+from hami_scheduler.core.reasons import CARD_MIG_TOPOLOGY_INFEASIBLE
 
 __all__ = [
     "CARD_MIG_TOPOLOGY_INFEASIBLE",
@@ -38,11 +39,13 @@ __all__ = [
     "MigChoice",
     "MigConflict",
     "MigGpu",
+    "MigHold",
     "MigPick",
     "MigRefusal",
     "choose_instance",
     "choose_instances",
     "format_slices",
+    "mig_holds",
     "mig_memory",
     "mig_occupancy",
     "overlaps",
@@ -50,8 +53,6 @@ __all__ = [
     "profile_order",
 ]
 
-CARD_MIG_TOPOLOGY_INFEASIBLE: Final = "CardMigTopologyInfeasible"
-"""HAMi's reason: no profile large enough has a free placement on the GPU."""
 
 _HIGH_START_PREFIXES: Final = ("1g.", "3g.")
 
@@ -140,15 +141,34 @@ class GpuOccupancy:
         return tuple(runs)
 
 
+MigHold = tuple[str, HeldSlices]
+"""``(GPU UUID, the slices held there)``: one reservation as a node's occupancy counts it."""
+
+
+def mig_holds(pod: str, reservations: Iterable[MigReservation]) -> tuple[MigHold, ...]:
+    """The holds of one pod's reservations; ``pod`` (``namespace/name``) names their owner, so
+    equal holds belong to the same reservation and removing one removes exactly it."""
+    return tuple(
+        (
+            r.gpu_uuid,
+            HeldSlices(
+                f"{pod} container {r.container_index} device {r.device_index}",
+                r.profile,
+                r.placement,
+            ),
+        )
+        for r in reservations
+    )
+
+
 def mig_occupancy(
     pods: Iterable[tuple[str, Iterable[MigReservation]]],
 ) -> dict[str, GpuOccupancy]:
     """GPU UUID → occupancy, from ``(pod name, that pod's reservations)`` of every pod."""
     held: dict[str, list[HeldSlices]] = {}
     for pod, reservations in pods:
-        for r in reservations:
-            owner = f"{pod} container {r.container_index} device {r.device_index}"
-            held.setdefault(r.gpu_uuid, []).append(HeldSlices(owner, r.profile, r.placement))
+        for uuid, slices in mig_holds(pod, reservations):
+            held.setdefault(uuid, []).append(slices)
     return {uuid: GpuOccupancy(uuid, tuple(slices)) for uuid, slices in held.items()}
 
 
@@ -245,7 +265,11 @@ class MigRefusal:
         return sum(run.size for run in self.free) >= self.profile.slice_count
 
     def describe(self) -> str:
-        head = f"{self.reason}: {self.gpu_uuid}"
+        return f"{self.reason}: {self.detail()}"
+
+    def detail(self) -> str:
+        """Which GPU, and why it has no placement, without the reason word."""
+        head = self.gpu_uuid
         if self.profile is None:
             if self.largest is None:
                 return f"{head} registers no MIG profile"

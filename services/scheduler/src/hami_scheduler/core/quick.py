@@ -25,7 +25,8 @@ decision: the single ``mutex`` policy (sorted by use, not grouped by NUMA) and
 :func:`quick_verdict` returns ``True`` / ``False`` / ``None`` (unknown) accordingly.  It reads
 the node's :class:`~hami_scheduler.core.usage.OpenDevices` (devices that are healthy, not MIG,
 not cordoned and have a free slot, sorted by free memory): the bounds refuse most full nodes
-without a scan, and a scan stops once enough devices pass or memory runs short.
+without a scan, and a scan stops once enough devices pass or memory runs short.  A node with MIG
+GPUs or MIG reservations is always left to the full decision.
 
 A namespace quota is judged once per pod (:func:`_quota_effect`): when it cannot refuse any
 device it is ignored, when it refuses the pod everywhere every verdict is ``False``; with
@@ -195,6 +196,8 @@ def quick_verdict(node: NodeUsage, plan: QuickPlan) -> bool | None:
     """``True``/``False`` when certain the pod fits/does not fit; ``None`` when unknown."""
     if plan.blocked:
         return False
+    if node.involves_mig:
+        return None  # slices, not open rows, decide there
     for bound in plan.quota_bounds:
         if not bound.never_binds_on(node):
             return None

@@ -17,7 +17,7 @@ __all__ = [
     "CARD_CORDONED",
     "CARD_INSUFFICIENT_CORE",
     "CARD_INSUFFICIENT_MEMORY",
-    "CARD_MIG_NOT_SUPPORTED",
+    "CARD_MIG_TOPOLOGY_INFEASIBLE",
     "CARD_NOT_HEALTH",
     "CARD_TIME_SLICING_EXHAUSTED",
     "CARD_TYPE_MISMATCH",
@@ -41,8 +41,9 @@ RESOURCE_QUOTA_NOT_FIT: Final = "ResourceQuotaNotFit"
 CARD_INSUFFICIENT_MEMORY: Final = "CardInsufficientMemory"
 CARD_INSUFFICIENT_CORE: Final = "CardInsufficientCore"
 CARD_COMPUTE_UNITS_EXHAUSTED: Final = "CardComputeUnitsExhausted"
-CARD_MIG_NOT_SUPPORTED: Final = "CardMigNotSupported"
-"""Our own word: MIG devices are refused until MIG placement is implemented."""
+CARD_MIG_TOPOLOGY_INFEASIBLE: Final = "CardMigTopologyInfeasible"
+"""No MIG profile large enough has a free placement on the GPU; the fit appends which GPU and
+which slices are free (:meth:`~hami_scheduler.core.mig.MigRefusal.describe`)."""
 ALLOCATED_CARDS_INSUFFICIENT_REQUEST: Final = "AllocatedCardsInsufficientRequest"
 NODE_INSUFFICIENT_DEVICE: Final = "NodeInsufficientDevice"
 """Reported bare (no counts) when a request names more devices than the node has."""

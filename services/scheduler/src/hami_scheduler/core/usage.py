@@ -29,13 +29,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final, TypeVar, cast
 
 from hami_protocol.node.registry import DeviceInfo, DevicePairScore
 from hami_protocol.pod.devices import DeviceUsageSummary, PodDevices, collapse_device_usage
+from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigGpu, MigHold
 
 __all__ = [
     "MIG_MODE",
+    "NO_MIG",
     "DeviceUsage",
     "NodeLayout",
     "NodeUsage",
@@ -52,10 +55,15 @@ __all__ = [
 
 MIG_MODE: Final = "mig"
 
+NO_MIG: Final[Mapping[str, GpuOccupancy]] = MappingProxyType({})
+"""No MIG slice held anywhere on the node."""
+
 MAX_DERIVED: Final = 16
 """Derived values one :class:`NodeUsage` version keeps (see :meth:`NodeUsage.derived`)."""
 
 _T = TypeVar("_T")
+
+NO_MIG_GPUS: Final[Mapping[str, MigGpu]] = MappingProxyType({})
 
 _WEIGHT: Final = 10.0
 """HAMi's score multiplier (``util.Weight``)."""
@@ -215,6 +223,8 @@ class NodeLayout:
     """Vendor word → positions of its devices, in registration order."""
     pair_scores: Mapping[str, Mapping[str, int]]
     """UUID → peer UUID → link score (``hami.io/node-nvidia-score``)."""
+    mig_gpus: Mapping[str, MigGpu] = field(default_factory=lambda: NO_MIG_GPUS)
+    """UUID → the MIG-mode GPU's profiles, for every device registered in ``mig`` mode."""
 
     def pair_score(self, uuid: str, peer: str) -> int:
         """The reported score from ``uuid`` towards ``peer``; 0 when none is reported."""
@@ -227,6 +237,7 @@ def node_layout(
     *,
     cordon: Iterable[str] = (),
     pair_scores: Iterable[DevicePairScore] = (),
+    mig_gpus: Iterable[MigGpu] = (),
 ) -> NodeLayout:
     """A layout for devices listed per vendor (``[(word, [uuid, ...]), ...]``)."""
     uuids: list[str] = []
@@ -246,6 +257,7 @@ def node_layout(
         positions=positions,
         vendor_positions=vendor_positions,
         pair_scores={entry.uuid: dict(entry.scores) for entry in pair_scores},
+        mig_gpus={gpu.uuid: gpu for gpu in mig_gpus} or NO_MIG_GPUS,
     )
 
 
@@ -256,6 +268,8 @@ class NodeUsage:
     layout: NodeLayout
     devices: tuple[DeviceUsage, ...]
     """One entry per position of :attr:`NodeLayout.uuids`."""
+    mig: Mapping[str, GpuOccupancy] = field(default_factory=lambda: NO_MIG)
+    """GPU UUID → the MIG slices pods' reservations hold on it (any GPU a reservation names)."""
     totals: UsageTotals = field(init=False, compare=False, repr=False)
     base_score: float = field(init=False, compare=False, repr=False)
     """The node score before the pod being scheduled (see :attr:`UsageTotals.score`)."""
@@ -282,6 +296,12 @@ class NodeUsage:
     @property
     def name(self) -> str:
         return self.layout.name
+
+    @property
+    def involves_mig(self) -> bool:
+        """Some device is in MIG mode or some reservation holds slices here: only the full
+        decision judges such a node (the open-device views leave MIG out)."""
+        return bool(self.layout.mig_gpus) or bool(self.mig)
 
     def device(self, uuid: str) -> DeviceUsage | None:
         position = self.layout.positions.get(uuid)
@@ -330,37 +350,79 @@ def build_node_usage(
     cordon: Iterable[str] = (),
     pair_scores: Iterable[DevicePairScore] = (),
     usages: Iterable[DeviceUsageSummary] = (),
+    mig: Iterable[MigHold] = (),
 ) -> NodeUsage:
     """A node from its registry (vendor word → devices) with ``usages`` already applied.
 
     ``usages`` may be the summaries of every pod on the node (a rebuild after re-registration);
     they are summed first, so the cost is O(summaries + devices), not one rebuild per pod.
+    ``mig`` are the MIG slices the node's pods hold.
     """
     layout = node_layout(
         name,
         [(word, [info.id for info in group]) for word, group in devices.items()],
         cordon=cordon,
         pair_scores=pair_scores,
+        mig_gpus=[
+            MigGpu.from_info(info)
+            for group in devices.values()
+            for info in group
+            if info.mode == MIG_MODE
+        ],
     )
     idle = tuple(device_usage(info, word) for word, group in devices.items() for info in group)
-    return _shifted(NodeUsage(layout, idle), usages, 1)
+    return _shifted(NodeUsage(layout, idle), usages, 1, mig)
 
 
-def apply_usage(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> NodeUsage:
-    """``node`` with the usage of one or more pods added."""
-    return _shifted(node, usages, 1)
+def apply_usage(
+    node: NodeUsage, usages: Iterable[DeviceUsageSummary], mig: Iterable[MigHold] = ()
+) -> NodeUsage:
+    """``node`` with the usage (and MIG slices) of one or more pods added."""
+    return _shifted(node, usages, 1, mig)
 
 
-def remove_usage(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> NodeUsage:
+def remove_usage(
+    node: NodeUsage, usages: Iterable[DeviceUsageSummary], mig: Iterable[MigHold] = ()
+) -> NodeUsage:
     """``node`` with the usage of pods taken away: the exact inverse of :func:`apply_usage`.
 
     Usage never goes below zero, so removing what was never applied cannot invent capacity
-    beyond the registration.
+    beyond the registration; a MIG hold is removed only where it is held.
     """
-    return _shifted(node, usages, -1)
+    return _shifted(node, usages, -1, mig)
 
 
-def _shifted(node: NodeUsage, usages: Iterable[DeviceUsageSummary], sign: int) -> NodeUsage:
+def _moved_mig(
+    held: Mapping[str, GpuOccupancy], holds: Iterable[MigHold], sign: int
+) -> Mapping[str, GpuOccupancy]:
+    changed: dict[str, list[HeldSlices]] = {}
+    for uuid, slices in holds:
+        current = changed.get(uuid)
+        if current is None:
+            occupancy = held.get(uuid)
+            current = changed[uuid] = [] if occupancy is None else list(occupancy.held)
+        if sign > 0:
+            current.append(slices)
+        elif slices in current:
+            current.remove(slices)
+    if not changed:
+        return held
+    moved = dict(held)
+    for uuid, kept in changed.items():
+        if kept:
+            moved[uuid] = GpuOccupancy(uuid, tuple(kept))
+        else:
+            moved.pop(uuid, None)
+    return moved or NO_MIG
+
+
+def _shifted(
+    node: NodeUsage,
+    usages: Iterable[DeviceUsageSummary],
+    sign: int,
+    mig: Iterable[MigHold] = (),
+) -> NodeUsage:
+    held = _moved_mig(node.mig, mig, sign)
     positions = node.layout.positions
     deltas: dict[int, list[int]] = {}
     for summary in usages:
@@ -375,11 +437,11 @@ def _shifted(node: NodeUsage, usages: Iterable[DeviceUsageSummary], sign: int) -
             delta[1] += summary.usedmem
             delta[2] += summary.usedcores
     if not deltas:
-        return node
+        return node if held is node.mig else NodeUsage(node.layout, node.devices, held)
     devices = list(node.devices)
     for position, (slots, mem, cores) in deltas.items():
         devices[position] = devices[position].shifted(sign * slots, sign * mem, sign * cores)
-    return NodeUsage(node.layout, tuple(devices))
+    return NodeUsage(node.layout, tuple(devices), held)
 
 
 def unknown_devices(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> tuple[str, ...]:

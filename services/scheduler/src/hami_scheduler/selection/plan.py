@@ -23,14 +23,17 @@ from typing import Any
 from hami_kube.objects import PodView
 from hami_protocol import keys
 from hami_protocol.pod.devices import encode_pod_devices
+from hami_protocol.pod.mig import encode_mig_reservations
 from hami_protocol.pod.policy import GpuPolicy, NodePolicy, SelectorKeys, parse_pod_policy
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests
 from hami_protocol.vendor.table import NVIDIA, Vendor
 from hami_scheduler.cache.pods import (
+    MIG_KEY_WORD,
     NIC_KEY_WORD,
     Holding,
     PodNicAllocation,
     allocation_key,
+    mig_key_value,
     shared_usage,
 )
 from hami_scheduler.core import (
@@ -41,6 +44,7 @@ from hami_scheduler.core import (
     decision_usage,
     pod_plan,
 )
+from hami_scheduler.core.mig import mig_holds
 
 __all__ = ["DecisionRecord", "Planner", "decision_record"]
 
@@ -114,6 +118,7 @@ def decision_record(
     namespace: str,
     vendors: Sequence[Vendor],
     now_unix: int,
+    name: str = "",
     extra_annotations: Mapping[str, str] | None = None,
     nics: PodNicAllocation | None = None,
 ) -> DecisionRecord:
@@ -137,11 +142,16 @@ def decision_record(
     listed = None if nics is None else nics.rdma_list
     if listed is not None:
         written[NIC_KEY_WORD] = listed
+    if decision.mig:
+        annotations[keys.NVIDIA_MIG_ALLOCATIONS] = encode_mig_reservations(decision.mig)
+        written[MIG_KEY_WORD] = mig_key_value(decision.mig)
     holding = Holding(
         node=sys.intern(node),
         namespace=sys.intern(namespace),
         usage=shared_usage(decision_usage(decision, plan)),
         key=allocation_key(node, written),
         nics=nics,
+        mig=mig_holds(f"{namespace}/{name}", decision.mig),
+        reservations=decision.mig,
     )
     return DecisionRecord(annotations, {keys.VGPU_NODE: node}, holding)

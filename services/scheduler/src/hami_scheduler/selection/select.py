@@ -47,7 +47,12 @@ def record_of(
     """The annotations and the holding to assume for a fitting decision."""
     if isinstance(decision, NodeDecision):
         return decision_record(
-            decision, plan, namespace=pod.namespace, vendors=cache.vendors, now_unix=now_unix
+            decision,
+            plan,
+            namespace=pod.namespace,
+            vendors=cache.vendors,
+            now_unix=now_unix,
+            name=pod.name,
         )
     fleet: Fleet = cache.fleet
     name = decision.node

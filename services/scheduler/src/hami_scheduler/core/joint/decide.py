@@ -121,8 +121,9 @@ def _only(node: NodeUsage, keep: Collection[str]) -> NodeUsage:
         positions={uuid: position for position, uuid in enumerate(uuids)},
         vendor_positions=vendor_positions,
         pair_scores=layout.pair_scores,
+        mig_gpus=layout.mig_gpus,
     )
-    return NodeUsage(restricted, tuple(devices))
+    return NodeUsage(restricted, tuple(devices), node.mig)
 
 
 def _pod_gpus(node: NodeUsage, plan: PodPlan) -> tuple[str, ...]:
