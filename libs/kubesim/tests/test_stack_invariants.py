@@ -16,6 +16,7 @@ from hami_kubesim.stack.invariants import (
     check_devices,
     check_env,
     check_locks,
+    check_mig,
     check_outcomes,
     check_replicas,
     stale_locks,
@@ -33,7 +34,12 @@ from hami_kubesim.stack.state import (
 )
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, encode_node_lock
-from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.node.registry import (
+    DeviceInfo,
+    MigPlacement,
+    MigProfile,
+    encode_node_devices_json,
+)
 from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 
 NOW = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
@@ -424,3 +430,81 @@ def test_without_a_timeline_a_waiting_owner_may_refuse_after_expiry() -> None:
     assert check_locks(refused, lock_timeout=TIMEOUT) == []
     waiting["metadata"]["annotations"][keys.BIND_PHASE] = "success"
     assert len(check_locks(refused, lock_timeout=TIMEOUT)) == 1
+
+
+# --- dynamic MIG ---------------------------------------------------------------------------------
+
+
+def mig_node(name: str = "n1") -> dict[str, Any]:
+    profile = MigProfile("1g.5gb", 4864, 15, 1, tuple(MigPlacement(s, 1) for s in range(7)))
+    device = DeviceInfo(
+        id=GPU_A,
+        index=0,
+        count=7,
+        devmem=40960,
+        devcore=100,
+        type="NVIDIA-A100",
+        numa=0,
+        health=True,
+        mode="mig",
+        mig_profiles=(profile,),
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {keys.NVIDIA_REGISTER: encode_node_devices_json([device])},
+        }
+    }
+
+
+def mig_pod(
+    name: str, start: int, *, mig_uuid: str | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    placed = pod(name, [[(GPU_A, 4864, 15)]], envs=None if env is None else {"c0": env})
+    runtime = (
+        {}
+        if mig_uuid is None
+        else {"migUUID": mig_uuid, "gpuInstanceID": start, "computeInstanceID": 0}
+    )
+    reservation = {
+        "containerIndex": 0,
+        "deviceIndex": 0,
+        "gpuUUID": GPU_A,
+        "profile": "1g.5gb",
+        "placement": {"start": start, "size": 1},
+        **runtime,
+    }
+    placed["metadata"]["annotations"][keys.NVIDIA_MIG_ALLOCATIONS] = json.dumps([reservation])
+    return placed
+
+
+def test_mig_containers_get_their_instances_and_nothing_of_hami_core() -> None:
+    good = mig_pod("a", 6, mig_uuid="MIG-a", env={"NVIDIA_VISIBLE_DEVICES": "MIG-a"})
+    assert check_all(state([good], [mig_node()])) == ()
+    wrong = mig_pod("b", 5, mig_uuid="MIG-b", env={"NVIDIA_VISIBLE_DEVICES": "MIG-a"})
+    limits = mig_pod(
+        "c", 4, mig_uuid="MIG-c", env={"NVIDIA_VISIBLE_DEVICES": "MIG-c", **good_env("x", 1, 1)}
+    )
+    early = mig_pod("d", 3, env={"NVIDIA_VISIBLE_DEVICES": GPU_A})
+    messages = [v.message for v in check_env(state([wrong, limits, early], [mig_node()]))]
+    assert any("reservations say 'MIG-b'" in m for m in messages), messages
+    assert any("HAMi-core limits" in m for m in messages), messages
+    assert any("before the device plugin recorded" in m for m in messages), messages
+
+
+def test_mig_reservations_never_overlap_or_share_an_instance() -> None:
+    apart = [mig_pod("a", 6, mig_uuid="MIG-a"), mig_pod("b", 5, mig_uuid="MIG-b")]
+    assert check_mig(state(apart, [mig_node()])) == []
+    overlapping = [mig_pod("a", 6), mig_pod("b", 6)]
+    [violation] = check_mig(state(overlapping, [mig_node()]))
+    assert "default/a 1g.5gb@6 overlaps default/b 1g.5gb@6" in violation.message
+    shared = [mig_pod("a", 6, mig_uuid="MIG-x"), mig_pod("b", 5, mig_uuid="MIG-x")]
+    assert [
+        v.message for v in check_mig(state(shared, [mig_node()]))
+    ] == ["MIG-x is also default/a's instance"]
+    # A finished pod holds no slices any more; a GPU not in MIG mode holds none at all.
+    done = mig_pod("a", 6)
+    done["status"]["phase"] = "Succeeded"
+    assert check_mig(state([done, mig_pod("b", 6)], [mig_node()])) == []
+    [shared_gpu] = check_mig(state([mig_pod("a", 6)], [node()]))
+    assert "registered as hami-core" in shared_gpu.message

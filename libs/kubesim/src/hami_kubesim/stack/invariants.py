@@ -25,6 +25,10 @@ Each check is a pure function ``ClusterState -> list[Violation]``:
   second to its end may be the one); without one, only a lock still held at the snapshot can be
   judged: a refusal after its expiry is a violation unless its owner still waits. Expired lock
   annotations may stay until the next bind on the node takes them over (:func:`stale_locks`).
+* ``mig``: MIG reservations never share a slice of a GPU, name only GPUs registered in MIG
+  mode, and no MIG instance is two containers' (:mod:`hami_kubesim.stack.mig_checks`); the
+  ``env`` check holds a MIG container to the MIG UUIDs of its reservations and no HAMi-core
+  limits.
 * ``outcomes``: every pod is Running, Succeeded, Failed with a reason, or Pending unassigned with
   a FailedScheduling reason — none lost in between.
 
@@ -42,6 +46,11 @@ from typing import Any, Final
 
 from hami_kube.objects import NodeView, PodView
 from hami_kube.timefmt import parse_time
+from hami_kubesim.stack.mig_checks import (
+    container_reservations_of,
+    mig_env_problems,
+    mig_problems,
+)
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -73,6 +82,7 @@ __all__ = [
     "check_devices",
     "check_env",
     "check_locks",
+    "check_mig",
     "check_outcomes",
     "check_replicas",
     "stale_locks",
@@ -194,7 +204,8 @@ def check_env(state: ClusterState, *, resource: str = GPU_RESOURCE) -> list[Viol
             )
         containers = record_containers(record)
         uuids = _registered_uuids(state, node)
-        for name, devices in per_container:
+        instances = container_reservations_of(pod)
+        for index, (name, devices) in enumerate(per_container):
             container = containers.get(name) or {}
             given = record_envs(container, resource)
             subject = f"{key}/{name}"
@@ -205,7 +216,10 @@ def check_env(state: ClusterState, *, resource: str = GPU_RESOURCE) -> list[Viol
             if given is None:
                 found.append(Violation("env", subject, f"allocated but given no {resource}"))
                 continue
-            for variable, wanted in expected_env(devices).items():
+            mig = instances.get(index)
+            if mig:
+                found.extend(Violation("env", subject, p) for p in mig_env_problems(mig, given))
+            for variable, wanted in () if mig else expected_env(devices).items():
                 if given.get(variable) != wanted:
                     found.append(
                         Violation(
@@ -440,6 +454,10 @@ def check_locks(
     return found + _judge_by_snapshot(state, lock_timeout)
 
 
+def check_mig(state: ClusterState) -> list[Violation]:
+    return [Violation("mig", subject, message) for subject, message in mig_problems(state)]
+
+
 def check_outcomes(state: ClusterState) -> list[Violation]:
     found: list[Violation] = []
     for pod in state.pods:
@@ -469,6 +487,7 @@ CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("env", lambda state, _: check_env(state)),
     ("locks", lambda state, timeout: check_locks(state, lock_timeout=timeout)),
     ("outcomes", lambda state, _: check_outcomes(state)),
+    ("mig", lambda state, _: check_mig(state)),
 )
 """Every invariant by name; each takes the snapshot and the node-lock timeout."""
 
