@@ -199,3 +199,17 @@ async def test_vgpu_mode_routes_pods_between_mig_and_shared_gpus() -> None:
             )
             reply = await h.filter(pod, ["m", "s"])
             assert reply["NodeNames"] == [node], reply
+
+
+async def test_a_register_entry_with_malformed_mig_profiles_fails_only_that_node() -> None:
+    async with harness() as h:
+        await h.add_node("m", [mig_gpu("m")])
+        entry = json.loads(annotations_of(h.node("m"))[keys.NVIDIA_REGISTER])[0]
+        entry["migProfiles"] = [{"name": "1g.5gb", "memoryMB": "lots"}]
+        await h.add_node("bad", annotations={keys.NVIDIA_REGISTER: json.dumps([entry])})
+        await h.synced_node("m")
+        pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=1000))))
+        reply = await h.filter(pod, ["bad", "m"])
+        assert reply["NodeNames"] == ["m"]
+        assert "hami.io/node-nvidia-register" in reply["FailedNodes"]["bad"]
+        assert "migProfiles[0]" in reply["FailedNodes"]["bad"]
