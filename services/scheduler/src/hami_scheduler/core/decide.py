@@ -70,7 +70,7 @@ def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
     segments: dict[str, list[ContainerDevices]] = {word: [] for word in plan.vendors}
     work = list(node.devices)
     touched: set[str] = set()
-    occupancy = dict(node.mig)
+    occupancy: Mapping[str, GpuOccupancy] = node.mig
     reservations: list[MigReservation] = []
     for container_index, slot in enumerate(plan.requests.slots):
         if not slot.requests:
@@ -90,11 +90,11 @@ def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
         if isinstance(fitted, str):
             return NodeDecision(node=node.name, fits=False, reason=fitted)
         outcome, instances = fitted
-        for device_index, choice in instances:
-            reservations.append(choice.reservation(container_index, device_index))
-            held = occupancy.get(choice.gpu_uuid, GpuOccupancy(choice.gpu_uuid))
-            occupancy[choice.gpu_uuid] = held.with_held(
-                HeldSlices("", choice.profile.name, choice.placement)
+        if instances:
+            occupancy = _with_instances(occupancy, [choice for _, choice in instances])
+            reservations.extend(
+                choice.reservation(container_index, device_index)
+                for device_index, choice in instances
             )
         if not slot.is_init:
             positions = node.layout.positions
@@ -112,6 +112,19 @@ def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
         devices=PodDevices(tuple((word, tuple(taken)) for word, taken in segments.items())),
         mig=tuple(reservations),
     )
+
+
+def _with_instances(
+    occupancy: Mapping[str, GpuOccupancy], choices: Sequence[MigChoice]
+) -> dict[str, GpuOccupancy]:
+    """``occupancy`` with the slices of ``choices`` held too (a new mapping)."""
+    grown = dict(occupancy)
+    for choice in choices:
+        held = grown.get(choice.gpu_uuid, GpuOccupancy(choice.gpu_uuid))
+        grown[choice.gpu_uuid] = held.with_held(
+            HeldSlices("", choice.profile.name, choice.placement)
+        )
+    return grown
 
 
 def decision_usage(decision: NodeDecision, plan: PodPlan) -> tuple[DeviceUsageSummary, ...]:
@@ -162,11 +175,12 @@ def _fit_container(
         if not result.ok:
             return result.reason
         chosen[word] = result.devices
-        instances.extend(
-            (position, choice)
-            for position, choice in enumerate(result.instances)
-            if choice is not None
-        )
+        if result.instances:
+            instances.extend(
+                (position, choice)
+                for position, choice in enumerate(result.instances)
+                if choice is not None
+            )
     return chosen, instances
 
 

@@ -256,6 +256,9 @@ def fit_request(
         return FitResult(ok=True)
     cores = clamped_cores(request)
     numa_bind = ctx.selectors.numa_bind
+    held_mig = ctx.mig
+    # Decided once per fit: nodes without MIG pay nothing per device for it.
+    mig_here = bool(ctx.mig_gpus) or bool(held_mig)
     counts: dict[str, int] = {}
     taken: list[ContainerDevice] = []
     instances: list[MigChoice | None] = []
@@ -268,8 +271,9 @@ def fit_request(
                 if taken and not ctx.topology:
                     counts[why.NUMA_NOT_FIT] = counts.get(why.NUMA_NOT_FIT, 0) + len(taken)
                 run_numa = dev.numa
-                taken, instances = [], []
-            if dev.mode == MIG_MODE:
+                taken = []
+                instances = []
+            if mig_here and dev.mode == MIG_MODE:
                 walk = _take_instances(dev, request, ctx, taken, want)
                 if walk.detail is not None:
                     details.append(walk.detail)
@@ -281,7 +285,7 @@ def fit_request(
                 if len(taken) >= want:
                     return _mig_result(taken, instances, want)
                 continue
-            if dev.uuid in ctx.mig:
+            if mig_here and dev.uuid in held_mig:
                 # Reservations name a GPU that is not in MIG mode: its slices are unknown.
                 counts[why.CARD_NOT_HEALTH] = counts.get(why.CARD_NOT_HEALTH, 0) + 1
                 continue
@@ -292,10 +296,16 @@ def fit_request(
                 if not ctx.quota(taken, candidate):
                     refusal = why.RESOURCE_QUOTA_NOT_FIT
             refusal = refusal or _after_quota(dev, memreq, cores)
+            if not refusal and dev.mode == MIG_MODE:
+                refusal = why.CARD_NOT_HEALTH  # a MIG device whose profiles nobody registered
         if refusal:
             counts[refusal] = counts.get(refusal, 0) + 1
             continue
         taken.append(ContainerDevice(dev.uuid, request.type, memreq, cores))
+        if not mig_here:
+            if not ctx.topology and len(taken) == want:
+                return FitResult(ok=True, devices=tuple(taken))
+            continue
         instances.append(None)
         if not ctx.topology and len(taken) == want:
             return _mig_result(taken, instances, want)

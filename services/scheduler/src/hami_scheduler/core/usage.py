@@ -273,6 +273,9 @@ class NodeUsage:
     totals: UsageTotals = field(init=False, compare=False, repr=False)
     base_score: float = field(init=False, compare=False, repr=False)
     """The node score before the pod being scheduled (see :attr:`UsageTotals.score`)."""
+    involves_mig: bool = field(init=False, compare=False, repr=False)
+    """Some device is in MIG mode or some reservation holds slices here: only the full
+    decision judges such a node (the open-device views leave MIG out)."""
     _open: dict[str, OpenDevices] | None = field(
         default=None, init=False, compare=False, repr=False
     )
@@ -292,16 +295,11 @@ class NodeUsage:
         totals = UsageTotals(used, count, usedmem, totalmem, usedcores, totalcore)
         object.__setattr__(self, "totals", totals)
         object.__setattr__(self, "base_score", totals.score)
+        object.__setattr__(self, "involves_mig", bool(self.layout.mig_gpus) or bool(self.mig))
 
     @property
     def name(self) -> str:
         return self.layout.name
-
-    @property
-    def involves_mig(self) -> bool:
-        """Some device is in MIG mode or some reservation holds slices here: only the full
-        decision judges such a node (the open-device views leave MIG out)."""
-        return bool(self.layout.mig_gpus) or bool(self.mig)
 
     def device(self, uuid: str) -> DeviceUsage | None:
         position = self.layout.positions.get(uuid)
