@@ -276,6 +276,7 @@ async def run(
             identity=pod_resources.identity,
             links=backend.links if settings.enable_topology_score else None,
             recorder=recorder,
+            mig_allowlist=settings.device_config.nvidia.mig_profile_allowlist,
         )
         life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
         sources = AllocationSources(

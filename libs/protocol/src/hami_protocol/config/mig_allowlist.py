@@ -1,0 +1,23 @@
+"""Pure: which MIG profiles ``nvidia.migProfileAllowlist`` allows on a GPU model.
+
+The first entry one of whose ``models`` is a substring of the model name NVML reports wins (case
+sensitive, as HAMi's ``strings.Contains``); later entries are not consulted, so a specific model
+listed before a general one takes precedence.  A model no entry matches gets no MIG profile: the
+device plugin does not register such a GPU in ``mig`` mode, and the scheduler never reserves on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hami_protocol.config.device import MigProfileAllow
+
+__all__ = ["allowed_mig_profiles"]
+
+
+def allowed_mig_profiles(model: str, allowlist: Iterable[MigProfileAllow]) -> tuple[str, ...]:
+    """The profile names the first matching entry lists, in its order; () when none matches."""
+    for entry in allowlist:
+        if any(name and name in model for name in entry.models):
+            return entry.profiles
+    return ()
