@@ -25,6 +25,7 @@ kubelet device plugin's ``DP_DISABLE_HEALTHCHECKS`` / ``DP_ENABLE_HEALTHCHECKS``
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ from hami_deviceplugin.cli_flags import (
 from hami_deviceplugin.gpu.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
 from hami_kubelet_api.constants import KUBELET_SOCKET, POD_RESOURCES_SOCKET
-from hami_protocol.config.device import DeviceConfig
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import DeviceConfig, MigProfileAllow, parse_device_config
 from hami_protocol.config.node import (
     OPERATING_MODES,
     NodeSettings,
@@ -173,6 +175,12 @@ class Settings:
         return self.device_config.nvidia.resource_count_name
 
     @property
+    def mig_allowlist(self) -> tuple[MigProfileAllow, ...]:
+        """``nvidia.migProfileAllowlist``, or the chart's default list when none is configured
+        (a ``mig`` node without one would register no GPU at all)."""
+        return self.device_config.nvidia.mig_profile_allowlist or _chart_mig_allowlist()
+
+    @property
     def disable_core_limit(self) -> bool:
         return self.device_config.nvidia.disable_core_limit
 
@@ -194,6 +202,11 @@ class Settings:
         if self.rdma_discovery is not None:
             return self.rdma_discovery
         return "fake" if self.device_backend == "fake" else "sysfs"
+
+
+@functools.cache
+def _chart_mig_allowlist() -> tuple[MigProfileAllow, ...]:
+    return parse_device_config(DEFAULT_DEVICE_CONFIG_YAML).nvidia.mig_profile_allowlist
 
 
 def _node_config_path(given: Mapping[str, Any]) -> str | None:
