@@ -122,6 +122,7 @@ async def test_a_mig_pod_gets_its_instances_and_nothing_of_hami_core(
     sim: RunningApiServer, plugin_dir: Path, devices: Path
 ) -> None:
     async with mig_node(sim, plugin_dir, devices) as (kubelet, plugin):
+        await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
         registered = decode_node_devices(annotations_of(sim, "nodes", NODE)[NVIDIA_REGISTER])
         assert [(d.id, d.mode, d.count, d.devcore) for d in registered] == [
             (A, "mig", 7, 100),
@@ -311,3 +312,63 @@ async def test_doubt_destroys_nothing_on_the_gpu(
         for _ in range(3):
             assert await mig.reconcile() == ()
         assert len(instances(devices)) == 1
+
+
+async def test_startup_enables_mig_and_reports_a_gpu_needing_a_reset_unhealthy(
+    sim: RunningApiServer, plugin_dir: Path, tmp_path: Path
+) -> None:
+    devices = tmp_path / "gpus.yaml"
+    write(devices, a100(A, 0, mode="pending"), a100(B, 1, mode="disabled"))
+    async with mig_node(sim, plugin_dir, devices) as (_, plugin):
+
+        def registered() -> dict[str, bool]:
+            value = annotations_of(sim, "nodes", NODE).get(NVIDIA_REGISTER, "[]")
+            return {d.id: d.health for d in decode_node_devices(value)}
+
+        await eventually(lambda: registered() == {A: False, B: True}, what="A unhealthy")
+        state = json.loads(state_file_for(devices).read_text())
+        assert state["gpus"][B]["mode"] == "enabled"
+        (a,) = (g for g in plugin.inventory.gpus if g.uuid == A)
+        assert "reset" in a.reason
+
+
+async def test_a_pod_list_failure_at_start_changes_nothing_until_the_pods_are_known(
+    sim: RunningApiServer, plugin_dir: Path, devices: Path
+) -> None:
+    stale = {"profile": "7g.40gb", "start": 0, "size": 8, "gi": 1, "ci": 0, "uuid": "MIG-x"}
+    document = {"serial": 1, "gpus": {B: {"mode": "enabled", "instances": [stale]}}}
+    state_file_for(devices).write_text(json.dumps(document))
+    kubelet = KubeletStandIn(stand_in_settings(sim, plugin_dir))
+    settings = plugin_settings(
+        url=sim.url,
+        plugin_dir=plugin_dir,
+        devices=devices,
+        host_root=None,
+        node=MIG_NODE,
+        mig_lock_file=plugin_dir / "mig.lock",
+        mig_reconcile_interval_s=3600.0,
+    )
+    async with kubelet:
+        sim.server.inject_error(verb="list", resource="pods", code=403, times=1)
+        async with serving(settings) as plugin:
+            assert plugin.mig is not None
+            assert not plugin.mig.started
+            assert len(instances(devices, B)) == 1  # every GPU counted busy
+            await eventually(lambda: plugin.node_pods.reflector.has_synced, what="pods watched")
+            assert await plugin.mig.reconcile() == ()  # the start-up pass, now with the pods
+            assert plugin.mig.started
+            assert instances(devices, B) == []
+
+
+async def test_an_allocate_that_times_out_after_creating_takes_its_instances_back(
+    sim: RunningApiServer, plugin_dir: Path, devices: Path
+) -> None:
+    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=0.5) as (_, _plugin):
+        sim.server.inject_latency(30.0, verb="patch", resource="pods")
+        try:
+            await submit(sim, mig_pod("slow", [[(A, "2g.10gb", 4)]]))
+            await eventually(lambda: bool(instances(devices)), what="instance created")
+            await eventually(lambda: instances(devices) == [], what="instance taken back")
+        finally:
+            sim.server.clear_faults()
+        await eventually(lambda: bool(events_for(sim, "slow")), what="AllocateFailed recorded")
