@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from hami_deviceplugin.errors import MigError
 from hami_deviceplugin.gpu.mig.nvml_control import NvmlMigControl, read_capability
 from hami_deviceplugin.gpu.mig.tables import fake_capability
+from hami_deviceplugin.gpu.nvml_smoke import smoke
+from hami_protocol.config.node import NodeSettings
 from hami_protocol.node.registry import MigPlacement
 
 from .fake_pynvml import FakeGpu
@@ -73,3 +78,24 @@ async def test_modes_and_processes() -> None:
     assert not await control.busy(UUID)
     fake.mig[0].processes.append(4242)
     assert await control.busy(UUID)
+
+
+async def test_smoke_lists_mig_and_creates_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = nvml()
+    status = await smoke(sysfs_root=tmp_path, node=NodeSettings(), nvml=fake)
+    assert status == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_kind = {line["kind"]: line["data"] for line in lines}
+    assert by_kind["mig"]["mode"] == "enabled"
+    assert {p["name"] for p in by_kind["mig"]["profiles"]} >= {"1g.5gb", "7g.40gb"}
+    assert by_kind["mig_register"][0]["mode"] == "mig"
+    assert "mig_create" not in by_kind
+    assert "nvmlDeviceCreateGpuInstanceWithPlacement" not in fake.calls
+    await smoke(sysfs_root=tmp_path, node=NodeSettings(), nvml=fake, mig_create=True)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    created = [line["data"] for line in lines if line["kind"] == "mig_create"]
+    assert created[0]["created"]["placement"] == {"start": 6, "size": 1}
+    assert created[1] == {"destroyed": created[0]["created"]["gi_id"], "gone": True}
+    assert fake.mig[0].gpu_instances == {}
