@@ -372,3 +372,22 @@ async def test_an_allocate_that_times_out_after_creating_takes_its_instances_bac
         finally:
             sim.server.clear_faults()
         await eventually(lambda: bool(events_for(sim, "slow")), what="AllocateFailed recorded")
+
+
+async def test_a_later_failed_allocate_never_takes_back_an_earlier_calls_instance(
+    sim: RunningApiServer, plugin_dir: Path, devices: Path
+) -> None:
+    async with mig_node(sim, plugin_dir, devices) as (_, _plugin):
+        await submit(sim, mig_pod("first", [[(A, "1g.5gb", 2)]]))
+        await eventually(lambda: phase(sim, "first") == "Running", what="first running")
+        (made,) = instances(devices)
+        # A pod of no scheduler of ours asks for a GPU: refused before anything is decided.
+        stray = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "stray", "namespace": "default"},
+            "spec": {"containers": [container("c0", 1)]},
+        }
+        await submit(sim, stray, lock=False)
+        await eventually(lambda: phase(sim, "stray") == "Failed", what="stray rejected")
+        assert instances(devices) == [made]

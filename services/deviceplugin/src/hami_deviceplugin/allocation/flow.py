@@ -216,6 +216,10 @@ class PodAllocationFlow(ABC, Generic[R, P]):
     async def _prepare(self, requests: Sequence[Sequence[str]]) -> P:
         """Once per call, after the pod is identified (host layout, fresh names, ...)."""
 
+    def _begin(self) -> None:
+        """A call starts (under the lock): forget what the previous call made."""
+        return None
+
     async def _abandon(self) -> None:
         """Undo what this call made outside the API (MIG instances) after it failed, before the
         pod is marked failed; bounded by ``failure_timeout_s``.  Default: nothing to undo."""
@@ -293,6 +297,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
     async def allocate(self, requests: Sequence[Sequence[str]]) -> R:
         """Answer one Allocate call (one list of device IDs per container)."""
         async with self._lock:
+            self._begin()
             started = time.perf_counter()
             attempt = _Attempt()
             try:

@@ -104,8 +104,10 @@ class Allocator(PodAllocationFlow[tuple[ContainerGrant, ...], _Prepared]):
     def _devices(self) -> DeviceList:
         return gpu_device_list(self._config.resource_name, self._inventory.replica_owners)
 
-    async def _prepare(self, requests: Sequence[Sequence[str]]) -> _Prepared:
+    def _begin(self) -> None:
         self._created = []
+
+    async def _prepare(self, requests: Sequence[Sequence[str]]) -> _Prepared:
         layout = await self._host.layout(self._config.hook_path)
         return layout, [self._cache_name() for _ in requests]
 
