@@ -218,7 +218,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     def _begin(self) -> None:
         """A call starts (under the lock): forget what the previous call made."""
-        return None
+        return
 
     async def _abandon(self) -> None:
         """Undo what this call made outside the API (MIG instances) after it failed, before the
