@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping, MutableSequence, Sequence
+from collections.abc import AsyncIterator, Iterable, MutableSequence, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -333,10 +333,6 @@ class MigManager:
                 await self.reconcile()
             except (MigError, KubeError) as exc:
                 log.warning("MIG reconcile failed", error=str(exc))
-
-    def states_view(self) -> Mapping[str, str]:
-        """GPU UUID → why it is unhealthy, for GPUs MIG made unhealthy."""
-        return dict(self._problems)
 
 
 def _describe(step: Clear | Adopt | Create) -> str:
