@@ -131,6 +131,11 @@ class FakeNvml:
         gpu_util, mem_util = self.gpus[handle].utilization
         return SimpleNamespace(gpu=gpu_util, memory=mem_util)
 
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        """These GPUs are not MIG-capable (fake_pynvml_mig models MIG)."""
+        self._record("nvmlDeviceGetMigMode", handle)
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
     # --- topology ---
     def nvmlDeviceGetTopologyCommonAncestor(self, first: int, second: int) -> int:
         self._record("nvmlDeviceGetTopologyCommonAncestor", first)

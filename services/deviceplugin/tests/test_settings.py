@@ -218,15 +218,34 @@ def test_booleans_take_go_spellings(text: str, expected: bool) -> None:
     assert from_env.disable_core_limit is from_flag.disable_core_limit is expected
 
 
-@pytest.mark.parametrize("mode", ["mig", "mps"])
-def test_unsupported_operating_mode(
-    tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.mark.parametrize("mode", ["mig", "mps", "hami-core"])
+def test_operating_modes_are_taken(tmp_path: Path, mode: str) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"nodeconfig": [{"name": "n1", "operatingmode": mode}]}))
+    settings = parse_settings(["--node-name", "n1", "--node-config-file", str(path)], {})
+    assert settings.node.operating_mode == mode
+
+
+def test_unknown_operating_mode_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"nodeconfig": [{"name": "n1", "operatingmode": "vgpu"}]}))
     with pytest.raises(SystemExit):
         parse_settings(["--node-name", "n1", "--node-config-file", str(path)], {})
-    assert f"operating mode '{mode}' is not supported" in capsys.readouterr().err
+    assert "vgpu" in capsys.readouterr().err
+
+
+def test_mig_flags(tmp_path: Path) -> None:
+    defaults = parse_settings(["--node-name", "n1"], {})
+    assert defaults.mig_lock_file == Path("/tmp/hami/hami-mig-apply.lock")
+    assert defaults.mig_reconcile_interval_s == 5.0
+    given = parse_settings(
+        ["--node-name", "n1", "--mig-reconcile-interval", "0.5"],
+        {"HAMI_MIG_LOCK_FILE": str(tmp_path / "mig.lock")},
+    )
+    assert given.mig_lock_file == tmp_path / "mig.lock"
+    assert given.mig_reconcile_interval_s == 0.5
 
 
 def test_socket_names() -> None:

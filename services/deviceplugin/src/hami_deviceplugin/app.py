@@ -47,7 +47,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 
@@ -58,7 +58,10 @@ from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig
 from hami_deviceplugin.gpu.backends.base import CLOSE_WITHIN_S, Backend, Gpu
 from hami_deviceplugin.gpu.backends.choice import choose_backend
+from hami_deviceplugin.gpu.backends.fake import FakeBackend
 from hami_deviceplugin.gpu.inventory import Inventory
+from hami_deviceplugin.gpu.mig.control import MigControl
+from hami_deviceplugin.gpu.mig.manager import MigManager
 from hami_deviceplugin.gpu.plan import AllocateOptions
 from hami_deviceplugin.gpu.servicer import DevicePluginService
 from hami_deviceplugin.hostdirs import HostDirs
@@ -116,6 +119,8 @@ class RunningPlugin:
     """The pods bound to this node, as Allocate reads them."""
     rdma: RunningRdma | None = None
     """None when the RDMA plugin does not run."""
+    mig: MigManager | None = None
+    """The MIG manager on a ``mig`` node."""
 
     def ready(self) -> bool:
         return _ready(self.server, self.link, self.rdma)
@@ -160,10 +165,45 @@ async def _open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]
         return ()
 
 
-async def _follow_backend(backend: Backend, inventory: Inventory) -> None:
+def make_mig_control(backend: Backend) -> MigControl | None:
+    """The backend's MIG (None: this backend has none)."""
+    if isinstance(backend, FakeBackend):
+        return backend.mig_control()
+    mig_control = getattr(backend, "mig_control", None)
+    return None if mig_control is None else cast("MigControl", mig_control())
+
+
+async def _follow_backend(backend: Backend, replace: Callable[[tuple[Gpu, ...]], bool]) -> None:
     await follow_source(
-        backend.updates(), inventory.replace, event="GPU inventory changed", key=lambda g: g.uuid
+        backend.updates(), replace, event="GPU inventory changed", key=lambda g: g.uuid
     )
+
+
+async def _start_mig(
+    settings: Settings,
+    backend: Backend,
+    *,
+    inventory: Inventory,
+    sources: AllocationSources,
+    lock: asyncio.Lock,
+) -> MigManager | None:
+    """On a ``mig`` node: the MIG manager, its start-up pass done (None on other nodes)."""
+    if settings.node.operating_mode != "mig":
+        return None
+    control = make_mig_control(backend)
+    if control is None:
+        raise BackendError(f"the {backend.name} backend cannot drive MIG")
+    mig = MigManager(
+        control=control,
+        inventory=inventory,
+        allowlist=settings.mig_allowlist,
+        pods=sources.pods,
+        lock=lock,
+        lock_file=settings.mig_lock_file,
+        interval=settings.mig_reconcile_interval_s,
+    )
+    await mig.start()
+    return mig
 
 
 @contextlib.asynccontextmanager
@@ -188,6 +228,7 @@ def _gpu_plugin(
     inventory: Inventory,
     metrics: PluginMetrics,
     lock: asyncio.Lock,
+    mig: MigManager | None = None,
 ) -> tuple[Allocator, PluginServer, KubeletLink]:
     """The GPU plugin's parts (the RDMA plugin's are
     :func:`~hami_deviceplugin.rdma.wiring.rdma_plugin`)."""
@@ -211,6 +252,7 @@ def _gpu_plugin(
             resource_name=settings.resource_name,
         ),
         lock=lock,
+        mig=mig,
     )
     service = DevicePluginService(
         inventory=inventory,
@@ -276,6 +318,7 @@ async def run(
             identity=pod_resources.identity,
             links=backend.links if settings.enable_topology_score else None,
             recorder=recorder,
+            mig_allowlist=settings.mig_allowlist,
         )
         life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
         sources = AllocationSources(
@@ -284,6 +327,7 @@ async def run(
             pod_resources=pod_resources,
         )
         lock = asyncio.Lock()  # one allocation at a time, GPU and RDMA alike
+        mig = await _start_mig(settings, backend, inventory=inventory, sources=sources, lock=lock)
         rdma = (
             None
             if nic_inventory is None
@@ -306,10 +350,13 @@ async def run(
             inventory=inventory,
             metrics=metrics,
             lock=lock,
+            mig=mig,
         )
 
         feeds = await life.tasks("feeds", within=CLOSE_S)
-        feeds.spawn("health", _follow_backend(backend, inventory))
+        feeds.spawn(
+            "health", _follow_backend(backend, inventory.replace if mig is None else mig.apply)
+        )
         if rdma is not None:
             feeds.spawn("rdma-nics", follow_nics(rdma.source, rdma.inventory))
 
@@ -317,6 +364,8 @@ async def run(
         node_loops.spawn("node-register", registrar.run())
         node_loops.spawn("node-watch", registrar.node_watch.run())
         node_loops.spawn("pod-watch", sources.pods.reflector.run())
+        if mig is not None:
+            node_loops.spawn("mig-reconcile", mig.run())
 
         metrics_port = await life.enter(
             "metrics-site",
@@ -338,6 +387,7 @@ async def run(
             metrics=metrics,
             node_pods=sources.pods,
             rdma=rdma,
+            mig=mig,
         )
         life.on_exit("allocation-cleanups", running.drain_allocations)
         await life.enter("plugin-servers", _plugin_servers(running.servers))
@@ -358,6 +408,7 @@ async def run(
             rdma_resource=None if rdma is None else settings.rdma_resource_name,
             rdma_nics=None if rdma is None else [n.id for n in rdma.inventory.nics],
             topology_score=settings.enable_topology_score,
+            operating_mode=settings.node.operating_mode,
         )
         if on_started is not None:
             on_started(running)

@@ -23,6 +23,12 @@ default, serves it when NICs are found at start; ``true``; ``false``), ``--rdma-
 ``--fake-devices``; default ``fake`` with the fake backend, else ``sysfs``),
 ``--rdma-poll-interval`` (seconds between rescans, default 10).
 
+Dynamic MIG (``operatingmode: mig``): ``--mig-lock-file`` (``HAMI_MIG_LOCK_FILE``, default
+HAMi's ``/tmp/hami/hami-mig-apply.lock``) exists while the MIG layout changes;
+``--mig-reconcile-interval`` (seconds, default 5) between looks for instances no live pod
+references.  Creating instances takes real GPUs a second or more: give ``--allocate-timeout``
+room on MIG nodes.
+
 The parser's defaults are ``None`` so that :mod:`hami_deviceplugin.settings` can tell explicit
 flags (which override the config file, see :data:`FLAG_TO_CONFIG`) from built-in defaults.
 A value of the wrong type or outside the allowed set is refused by the parser (exit status 2).
@@ -42,6 +48,7 @@ from hami_runtime.flags import Flag, parse_bool
 __all__ = [
     "DEFAULT_HOOK_PATH",
     "DEFAULT_METRICS_BIND",
+    "DEFAULT_MIG_LOCK_FILE",
     "DEFAULT_NODE_CONFIG_FILE",
     "DEFAULT_RDMA_RESOURCE",
     "FLAGS",
@@ -54,6 +61,7 @@ DEFAULT_HOOK_PATH: Final = "/usr/local"
 DEFAULT_RDMA_RESOURCE: Final = RDMA_RESOURCE
 DEFAULT_METRICS_BIND: Final = ":9397"
 DEFAULT_NODE_CONFIG_FILE: Final = "/config/config.json"
+DEFAULT_MIG_LOCK_FILE: Final = "/tmp/hami/hami-mig-apply.lock"
 
 
 def parse_tristate(text: str) -> bool | str:
@@ -257,6 +265,19 @@ FLAGS: Final = (
         "rdma_poll_interval",
         "10",
         "seconds between RDMA NIC rescans",
+        flags.positive_number,
+    ),
+    Flag(
+        ("--mig-lock-file",),
+        "mig_lock_file",
+        DEFAULT_MIG_LOCK_FILE,
+        "file that exists while the MIG layout changes (the vGPU monitor pauses meanwhile)",
+    ),
+    Flag(
+        ("--mig-reconcile-interval",),
+        "mig_reconcile_interval",
+        "5",
+        "seconds between looks for MIG instances no live pod references",
         flags.positive_number,
     ),
     Flag(

@@ -5,6 +5,7 @@
     Exception
     ├── BackendError                  a GPU backend or NIC source cannot start
     │   └── FakeDevicesError          the fake devices file is missing or malformed
+    ├── MigError                      a MIG layout change failed (NVML refused, mode pending)
     └── AllocateError (kind)          an Allocate is refused; ``kind`` picks the gRPC status
 
 A :class:`BackendError` at start stops the daemon under ``--fail-on-init-error`` (else it runs
@@ -23,6 +24,7 @@ __all__ = [
     "BackendError",
     "FailureKind",
     "FakeDevicesError",
+    "MigError",
     "invalid",
 ]
 
@@ -42,8 +44,14 @@ class FailureKind(StrEnum):
     INVALID = "invalid"  # annotations or request do not fit together
     API = "api"  # the API server could not be read or written
     HOST = "host"  # host directories could not be prepared
+    MIG = "mig"  # MIG instances could not be created
     TIMEOUT = "timeout"  # the allocation deadline passed
     INTERNAL = "internal"
+
+
+class MigError(Exception):
+    """A MIG call failed: NVML refused it, or the GPU is not in a state that allows it.  What the
+    failing call itself had made is already undone when this is raised."""
 
 
 class AllocateError(Exception):

@@ -13,14 +13,19 @@ Where the node's settings come from, later wins:
    exists): the entries named like this node override split count, scaling, operating mode,
    ``filterdevices``, ``enablegetpreferredallocation``, ... for this node only.
 
-Refused loudly rather than ignored: an operating mode other than ``hami-core`` (MIG and MPS are
-not implemented), a MIG strategy other than ``none`` (flag or ``migstrategy``), a device-list
+Operating modes (``operatingmode`` of the node's ``config.json`` entry): ``hami-core``; ``mig``
+(dynamic MIG: the plugin creates the MIG instances the scheduler reserved, see
+:mod:`hami_deviceplugin.gpu.mig`); ``mps`` (registered as ``mode: "mps"``, allocated exactly as
+hami-core — HAMi has no working MPS path either).  Refused loudly rather than ignored: a MIG
+strategy other than ``none`` (flag or ``migstrategy``; the ``single``/``mixed`` strategies of
+NVIDIA's plugin advertise MIG devices as resources, which this plugin does not), a device-list
 strategy other than ``envvar``, unknown flags, unreadable config files.  Health checks follow the
 kubelet device plugin's ``DP_DISABLE_HEALTHCHECKS`` / ``DP_ENABLE_HEALTHCHECKS``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +35,7 @@ from typing import Any, Final, Literal, cast
 from hami_deviceplugin.cli_flags import (
     DEFAULT_HOOK_PATH,
     DEFAULT_METRICS_BIND,
+    DEFAULT_MIG_LOCK_FILE,
     DEFAULT_NODE_CONFIG_FILE,
     DEFAULT_RDMA_RESOURCE,
     FLAG_TO_CONFIG,
@@ -39,8 +45,14 @@ from hami_deviceplugin.cli_flags import (
 from hami_deviceplugin.gpu.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
 from hami_kubelet_api.constants import KUBELET_SOCKET, POD_RESOURCES_SOCKET
-from hami_protocol.config.device import DeviceConfig
-from hami_protocol.config.node import NodeSettings, effective_node_config, parse_node_configs
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import DeviceConfig, MigProfileAllow, parse_device_config
+from hami_protocol.config.node import (
+    OPERATING_MODES,
+    NodeSettings,
+    effective_node_config,
+    parse_node_configs,
+)
 from hami_protocol.errors import ConfigError
 from hami_runtime import flags
 from hami_runtime.lifecycle import DEFAULT_GRACE_S
@@ -106,14 +118,18 @@ class Settings:
     rdma_discovery: NicSourceKind | None = None
     """Where NICs come from; None = ``fake`` with the fake backend, else ``sysfs``."""
     rdma_poll_interval_s: float = 10.0
+    mig_lock_file: Path = Path(DEFAULT_MIG_LOCK_FILE)
+    """Exists while the plugin changes the MIG layout (the vGPU monitor pauses feedback)."""
+    mig_reconcile_interval_s: float = 5.0
+    """How often instances no live pod references are looked for (``mig`` mode)."""
 
     def __post_init__(self) -> None:
         if not self.node_name:
             raise ValueError("--node-name (or NODE_NAME) is required")
-        if self.node.operating_mode != "hami-core":
+        if self.node.operating_mode not in OPERATING_MODES:
             raise ValueError(
                 f"operating mode {self.node.operating_mode!r} is not supported "
-                "(only hami-core is implemented)"
+                f"(one of {', '.join(OPERATING_MODES)})"
             )
         if self.node.mig_strategy not in (None, "none"):
             raise ValueError(f"migstrategy {self.node.mig_strategy!r} is not supported (only none)")
@@ -129,6 +145,7 @@ class Settings:
             "fake_poll_interval_s",
             "allocate_timeout_s",
             "rdma_poll_interval_s",
+            "mig_reconcile_interval_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
@@ -158,6 +175,12 @@ class Settings:
         return self.device_config.nvidia.resource_count_name
 
     @property
+    def mig_allowlist(self) -> tuple[MigProfileAllow, ...]:
+        """``nvidia.migProfileAllowlist``, or the chart's default list when none is configured
+        (a ``mig`` node without one would register no GPU at all)."""
+        return self.device_config.nvidia.mig_profile_allowlist or _chart_mig_allowlist()
+
+    @property
     def disable_core_limit(self) -> bool:
         return self.device_config.nvidia.disable_core_limit
 
@@ -179,6 +202,11 @@ class Settings:
         if self.rdma_discovery is not None:
             return self.rdma_discovery
         return "fake" if self.device_backend == "fake" else "sysfs"
+
+
+@functools.cache
+def _chart_mig_allowlist() -> tuple[MigProfileAllow, ...]:
+    return parse_device_config(DEFAULT_DEVICE_CONFIG_YAML).nvidia.mig_profile_allowlist
 
 
 def _node_config_path(given: Mapping[str, Any]) -> str | None:
@@ -258,6 +286,8 @@ def parse_settings(
             rdma_socket_name=str(given.get("rdma_socket_name") or ""),
             rdma_discovery=cast("NicSourceKind | None", given.get("rdma_discovery")),
             rdma_poll_interval_s=float(value["rdma_poll_interval"]),
+            mig_lock_file=Path(value["mig_lock_file"]),
+            mig_reconcile_interval_s=float(value["mig_reconcile_interval"]),
         )
     except (ConfigError, ValueError) as exc:
         parser.error(str(exc))

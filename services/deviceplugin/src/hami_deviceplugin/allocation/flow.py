@@ -22,6 +22,8 @@ own deadline (default 3 s).  Steps:
 API cost of a served call: 1 write (2 for the pod that completes: the lock release), 0 reads
 when the watch holds the pod.
 
+A failed call first undoes what it made outside the API (:meth:`PodAllocationFlow._abandon`: the
+MIG instances it created), still holding the lock, so no later call can be handed them.
 A refusal or failure gives the kubelet a gRPC error with the reason
 (:class:`~hami_deviceplugin.errors.AllocateError`) and records a Warning Event
 (``AllocateFailed``) on the pod when it is known, else on the node.  A pod placed by us that was
@@ -41,6 +43,7 @@ their budget, before the daemon ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -213,6 +216,22 @@ class PodAllocationFlow(ABC, Generic[R, P]):
     async def _prepare(self, requests: Sequence[Sequence[str]]) -> P:
         """Once per call, after the pod is identified (host layout, fresh names, ...)."""
 
+    def _begin(self) -> None:
+        """A call starts (under the lock): forget what the previous call made."""
+        return
+
+    async def _abandon(self) -> None:
+        """Undo what this call made outside the API (MIG instances) after it failed, before the
+        pod is marked failed; bounded by ``failure_timeout_s``.  Default: nothing to undo."""
+        return
+
+    async def _abandon_bounded(self) -> None:
+        try:
+            async with asyncio.timeout(self._flow.failure_timeout_s):
+                await self._abandon()
+        except Exception:
+            log.exception("undoing a failed allocation failed")
+
     @abstractmethod
     async def _decide(
         self, pod: AllocatingPod, requests: Sequence[Sequence[str]], prepared: P
@@ -278,6 +297,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
     async def allocate(self, requests: Sequence[Sequence[str]]) -> R:
         """Answer one Allocate call (one list of device IDs per container)."""
         async with self._lock:
+            self._begin()
             started = time.perf_counter()
             attempt = _Attempt()
             try:
@@ -294,6 +314,11 @@ class PodAllocationFlow(ABC, Generic[R, P]):
                 failure = AllocateError(FailureKind.API, f"API server: {exc}")
             except asyncio.CancelledError:
                 if not attempt.committed:
+                    # The undo runs to its end still holding the lock, so no later call can be
+                    # handed what this one is taking back.
+                    undo = self._spawn(self._abandon_bounded(), "deviceplugin-allocate-undo")
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(undo)
                     cancelled = AllocateError(FailureKind.TIMEOUT, "Allocate was cancelled")
                     self._spawn(self._fail(cancelled, attempt), "deviceplugin-allocate-cleanup")
                 raise
@@ -308,6 +333,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
                     await self._unlock_after_success(attempt.pod)
                 self._observe(ok=True, seconds=time.perf_counter() - started)
                 return decision.result
+            await self._abandon_bounded()
             await self._fail(failure, attempt)
             self._observe(
                 ok=False, seconds=time.perf_counter() - started, reason=failure.kind.value
@@ -463,10 +489,11 @@ class PodAllocationFlow(ABC, Generic[R, P]):
             return
         self._sources.pods.remember(raw)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def drain(self) -> None:
         """Let the clean-ups of cancelled allocations finish (shutdown): each is bounded by

@@ -9,6 +9,12 @@ discovery finds (PCIe switch and root from the same walk as the GPUs, health, VF
 devices) and the ``hami.io/node-rdma-register`` value.  With ``--watch N`` it then listens for
 NVML health events for N seconds and prints every change.
 
+MIG: per MIG-capable GPU its MIG mode, instances, profiles and possible placements, and the
+register value a ``mig`` node would write (the chart's allow-list).  The MIG mode is never
+changed.  Only with ``HAMI_SMOKE_MIG_CREATE=1`` in the environment, on one GPU already in MIG
+mode that runs no process, one instance of its smallest profile is created at its last free
+placement, printed and destroyed again (``mig_create``).
+
 Exit status: 0 when at least one GPU was found, 1 when NVML works but finds none, 2 when the
 backend cannot start (no driver, no libnvidia-ml).  ``scripts/nvml_smoke.sh`` runs it.
 """
@@ -20,19 +26,26 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hami_deviceplugin.errors import BackendError
+from hami_deviceplugin.errors import BackendError, MigError
 from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.backends.nvml import NvmlBackend, parse_health_env
+from hami_deviceplugin.gpu.mig.model import overlaps
+from hami_deviceplugin.gpu.mig.nvml_control import NvmlMigControl
 from hami_deviceplugin.gpu.replicas import plugin_devices
 from hami_deviceplugin.node.register import register_value
 from hami_deviceplugin.rdma.discovery import discover_nics
 from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import parse_device_config
 from hami_protocol.config.node import NodeSettings
+
+MIG_CREATE_ENV = "HAMI_SMOKE_MIG_CREATE"
 
 __all__ = ["main", "smoke"]
 
@@ -48,8 +61,10 @@ async def smoke(
     watch_s: float = 0.0,
     disable: str | None = None,
     nvml: Any = None,
+    mig_create: bool = False,
 ) -> int:
-    """Run the check; ``nvml`` replaces the ``pynvml`` module (tests)."""
+    """Run the check; ``nvml`` replaces the ``pynvml`` module (tests); ``mig_create``: create
+    and destroy one MIG instance (see the module docstring)."""
     backend = NvmlBackend(
         nvml=nvml,
         sysfs_root=sysfs_root,
@@ -73,6 +88,7 @@ async def smoke(
         for nic in nics:
             _print("nic", _nic(nic))
         _print("rdma_register", json.loads(rdma_register_value(nics)))
+        await _mig(backend.mig_control(), gpus, create=mig_create)
         if watch_s > 0:
             await _watch(backend, watch_s)
     finally:
@@ -88,6 +104,59 @@ async def _watch(backend: NvmlBackend, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await follow()
+
+
+async def _mig(control: NvmlMigControl, gpus: Sequence[Gpu], *, create: bool) -> None:
+    capable = [gpu for gpu in gpus if gpu.mig is not None]
+    allowlist = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML).nvidia.mig_profile_allowlist
+    node = NodeSettings(operating_mode="mig")
+    _print("mig_register", json.loads(register_value(gpus, node, mig_allowlist=allowlist)))
+    for gpu in capable:
+        assert gpu.mig is not None
+        try:
+            state = await control.state(gpu.uuid)
+            busy = await control.busy(gpu.uuid)
+        except MigError as exc:
+            _print("error", f"MIG of {gpu.uuid}: {exc}")
+            continue
+        _print(
+            "mig",
+            {
+                "uuid": gpu.uuid,
+                "mode": state.mode,
+                "busy": busy,
+                "full_sms": gpu.mig.full_sms,
+                "profiles": [dataclasses.asdict(p) for p in gpu.mig.profiles],
+                "instances": [dataclasses.asdict(i) for i in state.instances],
+            },
+        )
+        if create and state.mode == "enabled" and not busy:
+            await _create_one(control, gpu, [i.placement for i in state.instances])
+            create = False
+    if create:
+        _print("mig_create", {"skipped": "no idle GPU in MIG mode"})
+
+
+async def _create_one(control: NvmlMigControl, gpu: Gpu, taken: Sequence[Any]) -> None:
+    assert gpu.mig is not None
+    smallest = min(gpu.mig.profiles, key=lambda p: (p.slice_count, p.memory_mb))
+    free = [s for s in smallest.placements if not any(overlaps(s, t) for t in taken)]
+    if not free:
+        _print("mig_create", {"uuid": gpu.uuid, "skipped": f"no free {smallest.name} placement"})
+        return
+    try:
+        made = await control.create(gpu.uuid, smallest, free[-1])
+    except MigError as exc:
+        _print("error", f"MIG create on {gpu.uuid}: {exc}")
+        return
+    _print("mig_create", {"created": dataclasses.asdict(made)})
+    try:
+        await control.destroy(gpu.uuid, made.gi_id)
+    except MigError as exc:
+        _print("error", f"MIG destroy on {gpu.uuid} (instance {made.gi_id} is LEFT): {exc}")
+        return
+    left = [i for i in (await control.state(gpu.uuid)).instances if i.gi_id == made.gi_id]
+    _print("mig_create", {"destroyed": made.gi_id, "gone": not left})
 
 
 def _nic(nic: Nic) -> dict[str, object]:
@@ -135,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             node=node,
             watch_s=args.watch,
             disable=args.disable_healthchecks,
+            mig_create=os.environ.get(MIG_CREATE_ENV) == "1",
         )
     )
 

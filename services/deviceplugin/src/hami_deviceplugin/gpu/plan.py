@@ -56,6 +56,7 @@ __all__ = [
     "HookLayout",
     "MountSpec",
     "container_grant",
+    "decoded_entries",
     "gpu_device_list",
     "kubelet_mismatch",
     "next_entry_uuids",
@@ -118,7 +119,8 @@ AllocationPlan: TypeAlias = ListPlan[ContainerGrant]
 # --- reading the pod ----------------------------------------------------------------------------
 
 
-def _decoded(pod: AllocatingPod) -> PodSingleDevice:
+def decoded_entries(pod: AllocatingPod) -> PodSingleDevice:
+    """The pod's ``hami.io/vgpu-devices-to-allocate`` without placeholder devices."""
     entries = decode_entries(pod, NVIDIA_DEVICES_TO_ALLOCATE)
     # Some HAMi versions wrote ",,0,0:" placeholders for containers without devices.
     return tuple(tuple(device for device in entry if device.uuid) for entry in entries)
@@ -127,7 +129,7 @@ def _decoded(pod: AllocatingPod) -> PodSingleDevice:
 def next_entry_uuids(pod: AllocatingPod) -> tuple[str, ...]:
     """GPU UUIDs of the next container waiting for devices; () when none or unreadable."""
     try:
-        found = next_pending(_decoded(pod))
+        found = next_pending(decoded_entries(pod))
     except AllocateError:
         return ()
     return () if found is None else tuple(device.uuid for device in found[1])
@@ -171,7 +173,7 @@ def gpu_device_list(resource: str, owners: Mapping[str, str]) -> DeviceList:
         resource=resource,
         key=NVIDIA_DEVICES_TO_ALLOCATE,
         noun="GPUs",
-        decode=_decoded,
+        decode=decoded_entries,
         match=match,
     )
 
@@ -265,7 +267,7 @@ def plan_allocation(
         pod,
         requests,
         key=NVIDIA_DEVICES_TO_ALLOCATE,
-        entries=_decoded(pod),
+        entries=decoded_entries(pod),
         waiting_for="devices",
         grant=grant,
     )

@@ -44,6 +44,7 @@ _CODES: Final = {
     FailureKind.INVALID: grpc.StatusCode.FAILED_PRECONDITION,
     FailureKind.API: grpc.StatusCode.UNAVAILABLE,
     FailureKind.HOST: grpc.StatusCode.INTERNAL,
+    FailureKind.MIG: grpc.StatusCode.INTERNAL,
     FailureKind.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
     FailureKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }

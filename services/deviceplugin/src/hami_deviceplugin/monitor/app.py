@@ -122,7 +122,7 @@ def _scrape(
             # Before the watch has synced every pod would look unknown: no container series yet.
             index = pods.snapshot() if pods.synced else PodIndex()
             return await asyncio.to_thread(
-                lambda: metrics.render(table.read(index), now=time.time())
+                lambda: metrics.render(table.read(index), now=time.time(), pods=index.pods.values())
             )
 
     return scrape

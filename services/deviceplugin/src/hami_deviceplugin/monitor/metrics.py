@@ -28,9 +28,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from hami_deviceplugin.metric_labels import zoned_registries
 from hami_deviceplugin.monitor.host import HostGpuMetrics
+from hami_deviceplugin.monitor.pods import PodRef
 from hami_deviceplugin.monitor.problems import REASONS
 from hami_deviceplugin.monitor.regions import ContainerUsage, PassReport
-from hami_deviceplugin.monitor.series import render_containers
+from hami_deviceplugin.monitor.series import render_containers, render_mig
 from hami_protocol.region.feedback import FeedbackField
 from hami_runtime.build_info import register_build_info
 
@@ -94,8 +95,11 @@ class MonitorMetrics:
         self.feedback_paused.set(1 if report.paused else 0)
         self.scan_duration.observe(seconds)
 
-    def render(self, rows: Iterable[ContainerUsage], *, now: float) -> bytes:
-        """The exposition text: the registry's families, then the containers' (blocking when
-        there are many regions: call it from a worker thread)."""
+    def render(
+        self, rows: Iterable[ContainerUsage], *, now: float, pods: Iterable[PodRef] = ()
+    ) -> bytes:
+        """The exposition text: the registry's families, then the containers', then the pods'
+        MIG instances (blocking when there are many regions: call it from a worker thread)."""
         containers = render_containers(rows, now=now, legacy=self.legacy)
-        return prometheus_client.generate_latest(self.registry) + containers.encode()
+        mig = render_mig(pods, legacy=self.legacy)
+        return prometheus_client.generate_latest(self.registry) + (containers + mig).encode()

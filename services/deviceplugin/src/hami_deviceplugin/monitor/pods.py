@@ -8,6 +8,10 @@ pod's and removes its directory after the resync interval while the container st
 processes in it lose their shared cache.  Every pod bound to the node is watched here instead, so
 a directory is removed only when no pod of that UID is on the node.
 
+A pod's realised MIG reservations (``hami.io/vgpu-mig-allocations`` entries with runtime ids)
+are kept with it (:class:`MigDevice`) for ``hami_mig_device_info``; an annotation that does not
+decode gives none.
+
 A pod deleted lately is remembered by UID (the last :data:`ENDED_KEPT`), so the directory it
 leaves behind until it is removed is not counted as an unknown pod's.
 """
@@ -22,11 +26,27 @@ from hami_kube.objects import PodView
 from hami_kube.reflector import Reflector, ReflectorConfig, upserting
 from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient
+from hami_protocol.errors import ProtocolError
+from hami_protocol.keys import NVIDIA_MIG_ALLOCATIONS
+from hami_protocol.pod.mig import decode_mig_reservations
 
-__all__ = ["ENDED_KEPT", "NodePodIndex", "PodIndex", "PodRef"]
+__all__ = ["ENDED_KEPT", "MigDevice", "NodePodIndex", "PodIndex", "PodRef"]
 
 ENDED_KEPT: Final = 4096
 """How many deleted pods' UIDs are remembered."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One realised MIG instance of a container."""
+
+    container: str
+    device_index: int
+    gpu_uuid: str
+    mig_uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +60,7 @@ class PodRef:
     """``spec.containers`` names (init containers are not reported, as in HAMi)."""
     init_containers: frozenset[str] = frozenset()
     """``spec.initContainers`` names: their directories are the pod's, not unknown ones."""
+    mig: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +71,30 @@ class PodIndex:
     ended: frozenset[str] = frozenset()
 
 
+def _mig_devices(view: PodView) -> tuple[MigDevice, ...]:
+    value = view.annotations.get(NVIDIA_MIG_ALLOCATIONS)
+    if not value:
+        return ()
+    try:
+        reservations = decode_mig_reservations(value)
+    except ProtocolError:
+        return ()
+    names = [c.name for c in view.init_containers] + [c.name for c in view.containers]
+    return tuple(
+        MigDevice(
+            container=names[r.container_index],
+            device_index=r.device_index,
+            gpu_uuid=r.gpu_uuid,
+            mig_uuid=r.runtime.mig_uuid,
+            profile=r.profile,
+            gpu_instance_id=r.runtime.gpu_instance_id,
+            compute_instance_id=r.runtime.compute_instance_id,
+        )
+        for r in reservations
+        if r.runtime is not None and r.container_index < len(names)
+    )
+
+
 def pod_ref(pod: JsonObject) -> PodRef:
     view = PodView(pod)
     return PodRef(
@@ -58,6 +103,7 @@ def pod_ref(pod: JsonObject) -> PodRef:
         name=view.name,
         containers=frozenset(c.name for c in view.containers),
         init_containers=frozenset(c.name for c in view.init_containers),
+        mig=_mig_devices(view),
     )
 
 

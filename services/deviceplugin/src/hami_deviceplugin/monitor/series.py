@@ -18,8 +18,12 @@ Every device of a container gets its own series, each with its own device's figu
 ``vGPU_device_memory_limit_in_bytes``, ``Device_utilization_desc_of_container``,
 ``Device_last_kernel_of_container`` and ``Device_memory_desc_of_container`` (the total, with the
 context, module, data and offset figures as labels; HAMi-core never sets ``offset``, so it is 0).
-MIG is not implemented, so neither ``hami_mig_device_info`` nor the legacy ``MigInfo`` is
-exported.
+Per realised MIG instance (:func:`render_mig`, from the pods' ``hami.io/vgpu-mig-allocations``):
+``hami_mig_device_info`` = 1 with HAMi's labels ``namespace``, ``pod``, ``container``,
+``vdevice_index``, ``device_uuid``, ``mig_uuid``, ``profile``, ``gpu_instance_id``,
+``compute_instance_id``; with ``legacy`` also ``MigInfo`` (``podnamespace``, ``podname``,
+``ctrname``, ``vdeviceid``, ``deviceuuid``, ``instanceid`` = the GPU instance id).  Init
+containers' instances are reported too (a MIG instance is held whatever the container's kind).
 
 The text is written directly rather than through ``prometheus_client``'s families: a node with
 2,000 regions has 16,000 such samples per scrape, and building them as family objects took
@@ -33,10 +37,11 @@ from collections.abc import Iterable
 from typing import Final
 
 from hami_deviceplugin.metric_labels import ZONE
+from hami_deviceplugin.monitor.pods import PodRef
 from hami_deviceplugin.monitor.regions import ContainerUsage
 from hami_protocol.region.layout import RegionVersion
 
-__all__ = ["UUID_CHARS", "clamp_percent", "render_containers"]
+__all__ = ["UUID_CHARS", "clamp_percent", "render_containers", "render_mig"]
 
 UUID_CHARS: Final = 40
 
@@ -140,4 +145,36 @@ def render_containers(rows: Iterable[ContainerUsage], *, now: float, legacy: boo
     ]:
         out.append(f"# HELP {name} {documentation}\n# TYPE {name} gauge\n")
         out.extend(f"{name}{sample}\n" for sample in samples)
+    return "".join(out)
+
+
+def render_mig(pods: Iterable[PodRef], *, legacy: bool) -> str:
+    """``hami_mig_device_info`` (and ``MigInfo`` with ``legacy``) for the pods' instances."""
+    info: list[str] = []
+    old: list[str] = []
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        namespace, name = _escape(pod.namespace), _escape(pod.name)
+        for device in pod.mig:
+            container, uuid = _escape(device.container), _escape(device.gpu_uuid[:UUID_CHARS])
+            info.append(
+                f'hami_mig_device_info{{namespace="{namespace}",pod="{name}",'
+                f'container="{container}",vdevice_index="{device.device_index}",'
+                f'device_uuid="{uuid}",mig_uuid="{_escape(device.mig_uuid)}",'
+                f'profile="{_escape(device.profile)}",'
+                f'gpu_instance_id="{device.gpu_instance_id}",'
+                f'compute_instance_id="{device.compute_instance_id}",zone="{ZONE}"}} 1\n'
+            )
+            if legacy:
+                old.append(
+                    f'MigInfo{{podnamespace="{namespace}",podname="{name}",ctrname="{container}",'
+                    f'vdeviceid="{device.device_index}",deviceuuid="{uuid}",'
+                    f'instanceid="{device.gpu_instance_id}",zone="{ZONE}"}} 1\n'
+                )
+    out = [
+        "# HELP hami_mig_device_info MIG instance realised for a container.\n",
+        "# TYPE hami_mig_device_info gauge\n",
+        *info,
+    ]
+    if legacy:
+        out += ["# HELP MigInfo MIG device information\n", "# TYPE MigInfo gauge\n", *old]
     return "".join(out)

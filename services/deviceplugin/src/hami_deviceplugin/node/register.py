@@ -8,6 +8,14 @@ split count, ``devmem`` = ⌊MiB × memory scaling⌋, ``devcore`` = int(core sc
 switch and root; left out when unknown, ignored by HAMi).  GPUs listed in ``filterdevices`` (by
 UUID or index) are not registered at all, nor advertised to the kubelet.
 
+``operatingmode: mig``: a GPU registers ``mode: "mig"``, its unscaled MiB as ``devmem``,
+``devcore`` 100, ``count`` = the most instances any of its allowed profiles can have (7 on an
+A100), and ``migProfiles`` = the profiles ``nvidia.migProfileAllowlist`` allows on its model
+(:func:`~hami_protocol.config.mig_allowlist.allowed_mig_profiles`) that the GPU offers, each with
+``core`` = ⌈profile SMs × 100 / GPU SMs⌉.  A GPU with no such profile (or not MIG-capable) is not
+registered.  ``operatingmode: mps`` registers ``mode: "mps"`` and is otherwise hami-core (HAMi
+has no working MPS path; the scheduler and Allocate treat such GPUs as hami-core).
+
 Writes: the register value when it differs from the node's; the handshake ``Reported <now>``
 whenever the node's handshake is not a ``Reported`` value (absent, or rewritten by the scheduler
 to ``Requesting_<ts>``); ``hami.io/node-rdma-register`` when the RDMA plugin runs and its value
@@ -19,10 +27,13 @@ topology scoring on, ``hami.io/node-nvidia-score`` (every GPU's pair scores,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from hami_deviceplugin.gpu.backends.base import Gpu
+from hami_deviceplugin.gpu.mig.model import registered_profiles
+from hami_protocol.config.device import MigProfileAllow
+from hami_protocol.config.mig_allowlist import allowed_mig_profiles
 from hami_protocol.config.node import FilterDevices, NodeSettings
 from hami_protocol.keys import (
     NODE_ALLOCATE_IDENTITY,
@@ -33,7 +44,7 @@ from hami_protocol.keys import (
 )
 from hami_protocol.node.handshake import format_reported, parse_handshake
 from hami_protocol.node.pairscore import encode_pair_scores
-from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json
+from hami_protocol.node.registry import DeviceInfo, MigProfile, encode_node_devices_json
 from hami_protocol.topology.links import AsymmetricPair, LinkTable, pair_scores
 
 __all__ = [
@@ -41,6 +52,7 @@ __all__ = [
     "device_infos",
     "device_type",
     "handshake_needs_answer",
+    "mig_profiles_of",
     "pair_score_value",
     "register_value",
     "visible_gpus",
@@ -60,8 +72,13 @@ def visible_gpus(gpus: Iterable[Gpu], filters: FilterDevices) -> tuple[Gpu, ...]
     return tuple(sorted(kept, key=lambda g: (g.index, g.uuid)))
 
 
-def device_infos(gpus: Iterable[Gpu], node: NodeSettings) -> tuple[DeviceInfo, ...]:
-    """One :class:`DeviceInfo` per GPU with the node's split and scaling applied."""
+def device_infos(
+    gpus: Iterable[Gpu], node: NodeSettings, *, mig_allowlist: Sequence[MigProfileAllow] = ()
+) -> tuple[DeviceInfo, ...]:
+    """One :class:`DeviceInfo` per GPU with the node's split and scaling applied (in ``mig``
+    mode: per GPU with an allowed MIG profile, see the module docstring)."""
+    if node.operating_mode == "mig":
+        return tuple(info for gpu in gpus if (info := _mig_info(gpu, mig_allowlist)) is not None)
     return tuple(
         DeviceInfo(
             id=gpu.uuid,
@@ -81,9 +98,41 @@ def device_infos(gpus: Iterable[Gpu], node: NodeSettings) -> tuple[DeviceInfo, .
     )
 
 
-def register_value(gpus: Iterable[Gpu], node: NodeSettings) -> str:
+def mig_profiles_of(gpu: Gpu, mig_allowlist: Sequence[MigProfileAllow]) -> tuple[MigProfile, ...]:
+    """The MIG profiles ``gpu`` registers (() when it is not MIG-capable or none is allowed)."""
+    if gpu.mig is None:
+        return ()
+    return registered_profiles(gpu.mig, allowed_mig_profiles(gpu.model, mig_allowlist))
+
+
+def _mig_info(gpu: Gpu, mig_allowlist: Sequence[MigProfileAllow]) -> DeviceInfo | None:
+    profiles = mig_profiles_of(gpu, mig_allowlist)
+    if gpu.mig is None or not profiles:
+        return None
+    names = {profile.name for profile in profiles}
+    count = max(spec.instance_count for spec in gpu.mig.profiles if spec.name in names)
+    return DeviceInfo(
+        id=gpu.uuid,
+        index=gpu.index,
+        count=count,
+        devmem=gpu.memory_mib,
+        devcore=100,
+        type=device_type(gpu.model),
+        numa=max(gpu.numa, 0),
+        health=gpu.healthy,
+        mode="mig",
+        mig_profiles=profiles,
+        pci_bus_id=gpu.pci_bus_id,
+        pcie_switch=gpu.pcie_switch,
+        pcie_root=gpu.pcie_root,
+    )
+
+
+def register_value(
+    gpus: Iterable[Gpu], node: NodeSettings, *, mig_allowlist: Sequence[MigProfileAllow] = ()
+) -> str:
     """The JSON register annotation value (HAMi's ``MarshalNodeDevices`` bytes)."""
-    return encode_node_devices_json(device_infos(gpus, node))
+    return encode_node_devices_json(device_infos(gpus, node, mig_allowlist=mig_allowlist))
 
 
 def pair_score_value(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -43,6 +43,7 @@ from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
 from hami_kube.resources import NODES, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
+from hami_protocol.config.device import MigProfileAllow
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.errors import ProtocolError
 from hami_protocol.topology.links import ASYMMETRIC_LINK_REASON, AsymmetricPair, LinkTable
@@ -73,12 +74,14 @@ class Registrar:
         links: Callable[[], Awaitable[LinkTable]] | None = None,
         recorder: EventRecorder | None = None,
         clock: Callable[[], float] = time.monotonic,
+        mig_allowlist: Sequence[MigProfileAllow] = (),
     ) -> None:
         """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
         register.  ``identity``: asked once a pass, the ``hami.io/node-allocate-identity`` value
         the node should carry (None: none).  ``links``: topology scoring on, read once a pass
         (None: off, the score annotation is left alone); ``recorder`` posts the asymmetric-pair
-        warnings, timed by ``clock``."""
+        warnings, timed by ``clock``.  ``mig_allowlist``: the MIG profiles a ``mig`` node may
+        register."""
         self._client = client
         self._node_name = node_name
         self._inventory = inventory
@@ -88,7 +91,8 @@ class Registrar:
         self._retry = retry_interval
         self._now = now
         self._wake = asyncio.Event()
-        self._register = register_value(inventory.gpus, node)
+        self._mig_allowlist = tuple(mig_allowlist)
+        self._register = register_value(inventory.gpus, node, mig_allowlist=self._mig_allowlist)
         self._rdma_register: str | None = None
         self._probe_identity = identity
         self._identity: str | None = None
@@ -122,7 +126,7 @@ class Registrar:
         return self._rdma_register
 
     def _on_inventory(self, gpus: tuple[Gpu, ...]) -> None:
-        self._register = register_value(gpus, self._node)
+        self._register = register_value(gpus, self._node, mig_allowlist=self._mig_allowlist)
         self._wake.set()
 
     def _on_nics(self, nics: tuple[Nic, ...]) -> None:

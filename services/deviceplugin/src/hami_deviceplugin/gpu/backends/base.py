@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from hami_deviceplugin.gpu.mig.model import MigCapability
 from hami_protocol.topology.links import LinkTable
 
 __all__ = ["CLOSE_WITHIN_S", "Backend", "Gpu", "GpuUsage"]
@@ -31,7 +32,7 @@ class Gpu:
 
     ``numa`` is the NUMA node (0 when unknown); ``pci_bus_id``, ``pcie_switch`` and
     ``pcie_root`` are normalised addresses or "" when unknown; ``reason`` says why an unhealthy
-    GPU is unhealthy.
+    GPU is unhealthy; ``mig`` is what the GPU offers for MIG (None: not MIG-capable).
     """
 
     uuid: str
@@ -44,6 +45,7 @@ class Gpu:
     pcie_switch: str = ""
     pcie_root: str = ""
     reason: str = ""
+    mig: MigCapability | None = None
 
 
 @dataclass(frozen=True, slots=True)

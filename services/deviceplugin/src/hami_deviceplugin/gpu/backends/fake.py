@@ -15,6 +15,10 @@ File shape (unknown keys are refused, so a typo cannot pass silently)::
         memory_used_mib: 1024       # optional: the monitor's hami_host_gpu_memory_used_bytes
         utilization: 35             # optional: hami_host_gpu_utilization_ratio
         memory_utilization: 10      # optional: hami_host_gpu_memory_controller_utilization_ratio
+        mig:                        # optional: MIG-capable (the model needs a profile table,
+          mode: enabled             #   gpu.mig.tables); keys in gpu.mig.fake_control
+          fail_create_after: 3
+          busy: false
     nics: []                        # RDMA NICs, read by the fake NIC source (rdma.sources)
     links: []                       # NVLinks and PCIe classes between GPUs (fake_links)
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from hami_deviceplugin.fake_devices import (
     UNHEALTHY_REASON,
@@ -45,6 +49,14 @@ from hami_deviceplugin.fake_devices import (
 )
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.backends.fake_links import link_table, parse_links
+from hami_deviceplugin.gpu.mig.fake_control import (
+    MIG_MODES,
+    FakeMigControl,
+    FakeMigGpu,
+    state_file_for,
+)
+from hami_deviceplugin.gpu.mig.model import MigMode
+from hami_deviceplugin.gpu.mig.tables import fake_capability
 from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.topology.links import LinkTable
 
@@ -64,8 +76,10 @@ _GPU_KEYS: Final = frozenset(
         "memory_used_mib",
         "utilization",
         "memory_utilization",
+        "mig",
     }
 )
+_MIG_KEYS: Final = frozenset({"mode", "fail_create_after", "busy"})
 _TOP_KEYS: Final = frozenset({"gpus", "nics", "links"})
 
 
@@ -83,6 +97,26 @@ class FakeGpu:
     pcie_switch: str | None
     pcie_root: str | None
     usage: GpuUsage
+    mig: FakeMigGpu | None = None
+
+
+def _parse_mig(entry: Mapping[str, Any], model: str, where: str) -> FakeMigGpu | None:
+    if entry.get("mig") is None:
+        return None
+    where = f"{where}.mig"
+    fields = entry_fields(entry["mig"], _MIG_KEYS, where)
+    capability = fake_capability(model)
+    if capability is None:
+        raise fail(where, f"no MIG profile table for model {model!r}")
+    mode = fields.get("mode", "enabled")
+    if mode not in MIG_MODES:
+        raise fail(where, f"mode must be one of {', '.join(MIG_MODES)}, got {mode!r}")
+    return FakeMigGpu(
+        capability=capability,
+        mode=cast("MigMode", mode),
+        fail_create_after=integer_field(fields, "fail_create_after", where),
+        busy=bool_field(fields, "busy", where, default=False),
+    )
 
 
 def _parse_gpu(raw: object, position: int) -> FakeGpu:
@@ -93,10 +127,11 @@ def _parse_gpu(raw: object, position: int) -> FakeGpu:
         raise fail(where, "memory_mib is required")
     used_mib = integer_field(entry, "memory_used_mib", where)
     index = integer_field(entry, "index", where)
+    model = string_field(entry, "model", where, required=True)
     return FakeGpu(
         uuid=string_field(entry, "uuid", where, required=True),
         index=position if index is None else index,
-        model=string_field(entry, "model", where, required=True),
+        model=model,
         memory_mib=memory,
         healthy=bool_field(entry, "healthy", where, default=True),
         pci_bus_id=address_field(entry, "pci_bus_id", where) or "",
@@ -108,6 +143,7 @@ def _parse_gpu(raw: object, position: int) -> FakeGpu:
             utilization_percent=number_field(entry, "utilization", where),
             memory_utilization_percent=number_field(entry, "memory_utilization", where),
         ),
+        mig=_parse_mig(entry, model, where),
     )
 
 
@@ -160,6 +196,7 @@ def _resolve(entry: FakeGpu, sysfs_root: Path) -> Gpu:
         pcie_switch=switch or "",
         pcie_root=root or "",
         reason="" if entry.healthy else UNHEALTHY_REASON,
+        mig=None if entry.mig is None else entry.mig.capability,
     )
 
 
@@ -200,6 +237,14 @@ class FakeBackend(FakeFileSource[_Loaded]):
 
     async def usage(self) -> Mapping[str, GpuUsage]:
         return {entry.uuid: entry.usage for entry in self._entries if entry.usage != GpuUsage()}
+
+    def mig_control(self, state_file: Path | None = None) -> FakeMigControl:
+        """The GPUs' MIG, kept in ``state_file`` (default: beside the fake devices file)."""
+
+        def described() -> dict[str, FakeMigGpu]:
+            return {e.uuid: e.mig for e in self._entries if e.mig is not None}
+
+        return FakeMigControl(described, state_file or state_file_for(self._path))
 
     async def close(self) -> None:
         return None

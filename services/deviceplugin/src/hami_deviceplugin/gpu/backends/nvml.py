@@ -39,6 +39,7 @@ import structlog
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.backends.nvml_links import LinkedGpu, read_link_table
+from hami_deviceplugin.gpu.mig.nvml_control import NvmlMigControl, read_capability
 from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import normalize_pci_bus_id
@@ -200,6 +201,12 @@ class NvmlBackend:
                 return None
         gpu = Gpu(uuid=uuid, index=index, model=model, memory_mib=memory_mib)
         try:
+            gpu = dataclasses.replace(gpu, mig=read_capability(nvml, handle))
+        except nvml.NVMLError as exc:
+            log.warning(
+                "MIG profiles unreadable; GPU treated as not MIG-capable", uuid=uuid, error=str(exc)
+            )
+        try:
             raw_bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
             bus_id = normalize_pci_bus_id(raw_bus_id)
         except nvml.NVMLError as exc:
@@ -223,6 +230,10 @@ class NvmlBackend:
 
     async def open(self) -> tuple[Gpu, ...]:
         return await self._call(self._discover)
+
+    def mig_control(self) -> NvmlMigControl:
+        """MIG on these GPUs (after :meth:`open`)."""
+        return NvmlMigControl(self._module())
 
     def current(self) -> tuple[Gpu, ...]:
         return tuple(probe.gpu for probe in self._probes)
