@@ -32,6 +32,7 @@ __all__ = [
     "deviceplugin_args",
     "issue_certificates",
     "monitor_processes",
+    "node_config_file",
     "plugin_processes",
     "scheduler_processes",
     "webhook_process",
@@ -63,6 +64,11 @@ class ServicePlan:
 
     def devices_file(self, node: str) -> Path:
         return self.work_dir / "devices" / f"{node}.yaml"
+
+
+def node_config_file(devices: Path) -> Path:
+    """Where a node's plugin ``config.json`` lives: beside its fake-devices file."""
+    return devices.with_name(devices.stem + ".config.json")
 
 
 def issue_certificates(work_dir: Path) -> tuple[str, Path, Path]:
@@ -200,7 +206,27 @@ def deviceplugin_args(
         f"--log-format={spec.log_format}",
         f"--log-level={spec.log_level}",
         *(["--enable-topology-score=true"] if node.topology_score else []),
+        *_mode_args(node, devices, host_root),
         *spec.deviceplugin_args,
+    ]
+
+
+def _mode_args(node: GpuNode, devices: Path, host_root: Path | None) -> list[str]:
+    """A MIG node's plugin reads its ``config.json`` and keeps its own lock file (the machine's
+    ``/tmp`` is every simulated node's)."""
+    if node.operating_mode == "hami-core":
+        return []
+    lock = (
+        host_root / "tmp/hami/hami-mig-apply.lock"
+        if host_root is not None
+        else devices.with_name(devices.stem + ".mig-apply.lock")
+    )
+    return [
+        f"--node-config-file={node_config_file(devices)}",
+        f"--mig-lock-file={lock}",
+        "--mig-reconcile-interval=0.5",
+        # Creating instances is part of Allocate on MIG nodes: a loaded test machine needs time.
+        "--allocate-timeout=10",
     ]
 
 

@@ -8,6 +8,7 @@ chart installs rather than copies.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ __all__ = [
     "fake_devices_document",
     "fake_uuid",
     "gpu_model_node",
+    "mig_node",
+    "node_config_document",
     "nvlinked_pairs",
 ]
 
@@ -64,6 +67,9 @@ class FakeGpu:
     healthy: bool = True
     pci_bus_id: str = ""
     utilization: int | None = None
+    mig: Mapping[str, Any] | None = None
+    """The fake backend's ``mig`` entry (``{"mode": "enabled"}``, ...): a MIG-capable GPU; its
+    model needs one of the fake's MIG profile tables (A100 40/80 GB, A30, H100 80 GB)."""
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -78,6 +84,8 @@ class FakeGpu:
             doc["pci_bus_id"] = self.pci_bus_id
         if self.utilization is not None:
             doc["utilization"] = self.utilization
+        if self.mig is not None:
+            doc["mig"] = dict(self.mig)
         return doc
 
 
@@ -99,6 +107,26 @@ class GpuNode:
     """GPU links for the fake backend's ``links`` list (kept as given)."""
     topology_score: bool = False
     """The node's device plugin writes GPU pair scores (``--enable-topology-score``)."""
+    operating_mode: str = "hami-core"
+    """The node's ``operatingmode`` in the plugin's ``config.json`` (``mig``: its GPUs are cut
+    into MIG instances; they need ``FakeGpu.mig``)."""
+
+
+def node_config_document(node: GpuNode) -> dict[str, Any] | None:
+    """The device plugin's per-node ``config.json`` of ``node`` (None: the defaults do)."""
+    if node.operating_mode == "hami-core":
+        return None
+    return {"nodeconfig": [{"name": node.name, "operatingmode": node.operating_mode}]}
+
+
+def mig_node(name: str, model: str = "NVIDIA A100-SXM4-40GB", *, count: int = 1) -> GpuNode:
+    """A node of ``count`` MIG-capable GPUs (MIG mode on) whose plugin runs ``operatingmode:
+    mig``."""
+    memory = {"A30": 24576, "80GB": 81920}
+    mib = next((v for k, v in memory.items() if k in model), 40960)
+    base = gpu_model_node(name, model, count=count, memory_mib=mib)
+    gpus = tuple(dataclasses.replace(gpu, mig={"mode": "enabled"}) for gpu in base.gpus)
+    return dataclasses.replace(base, gpus=gpus, operating_mode="mig")
 
 
 def fake_devices_document(node: GpuNode, *, healthy: bool | None = None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import tempfile
 import time
@@ -82,12 +83,19 @@ from hami_kubesim.stack.services import (
     deviceplugin_args,
     issue_certificates,
     monitor_processes,
+    node_config_file,
     plugin_processes,
     scheduler_processes,
     webhook_process,
 )
 from hami_kubesim.stack.settle import POLL_INTERVAL, until, wait_for
-from hami_kubesim.stack.spec import GpuNode, SystemSpec, dump_yaml, fake_devices_document
+from hami_kubesim.stack.spec import (
+    GpuNode,
+    SystemSpec,
+    dump_yaml,
+    fake_devices_document,
+    node_config_document,
+)
 from hami_kubesim.stack.state import ClusterState
 from hami_kubesim.stack.usage import MonitorUsage, monitor_problems, parse_usage
 from hami_kubesim.testing import format_url
@@ -422,6 +430,11 @@ async def _running(
     plan = ServicePlan(work_dir, free_port(), scheduler_ports, front)
     for node in spec.nodes:
         dump_yaml(fake_devices_document(node), plan.devices_file(node.name))
+        node_config = node_config_document(node)
+        if node_config is not None:
+            node_config_file(plan.devices_file(node.name)).write_text(
+                json.dumps(node_config), encoding="utf-8"
+            )
     # Everything the services need to know is chosen up front (the API server's port, each
     # node's kubelet.sock), so they can start before the cluster does: see below.
     api_port, plugin_root = free_port(), (work_dir / "p").absolute()
