@@ -169,7 +169,8 @@ def test_healthchecks_probe_the_ports_the_services_listen_on(compose: dict[str, 
         assert metrics is not None
         assert url == f"http://127.0.0.1:{port_of(metrics)}/healthz", name
         checked += 1
-    assert checked == 8
+    # webhook, scheduler, and a device plugin and a vGPU monitor per GPU node
+    assert checked == 2 + 2 * len(gpu_nodes_of(compose))
 
 
 def test_prometheus_scrapes_every_service_on_its_metrics_port(compose: dict[str, Any]) -> None:
@@ -311,7 +312,11 @@ def gpu_nodes_of(compose: Mapping[str, Any]) -> set[str]:
 
 def test_one_vgpu_monitor_per_gpu_node(compose: dict[str, Any]) -> None:
     monitors = {n.removeprefix("vgpu-monitor-") for n in services(compose) if "vgpu-monitor" in n}
-    assert monitors == gpu_nodes_of(compose) == {"gpu-node-a", "gpu-node-b", "gpu-node-c"}
+    assert (
+        monitors
+        == gpu_nodes_of(compose)
+        == {"gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-mig"}
+    )
     prometheus = dependencies(services(compose)["prometheus"])
     assert {f"vgpu-monitor-{node}" for node in monitors} <= set(prometheus)
 

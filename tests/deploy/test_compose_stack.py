@@ -29,13 +29,8 @@ MODULES = {
     "hami-scheduler": "hami_scheduler",
     "hami-deviceplugin": "hami_deviceplugin",
 }
-SERVICES = (
-    "webhook",
-    "scheduler",
-    "deviceplugin-gpu-node-a",
-    "deviceplugin-gpu-node-b",
-    "deviceplugin-gpu-node-c",
-)
+SERVICES = ("webhook", "scheduler")
+"""Started before the device plugins, which follow the compose file's ``deviceplugin-*``."""
 
 
 @dataclass
@@ -163,11 +158,12 @@ def test_compose_stack_places_the_example_pods(root: Path) -> None:
         kubesim = stack.enter_context(running("kubesim", kubesim_argv, log_dir=root))
         wait_until(answers(f"{api}/healthz"), timeout=30, what="kubesim", proc=kubesim)
         # The vGPU monitors too, once their console script is installed here.
+        plugins = [n for n in compose["services"] if n.startswith("deviceplugin-")]
         monitors = [n for n in compose["services"] if n.startswith("vgpu-monitor-")]
         if not console_script("hami-vgpu-monitor").exists():
             monitors = []
         listeners: dict[str, str] = {}
-        for name in (*SERVICES, *monitors):
+        for name in (*SERVICES, *plugins, *monitors):
             proc = stack.enter_context(running(name, t.argv(name), log_dir=root, env=t.env(name)))
             metrics = re.search(r"--metrics-bind-address=(\S+)", " ".join(t.argv(name)))
             assert metrics is not None

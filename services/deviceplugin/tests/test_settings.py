@@ -305,3 +305,11 @@ def test_rdma_settings_refused(
     with pytest.raises(SystemExit):
         parse_settings([*BASE, *argv], {})
     assert message in capsys.readouterr().err
+
+
+def test_the_fake_mig_state_file_is_beside_the_devices_file_unless_named(tmp_path: Path) -> None:
+    fake_args = ["--device-backend", "fake", "--fake-devices", str(tmp_path / "devices.yaml")]
+    assert parse_settings([*BASE, *fake_args], {}).fake_mig_state is None
+    named = tmp_path / "state" / "mig.json"
+    settings = parse_settings([*BASE, *fake_args, "--fake-mig-state", str(named)], {})
+    assert settings.fake_mig_state == named

@@ -3,12 +3,15 @@
 Starts kubesim (API server, admission dispatch, the scheduling loop reading the chart's
 KubeSchedulerConfiguration, kubelet stand-ins whose containers play HAMi-core), the webhook, the
 scheduler extender, one device plugin and one vGPU monitor per GPU node as real processes on
-real ports with generated TLS certificates, on three simulated GPU nodes (fake device backend):
+real ports with generated TLS certificates, on four simulated GPU nodes (fake device backend):
 
 * ``gpu-node-a``: 4 × Tesla T4 (15 GiB), two NUMA nodes;
 * ``gpu-node-b``: 2 × A100-SXM4-80GB, one per NUMA node;
 * ``gpu-node-c``: 8 × A10 (24 GB), two NUMA nodes, GPUs 0-1, 2-3, 4-5 and 6-7 joined by 4
-  NVLinks each; its device plugin writes the GPU pair scores (topology-aware placement).
+  NVLinks each; its device plugin writes the GPU pair scores (topology-aware placement);
+* ``gpu-node-mig``: 1 × A100-SXM4-40GB in ``operatingmode: mig`` (dynamic MIG: instances made
+  at the placements the scheduler reserves), tainted ``nvidia.com/mig=true:NoSchedule`` so only
+  pods that ask for MIG land there.
 
 It then submits the example pods of ``deploy/examples/*.yaml`` one after another (in file order;
 each waits until it is placed, refused or reported unschedulable, so the outcome does not depend
@@ -43,7 +46,13 @@ from hami_kubesim.stack.expectations import ExpectationResult, evaluate, expecta
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import REPO_ROOT, SystemSpec, gpu_model_node, nvlinked_pairs
+from hami_kubesim.stack.spec import (
+    REPO_ROOT,
+    SystemSpec,
+    gpu_model_node,
+    mig_node,
+    nvlinked_pairs,
+)
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system import System, running_system
 from hami_runtime.logs import configure_logging
@@ -55,6 +64,10 @@ DEMO_NODES = (
     gpu_model_node("gpu-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
     gpu_model_node("gpu-node-b", "NVIDIA A100-SXM4-80GB", count=2, memory_mib=81920, numa_nodes=2),
     dataclasses.replace(_NODE_C, links=nvlinked_pairs(_NODE_C, nvlinks=4), topology_score=True),
+    dataclasses.replace(
+        mig_node("gpu-node-mig", "NVIDIA A100-SXM4-40GB"),
+        taints=({"key": "nvidia.com/mig", "value": "true", "effect": "NoSchedule"},),
+    ),
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 _POD_TIMEOUT = 30.0
@@ -223,7 +236,11 @@ async def run_demo(
         return 2
     progress = _Progress(out)
     started = time.monotonic()
-    starting = "starting kubesim, the webhook, the scheduler, 3 device plugins and 3 vGPU monitors"
+    plugins = sum(1 for node in DEMO_NODES if node.device_plugin)
+    starting = (
+        f"starting kubesim, the webhook, the scheduler, {plugins} device plugins and "
+        f"{plugins} vGPU monitors"
+    )
     progress.show(starting)
     ticker = asyncio.create_task(_tick(progress, starting, started), name="demo-progress")
     try:

@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, cast
 
 import structlog
@@ -165,10 +166,10 @@ async def _open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]
         return ()
 
 
-def make_mig_control(backend: Backend) -> MigControl | None:
-    """The backend's MIG (None: this backend has none)."""
+def make_mig_control(backend: Backend, fake_state: Path | None = None) -> MigControl | None:
+    """The backend's MIG (None: this backend has none); the fake keeps it in ``fake_state``."""
     if isinstance(backend, FakeBackend):
-        return backend.mig_control()
+        return backend.mig_control(fake_state)
     mig_control = getattr(backend, "mig_control", None)
     return None if mig_control is None else cast("MigControl", mig_control())
 
@@ -190,7 +191,7 @@ async def _start_mig(
     """On a ``mig`` node: the MIG manager, its start-up pass done (None on other nodes)."""
     if settings.node.operating_mode != "mig":
         return None
-    control = make_mig_control(backend)
+    control = make_mig_control(backend, settings.fake_mig_state)
     if control is None:
         raise BackendError(f"the {backend.name} backend cannot drive MIG")
     mig = MigManager(

@@ -227,6 +227,13 @@ FLAGS: Final = (
         flags.positive_number,
     ),
     Flag(
+        ("--fake-mig-state",),
+        "fake_mig_state",
+        None,
+        "where the fake backend keeps its GPUs' MIG layout across restarts "
+        "(default: <fake devices file>.mig-state.json)",
+    ),
+    Flag(
         ("--fake-poll-interval",),
         "fake_poll_interval",
         "1",

@@ -89,6 +89,8 @@ class Settings:
     """The plugin's socket file in the kubelet's plugin dir ("" = derived from the resource)."""
     device_backend: BackendKind = "nvml"
     fake_devices: Path | None = None
+    fake_mig_state: Path | None = None
+    """The fake backend's MIG layout file (None: beside the fake devices file)."""
     sysfs_root: Path = Path("/sys")
     hook_path: str = DEFAULT_HOOK_PATH
     host_root: Path | None = Path("/")
@@ -258,6 +260,9 @@ def parse_settings(
             socket_name=str(given.get("socket_name") or ""),
             device_backend=cast("BackendKind", value["device_backend"]),
             fake_devices=Path(fake) if fake else None,
+            fake_mig_state=Path(str(given["fake_mig_state"]))
+            if given.get("fake_mig_state")
+            else None,
             sysfs_root=Path(value["sysfs_root"]),
             hook_path=str(value["hook_path"]),
             host_root=_optional_path(str(value["host_root"])),

@@ -18,6 +18,9 @@ An example pod says what should become of it in ``demo.hami.io/*`` annotations:
     another example pod (same namespace) it must share a GPU with / must share none with.
 ``demo.hami.io/expect-reason``
     a text the FailedScheduling message (or the admission refusal) must contain.
+``demo.hami.io/expect-mig-profiles``
+    the MIG profiles its instances must have, comma-separated in container and device order
+    (``1g.5gb,3g.20gb``); each instance must also have been created (a MIG UUID recorded).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hami_kube.objects import PodView
+from hami_kubesim.stack.mig_checks import reservations_of
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -62,6 +66,7 @@ class Expectation:
     other_gpu_than: str = ""
     reason: str = ""
     gpus_one_of: tuple[frozenset[str], ...] = ()
+    mig_profiles: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -100,6 +105,7 @@ def expectation_of(pod: Mapping[str, Any]) -> Expectation | None:
         other_gpu_than=get("expect-other-gpu-than"),
         reason=get("expect-reason"),
         gpus_one_of=_gpu_sets(get("expect-gpus-one-of")),
+        mig_profiles=tuple(p.strip() for p in get("expect-mig-profiles").split(",") if p.strip()),
     )
 
 
@@ -142,6 +148,14 @@ def _placed_problems(state: ClusterState, want: Expectation, pod: Mapping[str, A
         other = state.pod(want.namespace, want.other_gpu_than)
         if gpus & _gpus(other):
             problems.append(f"expected no GPU in common with {want.other_gpu_than}")
+    if want.mig_profiles:
+        reservations = reservations_of(pod) or ()
+        profiles = tuple(r.profile for r in reservations)
+        if profiles != want.mig_profiles:
+            wanted = list(want.mig_profiles)
+            problems.append(f"expected MIG profiles {wanted}, got {list(profiles)}")
+        elif any(r.runtime is None for r in reservations):
+            problems.append("a MIG instance was not created")
     return problems
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from hami_kube.objects import PodView
 from hami_kubesim.stack.expectations import ExpectationResult
+from hami_kubesim.stack.mig_checks import container_reservations_of
 from hami_kubesim.stack.state import (
     ClusterState,
     DeviceLoad,
@@ -31,6 +32,7 @@ from hami_kubesim.stack.state import (
     record_envs,
 )
 from hami_kubesim.stack.usage import DeviceReading, MonitorUsage
+from hami_protocol.pod.mig import MigReservation
 
 __all__ = ["render_report"]
 
@@ -87,6 +89,15 @@ def _monitor_lines(readings: Sequence[DeviceReading], indent: str) -> list[str]:
     )
 
 
+def _instance(reservation: MigReservation) -> str:
+    """``3g.20gb slices [0,4) MIG-…`` (the MIG UUID once the plugin created it)."""
+    placement = reservation.placement
+    made = "" if reservation.runtime is None else f" {reservation.runtime.mig_uuid}"
+    return (
+        f"{reservation.profile} slices [{placement.start},{placement.start + placement.size}){made}"
+    )
+
+
 def _pod_lines(
     state: ClusterState, pod: Mapping[str, Any], mark: str, usage: MonitorUsage | None
 ) -> list[str]:
@@ -96,7 +107,8 @@ def _pod_lines(
     lines = [f"{mark}{pod_key(pod):<34} {outcome(state, pod).value:<13} {node or '-'}"]
     types = _type_of(state, node)
     containers = record_containers(allocation_record(pod))
-    for name, devices in container_devices(pod):
+    instances = container_reservations_of(pod)
+    for index, (name, devices) in enumerate(container_devices(pod)):
         if not devices:
             lines.append(f"      {name}: no GPU")
             continue
@@ -105,7 +117,10 @@ def _pod_lines(
             for d in devices
         )
         lines.append(f"      {name}: {grants}")
-        if usage is not None and name in apps:
+        mig = instances.get(index)
+        if mig:
+            lines.append("        MIG: " + "; ".join(_instance(r) for r in mig))
+        elif usage is not None and name in apps:
             readings = usage.of(view.namespace or "default", view.name, name)
             lines.extend(_monitor_lines(readings, "        "))
         envs = record_envs(containers.get(name) or {}, _GPU_RESOURCE)

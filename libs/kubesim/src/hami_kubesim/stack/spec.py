@@ -107,6 +107,8 @@ class GpuNode:
     """GPU links for the fake backend's ``links`` list (kept as given)."""
     topology_score: bool = False
     """The node's device plugin writes GPU pair scores (``--enable-topology-score``)."""
+    taints: tuple[Mapping[str, str], ...] = ()
+    """Node taints (``{"key", "value", "effect"}``), e.g. to keep a MIG node for MIG pods."""
     operating_mode: str = "hami-core"
     """The node's ``operatingmode`` in the plugin's ``config.json`` (``mig``: its GPUs are cut
     into MIG instances; they need ``FakeGpu.mig``)."""

@@ -350,6 +350,7 @@ def _cluster_config(
         NodeSpec(
             name=node.name,
             labels={"gpu": "on", **node.labels},
+            taints=node.taints,
             capacity=dict(_NODE_CAPACITY),
             allocatable=dict(_NODE_CAPACITY),
             address=f"10.{index // 250}.{index % 250}.10",

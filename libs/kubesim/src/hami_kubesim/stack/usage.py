@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from hami_kube.objects import PodView
+from hami_kubesim.stack.mig_checks import container_reservations_of
 from hami_kubesim.stack.state import ClusterState, Outcome, container_devices, outcome, pod_key
 
 __all__ = [
@@ -123,8 +124,10 @@ def monitor_problems(state: ClusterState, usage: MonitorUsage) -> list[str]:
         view = PodView(pod)
         apps = {c.name for c in view.containers}
         namespace = view.namespace or "default"
-        for name, devices in container_devices(pod):
-            if name not in apps or not devices:
+        instances = container_reservations_of(pod)
+        for index, (name, devices) in enumerate(container_devices(pod)):
+            # A MIG container runs without HAMi-core: no region, no series.
+            if name not in apps or not devices or index in instances:
                 continue
             where = f"{pod_key(pod)} {name}"
             readings = usage.of(namespace, view.name, name)
