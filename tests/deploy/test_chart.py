@@ -122,6 +122,10 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "only-device-plugin": ONLY_PLUGIN,
     "device-config-override": DEVICE_CONFIG_OVERRIDE,
     "monitor-tuned": MONITOR_TUNED,
+    "vendors": {
+        "global": {"devices": {"ascend": {"enabled": True}, "iluvatar": {"enabled": True}}},
+        "devices": {"ascend": {"runtimeClassName": "ascend"}, "mthreads": {"memoryPerCard": 160}},
+    },
     "no-monitor": NO_MONITOR,
 }
 
@@ -299,6 +303,9 @@ HAMI_KEYS = (
     "webhook.certManager.enabled",
     "webhook.patch.image",
     "webhook.forceOverwriteDefaultScheduler",
+    "devices.ascend.runtimeClassName",
+    "devices.ascend.hamiVnpuCore",
+    "devices.mthreads.memoryPerCard",
     "devicePlugin.deviceSplitCount",
     "devicePlugin.deviceMemoryScaling",
     "devicePlugin.deviceCoreScaling",
@@ -374,6 +381,66 @@ def test_values_are_laid_over_the_nvidia_section(render: RenderFn) -> None:
     assert config.nvidia.node_defaults.device_split_count == 4
     assert config.nvidia.gpu_core_policy == "force"
     assert config.nvidia.resource_count_name == "example.com/vgpu"
+
+
+def test_every_vendor_section_is_rendered_with_hamis_defaults(render: RenderFn) -> None:
+    document = yaml.safe_load(device_config_text(render()))
+    assert set(document) == {
+        "nvidia",
+        "cambricon",
+        "hygon",
+        "metax",
+        "mthreads",
+        "enflame",
+        "kunlun",
+        "awsneuron",
+        "amd",
+        "vastai",
+        "biren",
+        "iluvatars",
+        "vnpus",
+    }
+    config = parse_device_config(device_config_text(render()))
+    assert config.warnings == ()
+    assert config.kunlun.resource_vmemory_name == "kunlunxin.com/vxpu-memory"
+    assert config.enflame.resource_name_drs_gcu == "enflame.com/drs-gcu"
+    assert config.awsneuron.resource_core_name == "aws.amazon.com/neuroncore"
+    assert [chip.common_word for chip in config.vnpus.configs][-1] == "Ascend910C"
+
+
+VENDOR_VALUES: dict[str, Any] = {
+    "global": {"devices": {"ascend": {"enabled": True}, "iluvatar": {"enabled": True}}},
+    "scheduler": {"overwriteEnv": True},
+    "devices": {
+        "ascend": {"runtimeClassName": "ascend", "hamiVnpuCore": True},
+        "mthreads": {"memoryPerCard": 160},
+    },
+}
+
+
+def test_vendor_values_are_laid_over_their_sections(render: RenderFn) -> None:
+    config = parse_device_config(device_config_text(render(VENDOR_VALUES)))
+    assert config.vnpus.hami_vnpu_core is True
+    assert {chip.runtime_class_name for chip in config.vnpus.configs} == {"ascend"}
+    assert {chip.overwrite_env for chip in config.vnpus.configs} == {True}
+    assert config.mthreads.memory_per_card == (160,)
+    listed = {"devices": {"mthreads": {"memoryPerCard": [96, 160]}}}
+    assert parse_device_config(device_config_text(render(listed))).mthreads.memory_per_card == (
+        96,
+        160,
+    )
+
+
+@pytest.mark.parametrize(("values", "expected"), [(None, "false"), (VENDOR_VALUES, "true")])
+def test_vendor_switches_reach_the_scheduler_and_the_webhook(
+    render: RenderFn, values: dict[str, Any] | None, expected: str
+) -> None:
+    rendered = render(values)
+    extender = container(rendered.one("Deployment", "demo-hami-scheduler"), "extender")
+    webhook = container(rendered.one("Deployment", "demo-hami-webhook"), "webhook")
+    for args in (extender["args"], webhook["args"]):
+        assert flag(args, "--enable-ascend") == expected
+        assert flag(args, "--enable-iluvatar") == expected
 
 
 def test_device_config_content_replaces_the_file(render: RenderFn) -> None:

@@ -15,6 +15,7 @@ from hami_kubesim.scheduler.config import (
 )
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
 from hami_protocol.config.device import parse_device_config
+from hami_protocol.vendor.table import vendors_from_config
 
 from .conftest import RenderFn
 from .helpers import CHART, REPO
@@ -68,8 +69,8 @@ def test_extender_url_follows_the_extender_port(render: RenderFn) -> None:
 
 
 def test_file_has_hamis_extender_shape() -> None:
-    config = load_scheduler_config(CONFIG_FILE)
-    (extender,) = config.extenders
+    kube_config = load_scheduler_config(CONFIG_FILE)
+    (extender,) = kube_config.extenders
     assert extender.filter_verb == "filter"
     assert extender.bind_verb == "bind"
     assert extender.node_cache_capable is True
@@ -77,20 +78,23 @@ def test_file_has_hamis_extender_shape() -> None:
     assert extender.tls is not None
     assert extender.tls.insecure is True
     assert all(r.ignored_by_scheduler for r in extender.managed_resources)
-    # Every NVIDIA resource of the shipped device-config.yaml is managed by the extender, so
-    # kube-scheduler's own fit check ignores all of them.
-    nvidia = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML).nvidia
+    # Every resource of every vendor of the shipped device-config.yaml (Ascend and Iluvatar
+    # included) is managed by the extender, so kube-scheduler's own fit check ignores them all.
+    config = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML)
+    nvidia = config.nvidia
+    vendors = vendors_from_config(config, enable_ascend=True, enable_iluvatar=True)
     names = [
         nvidia.resource_count_name,
         nvidia.resource_memory_name,
         nvidia.resource_memory_percentage_name,
         nvidia.resource_core_name,
         nvidia.resource_priority_name,
+        *(name for vendor in vendors[1:] for name in vendor.managed_resources),
         # RDMA NICs for joint GPU + NIC allocation (koordinator.sh/rdma, served by the plugin).
         "koordinator.sh/rdma",
     ]
     assert extender.managed_resources == tuple(ManagedResource(n, True) for n in names if n)
-    assert config.profiles[0].ignored_resources == frozenset(n for n in names if n)
+    assert kube_config.profiles[0].ignored_resources == frozenset(n for n in names if n)
 
 
 def test_kube_scheduler_reads_the_rendered_file(render: RenderFn) -> None:

@@ -19,11 +19,17 @@ from hami_kubesim.scheduler.config import (
     parse_duration,
     parse_scheduler_config,
 )
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import parse_device_config
 from hami_protocol.errors import ConfigError
+from hami_protocol.vendor.table import vendors_from_config
 
 SHIPPED = (
     Path(__file__).resolve().parents[3]
     / "deploy/charts/hami/charts/scheduler/files/kube-scheduler-config.yaml"
+)
+_VENDORS = vendors_from_config(
+    parse_device_config(DEFAULT_DEVICE_CONFIG_YAML), enable_ascend=True, enable_iluvatar=True
 )
 HAMI_RESOURCES = (
     "nvidia.com/gpu",
@@ -31,6 +37,8 @@ HAMI_RESOURCES = (
     "nvidia.com/gpumem-percentage",
     "nvidia.com/gpucores",
     "nvidia.com/priority",
+    # every other vendor's resources, as HAMi's chart lists its devices' customresources
+    *(name for vendor in _VENDORS[1:] for name in vendor.managed_resources),
     "koordinator.sh/rdma",
 )
 

@@ -458,9 +458,13 @@ def test_runtime_class(obj: dict[str, Any], expected: str | None) -> None:
     [
         {"cambricon.com/vmlu": "1"},
         {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000"},
-        {"mthreads.com/vgpu": "1"},
+        {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8"},
         {"metax-tech.com/gpu": "1"},
         {"amd.com/gpu": "1"},
+        {"birentech.com/gpu": "1"},
+        {"vastaitech.com/va": "2"},
+        {"kunlunxin.com/xpu": "4"},
+        {"enflame.com/gcu": "1"},
     ],
 )
 def test_other_vendor_pods_are_routed_without_nvidia_defaults(limits: dict[str, str]) -> None:

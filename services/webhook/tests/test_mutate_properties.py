@@ -9,17 +9,20 @@ containers are never touched; every refusal says why.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_protocol.config.device import NvidiaConfig
-from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import NvidiaConfig, parse_device_config
+from hami_protocol.vendor.table import DEFAULT_VENDORS, vendors_from_config
 from hami_webhook.mutate import MutationRules, admit_pod
 from hami_webhook.quota_cache import QuotaCache
 
+DEVICES = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML)
 RESOURCES = (
     "nvidia.com/gpu",
     "nvidia.com/gpumem",
@@ -29,9 +32,35 @@ RESOURCES = (
     "cambricon.com/vmlu",
     "amd.com/gpu",
     "cpu",
+    # vendors with admission rules of their own
+    "huawei.com/Ascend910B3",
+    "huawei.com/Ascend910B3-memory",
+    "huawei.com/Ascend910B3-core",
+    "huawei.com/Ascend910C",
+    "huawei.com/Ascend310P-memory",
+    "huawei.com/Ascend310P",
+    "iluvatar.ai/BI-V150-vgpu",
+    "iluvatar.ai/BI-V150.vCore",
+    "mthreads.com/vgpu",
+    "mthreads.com/sgpu-memory",
+    "kunlunxin.com/vxpu",
+    "kunlunxin.com/vxpu-memory",
+    "metax-tech.com/sgpu",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
+    "enflame.com/drs-gcu",
+    "enflame.com/gcu-memory",
+    "enflame.com/gcu-core",
 )
-QUANTITIES = ("0", "1", "2", "50", "100", "3000", "1500m", "101")
-ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_TASK_PRIORITY", "GPU_CORE_UTILIZATION_POLICY", "A")
+QUANTITIES = ("0", "1", "2", "8", "50", "96", "100", "3000", "1500m", "101", "16384", "30000")
+ENV_NAMES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_TASK_PRIORITY",
+    "GPU_CORE_UTILIZATION_POLICY",
+    "A",
+    "ASCEND_VISIBLE_DEVICES",
+    "SOL_CONTINER_NAME",
+)
 
 resource_lists = st.dictionaries(
     st.sampled_from(RESOURCES), st.sampled_from(QUANTITIES), max_size=4
@@ -86,8 +115,23 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         if value is not None:
             spec[key] = value
     meta: dict[str, Any] = {"name": "p", "namespace": "ns"}
-    if draw(st.booleans()):
-        meta["annotations"] = {"a/b": "c"}
+    annotations = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "a/b",
+                    "huawei.com/vnpu-mode",
+                    "metax-tech.com/sgpu-qos-policy",
+                    "metax-tech.com/sgpu-app-class",
+                    "mthreads.com/request-gpu-num",
+                ]
+            ),
+            st.sampled_from(["c", "hami-core", "best-effort", "online", "offline", "2"]),
+            max_size=3,
+        )
+    )
+    if annotations or draw(st.booleans()):
+        meta["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
@@ -100,11 +144,25 @@ def rule_sets(draw: st.DrawFn) -> MutationRules:
         default_gpu_num=draw(st.integers(0, 2)),
         default_memory=draw(st.sampled_from([0, 512])),
     )
+    devices = replace(DEVICES, nvidia=config)
+    if draw(st.booleans()):
+        chips = tuple(
+            replace(
+                chip,
+                overwrite_env=draw(st.booleans()),
+                runtime_class_name=draw(st.sampled_from(["", "ascend"])),
+            )
+            for chip in DEVICES.vnpus.configs
+        )
+        devices = replace(devices, vnpus=replace(DEVICES.vnpus, configs=chips))
+    enabled = draw(st.booleans())
+    vendors = vendors_from_config(devices, enable_ascend=enabled, enable_iluvatar=enabled)
     return MutationRules(
         scheduler_name=draw(st.sampled_from(["hami-scheduler", ""])),
         force_overwrite_default_scheduler=draw(st.booleans()),
         nvidia=config,
-        vendors=(nvidia_vendor(config), *DEFAULT_VENDORS[1:]),
+        vendors=vendors,
+        devices=devices,
     )
 
 

@@ -180,3 +180,21 @@ def test_settings_is_frozen() -> None:
     settings = Settings()
     with pytest.raises(AttributeError):
         settings.http_bind = "x"  # type: ignore[misc]
+
+
+def test_vendor_rules_follow_the_device_config_and_enable_flags(tmp_path: Path) -> None:
+    path = tmp_path / "device-config.yaml"
+    path.write_text(
+        "mthreads: {memoryPerCard: [160]}\n"
+        "vnpus: {configs: [{commonWord: Ascend910C, superPod: true, runtimeClassName: ascend}]}\n"
+        "iluvatars: [{chipName: BI-V150, commonWord: BI-V150}]\n"
+    )
+    plain = parse_settings([f"--device-config-file={path}"]).rules.rule_set
+    assert (plain.ascend, plain.iluvatar) == ((), ())
+    assert plain.mthreads_memory_per_card == (160,)
+    enabled = parse_settings(
+        [f"--device-config-file={path}", "--enable-ascend=true", "--enable-iluvatar=true"]
+    ).rules.rule_set
+    assert [rule.chip.common_word for rule in enabled.ascend] == ["Ascend910C"]
+    assert enabled.ascend[0].chip.runtime_class_name == "ascend"
+    assert [row.common_word for row in enabled.iluvatar] == ["BI-V150"]

@@ -23,7 +23,12 @@ The rules, in HAMi's order (pkg/scheduler/webhook.go and the NVIDIA ``MutateAdmi
      ``default``; ``runtimeClassName`` when configured and the pod has none;
    * without one, and ``overwriteEnv`` on: ``NVIDIA_VISIBLE_DEVICES=none``.
 
-   A container asks for another vendor's devices when that vendor's count resource is present.
+   A container asks for another vendor's devices when that vendor's count resource is present
+   (or, for AWS Neuron and Enflame DRS, their core/memory resources).  Then each vendor's own
+   rule (:mod:`hami_webhook.vendor_rules`: Ascend templates and 910C modules, Iluvatar,
+   Moore Threads, Kunlunxin vXPU memory, MetaX sGPU QoS, AWS Neuron and Enflame checks); a
+   refusal is an error, code 500, in HAMi's words.  The pod annotations and runtime class
+   those rules ask for are written once every container passed.
 5. Devices requested and any container privileged → denied ``container <name> is privileged``
    (naming the first privileged container that asks for devices, else the first privileged one).
 6. Devices requested and a scheduler name configured → ``schedulerName`` is set, and a pod that
@@ -43,20 +48,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from hami_kube.objects import ContainerView, ObjectView
 from hami_protocol import keys
-from hami_protocol.config.device import NvidiaConfig
+from hami_protocol.config.device import DeviceConfig, NvidiaConfig
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod import envs
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests, priority_value
-from hami_protocol.request.quantity import json_quantity, to_int_ceil
 from hami_protocol.topology.layout import RDMA_RESOURCE
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, Vendor
+from hami_webhook.edits import Sections as _Sections
+from hami_webhook.edits import mapping as _mapping
+from hami_webhook.edits import present as _present
+from hami_webhook.edits import sections as _sections
+from hami_webhook.edits import set_env as _set_env
+from hami_webhook.edits import set_limit as _set_limit
+from hami_webhook.edits import value as _value
 from hami_webhook.patch import PatchOp, copy_json, diff
 from hami_webhook.quota import QuotaView, check_quota
+from hami_webhook.vendor_rules import (
+    PodEdits,
+    VendorRuleError,
+    VendorRuleSet,
+    mutate_container,
+    vendor_rule_set,
+)
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -87,6 +104,20 @@ class MutationRules:
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     vendors: tuple[Vendor, ...] = DEFAULT_VENDORS
     """Every vendor row; the NVIDIA row must use the same resource names as ``nvidia``."""
+    devices: DeviceConfig = field(default_factory=DeviceConfig)
+    """The device config the vendor rows came from (Ascend templates, Moore Threads card
+    sizes, ...)."""
+    vendor_rules: VendorRuleSet | None = None
+    """Derived from ``devices`` and ``vendors`` when not given."""
+
+    def __post_init__(self) -> None:
+        if self.vendor_rules is None:
+            object.__setattr__(self, "vendor_rules", vendor_rule_set(self.devices, self.vendors))
+
+    @property
+    def rule_set(self) -> VendorRuleSet:
+        assert self.vendor_rules is not None
+        return self.vendor_rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,68 +166,11 @@ class _InvalidRequestError(Exception):
 # -- reading containers --------------------------------------------------------------------------
 
 
-_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    if type(value) is dict:  # decoded JSON: skip the slower ABC check
-        return value
-    if value is None:
-        return _EMPTY
-    return value if isinstance(value, Mapping) else _EMPTY
-
-
-_Sections = tuple[Mapping[str, Any], Mapping[str, Any]]
-
-
-def _sections(ctr: ContainerView) -> _Sections:
-    """``(limits, requests)`` read once through the view; read again after editing them."""
-    return ctr.limits, ctr.requests
-
-
-def _present(sections: _Sections, name: str | None) -> bool:
-    limits, requests = sections
-    return bool(name) and (name in limits or name in requests)
-
-
-def _value(sections: _Sections, name: str | None) -> int | None:
-    """The resource rounded up like Go's ``Quantity.Value()``, limits first; None if absent."""
-    if not name:
-        return None
-    limits, requests = sections
-    raw = limits.get(name, requests.get(name))
-    return None if raw is None else to_int_ceil(json_quantity(raw, key=name))
-
-
 def _privileged(ctr: Mapping[str, Any]) -> bool:
     return _mapping(ctr.get("securityContext")).get("privileged") is True
 
 
 # -- editing containers --------------------------------------------------------------------------
-
-
-def _set_env(ctr: dict[str, Any], name: str, value: str) -> None:
-    env = ctr.get("env")
-    if not isinstance(env, list):
-        ctr["env"] = env = []
-    wanted = {"name": name, "value": value}
-    for index in range(len(env) - 1, -1, -1):
-        entry = env[index]
-        if isinstance(entry, dict) and entry.get("name") == name:
-            if entry != wanted:
-                env[index] = wanted
-            return
-    env.append(wanted)
-
-
-def _set_limit(ctr: dict[str, Any], name: str, value: int) -> None:
-    resources = ctr.get("resources")
-    if not isinstance(resources, dict):
-        ctr["resources"] = resources = {}
-    limits = resources.get("limits")
-    if not isinstance(limits, dict):
-        resources["limits"] = limits = {}
-    limits[name] = str(value)
 
 
 # -- NVIDIA --------------------------------------------------------------------------------------
@@ -260,9 +234,13 @@ class _Scan:
     privileged: str | None = None
     """The privileged container to name: the first one asking for devices, else the first."""
     privileged_asks: bool = False
+    edits: PodEdits = field(default_factory=PodEdits)
+    """What unprivileged containers' vendor rules ask of the pod."""
 
 
-def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
+def _mutate_containers(
+    spec: dict[str, Any], rules: MutationRules, annotations: Mapping[str, str]
+) -> _Scan:
     scan = _Scan()
     nvidia = next((v for v in rules.vendors if v.common_word == NVIDIA), None)
     others = tuple(v for v in rules.vendors if v.common_word != NVIDIA)
@@ -276,10 +254,15 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
             # A privileged container is left as it is, but what it asks for still counts.
             target = copy_json(ctr) if privileged else ctr
             found_nvidia = nvidia is not None and _mutate_nvidia(target, rules.nvidia, nvidia)
+            # A privileged container's vendor rules still run (a refusal is a refusal), but what
+            # they would ask of the pod is dropped with the container's edits.
+            edits = PodEdits() if privileged else scan.edits
+            found_vendor = mutate_container(target, annotations, rules.rule_set, edits)
             # RDMA NICs (koordinator.sh/rdma) are placed by our scheduler together with GPUs.
             limits, requests = _sections(view)
             found = (
                 found_nvidia
+                or found_vendor
                 or any(
                     v.count_resource in limits
                     or (not v.limits_only and v.count_resource in requests)
@@ -294,6 +277,25 @@ def _mutate_containers(spec: dict[str, Any], rules: MutationRules) -> _Scan:
                 scan.privileged = view.name
                 scan.privileged_asks = found
     return scan
+
+
+def _annotate(pod: dict[str, Any], current: Mapping[str, str], edits: PodEdits) -> None:
+    """Write the vendor rules' pod annotations (metadata and annotations copied on write)."""
+    wanted = dict(edits.annotations)
+    for key, text in edits.default_annotations.items():
+        if key not in current and key not in wanted:
+            wanted[key] = text
+    if all(current.get(key) == text for key, text in wanted.items()):
+        return
+    meta = pod.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        return
+    meta = dict(meta or {})
+    annotations = meta.get("annotations")
+    annotations = dict(annotations) if isinstance(annotations, dict) else {}
+    annotations.update(wanted)
+    meta["annotations"] = annotations
+    pod["metadata"] = meta
 
 
 def _other_scheduler(spec: Mapping[str, Any], rules: MutationRules) -> str | None:
@@ -382,9 +384,10 @@ def admit_pod(
     for key in ("initContainers", "containers"):
         if type(spec.get(key)) is list:
             mutated_spec[key] = copy_json(spec[key])
+    annotations = ObjectView(pod).annotations
     try:
-        scan = _mutate_containers(mutated_spec, rules)
-    except _InvalidRequestError as exc:
+        scan = _mutate_containers(mutated_spec, rules, annotations)
+    except (_InvalidRequestError, VendorRuleError) as exc:
         return _error(500, exc.message, **exc.detail)
     except ProtocolError as exc:
         return _error(400, f"cannot decode pod: {exc}", key=exc.key, value=exc.value)
@@ -392,6 +395,9 @@ def admit_pod(
         return _denied(f"container {scan.privileged} is privileged", container=scan.privileged)
     if scan.has_nvidia and rules.nvidia.runtime_class_name and spec.get("runtimeClassName") is None:
         mutated_spec["runtimeClassName"] = rules.nvidia.runtime_class_name
+    if scan.edits.runtime_class and mutated_spec.get("runtimeClassName") is None:
+        mutated_spec["runtimeClassName"] = scan.edits.runtime_class
+    _annotate(mutated, annotations, scan.edits)
     if scan.has_devices and rules.scheduler_name:
         node = spec.get("nodeName")
         if node:

@@ -131,6 +131,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
             nvidia=config.nvidia,
             vendors=vendors,
+            devices=config,
         ),
     )
 
