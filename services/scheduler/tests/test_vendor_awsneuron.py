@@ -40,7 +40,7 @@ def neuron(
 
 
 def node(
-    n: int, busy: set[int] = frozenset(), node_type: str = "trn1.32xlarge"
+    n: int, busy: frozenset[int] | set[int] = frozenset(), node_type: str = "trn1.32xlarge"
 ) -> list[DeviceUsage]:
     return [
         neuron(i, node_type=node_type, used=1 if i in busy else 0, mask=3 if i in busy else 0)
