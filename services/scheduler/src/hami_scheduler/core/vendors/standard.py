@@ -27,10 +27,11 @@ from hami_scheduler.core.usage import DeviceUsage
 from hami_scheduler.core.vendors.common import (
     CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
     Tally,
+    selected_out,
     type_refusal,
 )
 
-__all__ = ["Walk", "standard_fit", "standard_walk"]
+__all__ = ["Walk", "count_only_walk", "standard_fit", "standard_walk"]
 
 _FULL: int = 100
 
@@ -119,3 +120,36 @@ def standard_fit(
         return FitResult(ok=True)
     walk = standard_walk(devices, request, ctx, custom_filter=custom_filter)
     return walk.result(request.nums)
+
+
+def _exclusive_conflict(dev: DeviceUsage, extra: Callable[[DeviceUsage], bool] | None) -> bool:
+    return dev.used > 0 or (extra is not None and extra(dev))
+
+
+def count_only_walk(
+    devices: Sequence[DeviceUsage],
+    request: ContainerDeviceRequest,
+    ctx: FitContext,
+    *,
+    exclusive_conflict: Callable[[DeviceUsage], bool] | None = None,
+    collect_all: bool = False,
+) -> Walk:
+    """The loop of vendors that hand out whole slots (Biren, Vastai): from the end, a device is
+    refused for ``CardNotHealth``, ``CardTypeMismatch``, ``CardUuidMismatch``,
+    ``CardTimeSlicingExhausted`` or — under mutex, when used or ``exclusive_conflict`` says so —
+    ``ExclusiveDeviceAllocateConflict``; each taken device is granted no memory and the asked
+    cores."""
+    walk = Walk(Tally(len(devices)))
+    for dev in reversed(devices):
+        refusal = selected_out(dev, request, ctx)
+        if not refusal and dev.count <= dev.used:
+            refusal = why.CARD_TIME_SLICING_EXHAUSTED
+        if not refusal and ctx.mutex and _exclusive_conflict(dev, exclusive_conflict):
+            refusal = why.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        if refusal:
+            walk.tally.add(refusal)
+            continue
+        walk.taken.append((dev, ContainerDevice(dev.uuid, request.type, 0, request.coresreq)))
+        if not collect_all and len(walk.taken) == request.nums:
+            break
+    return walk
