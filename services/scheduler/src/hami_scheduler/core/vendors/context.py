@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["NO_VENDOR_CONTEXT", "DrsProfile", "SgpuTasks", "VendorContext"]
+__all__ = ["NO_SGPU_TASKS", "NO_VENDOR_CONTEXT", "DrsProfile", "SgpuTasks", "VendorContext"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +28,12 @@ class DrsProfile:
 
 @dataclass(frozen=True, slots=True)
 class SgpuTasks:
-    """What the pods on one MetaX sGPU device run there (from the node's pods' annotations)."""
+    """The app classes of the pods running on one MetaX sGPU device."""
 
-    qos: str = ""
-    """The QoS policy of the tasks on it (``metax-tech.com/sgpu-qos-policy``); ``""`` if none."""
     online: int = 0
-    """Tasks of ``online``-class pods (``metax-tech.com/sgpu-app-class``)."""
+    """Pods of class ``online`` (``metax-tech.com/sgpu-app-class``) holding the device."""
     offline: int = 0
-    """Tasks of ``offline``-class pods."""
-    unclassed: int = 0
-    """Tasks of pods without an app class."""
+    """Pods of class ``offline`` holding the device."""
 
 
 NO_SGPU_TASKS: Final = SgpuTasks()
@@ -66,10 +62,15 @@ class VendorContext:
     """MetaX sGPU: ``metax-tech.com/sgpu-topology-aware`` (or the config's
     ``sgpuTopologyAware``)."""
     sgpu_tasks: Mapping[str, SgpuTasks] = field(default_factory=lambda: _NO_TASKS, hash=False)
-    """MetaX sGPU: device UUID → what runs there now, including the QoS just assigned to pods
-    the node report does not show yet."""
+    """MetaX sGPU: device UUID → the app classes of the pods on it (devices without classed
+    pods may be absent)."""
+    sgpu_qos_pending: Mapping[str, str] = field(default_factory=lambda: _NO_QOS, hash=False)
+    """MetaX sGPU: device UUID → the QoS policy a recent placement gave it that the node's
+    ``QosPolicy`` report does not show yet (``""``: an exclusive placement cleared it); HAMi's
+    just-assigned QoS cache, plus the devices this pod's earlier containers took."""
 
 
 _NO_TASKS: Final[Mapping[str, SgpuTasks]] = MappingProxyType({})
+_NO_QOS: Final[Mapping[str, str]] = MappingProxyType({})
 
 NO_VENDOR_CONTEXT: Final = VendorContext()
