@@ -58,6 +58,7 @@ from hami_scheduler.core.mig import (
 from hami_scheduler.core.plan import NO_SELECTORS, DeviceSelectors
 from hami_scheduler.core.topology import PairScore, best_subset, worst_connected
 from hami_scheduler.core.usage import MIG_MODE, NO_MIG, NO_MIG_GPUS, DeviceUsage
+from hami_scheduler.core.vendors.context import NO_VENDOR_CONTEXT, VendorContext
 
 __all__ = [
     "MAX_CORES",
@@ -94,6 +95,8 @@ class FitContext:
     """The node's MIG-mode GPUs (:attr:`~hami_scheduler.core.usage.NodeLayout.mig_gpus`)."""
     mig: Mapping[str, GpuOccupancy] = field(default_factory=lambda: NO_MIG)
     """The slices held now: the node's pods', plus those this pod's earlier containers took."""
+    vendor: VendorContext = NO_VENDOR_CONTEXT
+    """Pod and node facts only non-NVIDIA vendor fits read (:mod:`.vendors`)."""
 
 
 @dataclass(frozen=True, slots=True)
