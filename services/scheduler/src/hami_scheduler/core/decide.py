@@ -123,7 +123,7 @@ def _vendor_scores(
     for word, taken in segments.items():
         score = strategy_for(word).score
         if score is not None:
-            total += score(node.vendor_devices(word), taken, plan.node_policy)
+            total += score(node.devices, taken, plan.node_policy)
     return total
 
 

@@ -12,10 +12,10 @@ Contract of a vendor ``fit``: the same arguments and result as :func:`fit_reques
 that vendor already sorted by the GPU policy (walk them from the end, as HAMi does), the
 container's request of that vendor, the :class:`~hami_scheduler.core.fit.FitContext`.
 
-Contract of a vendor ``score``: ``score(devices, chosen, policy)`` with the node's devices of that
-vendor *before* the pod, the pod's devices of that vendor per container (init first), and the
-node policy (``binpack``/``spread``); the value is added to the node's usage score (HAMi adds
-every device vendor's ``ScoreNode`` to the node score).
+Contract of a vendor ``score``: ``score(node_devices, pod_devices)`` with every device of the node
+(all vendors) *before* the pod and the pod's devices of that vendor per container (init first);
+a row with ``score_policy`` also passes ``policy=`` the node policy (``binpack``/``spread``).  The
+value is added to the node's usage score (HAMi adds every device vendor's ``ScoreNode``).
 
 Ascend's common words are per chip (``Ascend910B3``...), so a word is looked up exactly first and
 then by its family prefix (:data:`FAMILY_PREFIXES`).
@@ -79,6 +79,8 @@ class FitModule:
     module: str
     fit: str = "fit"
     score: str | None = None
+    score_policy: bool = False
+    """Whether ``score`` takes the node policy as ``policy=``."""
 
 
 FIT_MODULES: Final[Mapping[str, FitModule]] = MappingProxyType(
@@ -89,8 +91,8 @@ FIT_MODULES: Final[Mapping[str, FitModule]] = MappingProxyType(
         "GCU": FitModule("enflame", fit="fit_gcu"),
         "kunlun": FitModule("kunlun", score="score"),
         "XPU": FitModule("kunlun", fit="fit_vxpu"),
-        "Metax-GPU": FitModule("metax_gpu", score="score"),
-        "Metax-SGPU": FitModule("metax_sgpu", score="score"),
+        "Metax-GPU": FitModule("metax_gpu", score="score", score_policy=True),
+        "Metax-SGPU": FitModule("metax_sgpu", score="score", score_policy=True),
         "Vastai": FitModule("vastai", score="score"),
     }
 )
@@ -131,8 +133,14 @@ def load_strategy(family: str, row: FitModule | None) -> VendorStrategy:
     return VendorStrategy(
         family,
         fit=cast("Fit", fit) if callable(fit) else fit_request,
-        score=cast("NodeScore", score) if callable(score) else None,
+        score=_node_score(score, policy=row.score_policy) if callable(score) else None,
     )
+
+
+def _node_score(score: Callable[..., float], *, policy: bool) -> NodeScore:
+    if policy:
+        return lambda devices, pod, node_policy: score(devices, pod, policy=node_policy)
+    return lambda devices, pod, node_policy: score(devices, pod)
 
 
 @cache
