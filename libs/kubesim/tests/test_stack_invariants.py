@@ -499,9 +499,9 @@ def test_mig_reservations_never_overlap_or_share_an_instance() -> None:
     [violation] = check_mig(state(overlapping, [mig_node()]))
     assert "default/a 1g.5gb@6 overlaps default/b 1g.5gb@6" in violation.message
     shared = [mig_pod("a", 6, mig_uuid="MIG-x"), mig_pod("b", 5, mig_uuid="MIG-x")]
-    assert [
-        v.message for v in check_mig(state(shared, [mig_node()]))
-    ] == ["MIG-x is also default/a's instance"]
+    assert [v.message for v in check_mig(state(shared, [mig_node()]))] == [
+        "MIG-x is also default/a's instance"
+    ]
     # A finished pod holds no slices any more; a GPU not in MIG mode holds none at all.
     done = mig_pod("a", 6)
     done["status"]["phase"] = "Succeeded"

@@ -1,0 +1,351 @@
+"""A vendor's devices on one node: what its plugin publishes, and how the scheduler reads it back.
+
+:class:`VendorDevices` is one ``nodes[].vendors[]`` entry of the cluster file (see
+:mod:`hami_kubesim.cluster.config`).  From it, for its :class:`~.profiles.Profile`:
+
+* :func:`node_annotations` — the register annotation (HAMi's JSON, with ``custominfo`` where the
+  plugin writes one: Ascend's ``NetworkID`` (0 for NPUs 0–3, 1 above; 910C always 0), Vastai's
+  ``AIC``; or the colon form) plus the handshake ``Reported …``; or the vendor's own annotation
+  (Enflame's ``gcu-drs-capacity``, MetaX's ``node-gpu-devices``).  ``annotations`` in the entry
+  replace what would be written (a garbage register, for tests);
+* :func:`kubelet_devices` — the device IDs each kubelet resource advertises: the count resource
+  has ``split`` replicas per device; capacity vendors also serve their memory (in the vendor's
+  unit) and core resources, one ID per unit, so node capacity says what HAMi synthesizes from;
+* :func:`node_inventory` — the devices as HAMi's scheduler derives them from a node object
+  (§1: register decoded, capacity synthesized, vendor annotation parsed), which the invariants
+  hold pods' allocations against.  Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hami_kube.objects import NodeView
+from hami_kubesim.vendors.profiles import Profile, profile_for
+from hami_protocol.errors import ProtocolError
+from hami_protocol.node.handshake import format_reported
+from hami_protocol.node.registry import DeviceInfo, decode_node_devices, encode_node_devices_colon
+from hami_protocol.request.quantity import parse_quantity
+
+__all__ = [
+    "AWS_INSTANCE_TYPE_LABEL",
+    "VendorDevices",
+    "device_ids",
+    "kubelet_devices",
+    "node_annotations",
+    "node_inventory",
+    "node_labels",
+]
+
+AWS_INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+_ASCEND_910C = "Ascend910C"
+_MIB_PER_GB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class VendorDevices:
+    """One vendor's devices on a node, as its device plugin sees them."""
+
+    vendor: str
+    """The common word (``DCU``, ``Ascend910B``, ``MLU``, ``Metax-SGPU``, ``AWSNeuron`` …)."""
+    devices: int = 1
+    memory_mib: int = 0
+    """Per device (0: the vendor's default)."""
+    cores: int = 0
+    """Per device: percent, AMD compute units, Mthreads cores, AWS NeuronCores (0: default)."""
+    split: int = 0
+    """Tasks per device: register ``count``, kubelet replicas, Enflame DRS slices (0: default)."""
+    type: str = ""
+    numa_nodes: int = 1
+    unhealthy: frozenset[int] = frozenset()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Written as given instead of what the plugin would write (bad-input tests)."""
+    report_interval: float = 30.0
+    instance_type: str = "trn1.32xlarge"
+    qos_policy: str = "best-effort"
+
+    @property
+    def profile(self) -> Profile:
+        return profile_for(self.vendor)
+
+    @property
+    def memory(self) -> int:
+        return self.memory_mib or self.profile.default_memory_mib
+
+    @property
+    def core_count(self) -> int:
+        return self.cores or self.profile.default_cores
+
+    @property
+    def slots(self) -> int:
+        if self.split:
+            return self.split
+        whole = self.profile.inventory == "capacity" and self.vendor not in ("MLU", "Mthreads")
+        return 1 if whole else (6 if self.vendor == "Enflame" else 10)
+
+    @property
+    def device_type(self) -> str:
+        return self.type or self.profile.default_type
+
+    def numa(self, index: int) -> int:
+        per = max(1, -(-self.devices // max(1, self.numa_nodes)))
+        return index // per
+
+
+def device_ids(spec: VendorDevices, node: str) -> tuple[str, ...]:
+    """The IDs the scheduler will know the devices by (synthesized ones for capacity vendors)."""
+    profile = spec.profile
+    if profile.id_word:
+        return tuple(profile.device_id(node, i) for i in range(spec.devices))
+    if spec.vendor == "Metax-SGPU":
+        return tuple(_uuid("GPU", node, spec.vendor, i) for i in range(spec.devices))
+    return tuple(_uuid(spec.vendor, node, spec.vendor, i) for i in range(spec.devices))
+
+
+def _uuid(prefix: str, node: str, vendor: str, index: int) -> str:
+    digest = hashlib.sha1(f"{node}/{vendor}/{index}".encode()).hexdigest()
+    return f"{prefix}-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def _register_devices(spec: VendorDevices, node: str) -> list[DeviceInfo]:
+    return [
+        DeviceInfo(
+            id=uuid,
+            index=i,
+            count=spec.slots,
+            devmem=spec.memory,
+            devcore=spec.core_count,
+            type=spec.device_type,
+            numa=spec.numa(i),
+            health=i not in spec.unhealthy,
+        )
+        for i, uuid in enumerate(device_ids(spec, node))
+    ]
+
+
+def _custom_info(spec: VendorDevices, index: int) -> dict[str, Any] | None:
+    if spec.vendor.startswith("Ascend910"):
+        return {"NetworkID": 0 if spec.vendor == _ASCEND_910C or index <= 3 else 1}
+    if spec.vendor == "Vastai":
+        return {"AIC": str(index // 2)}
+    return None
+
+
+def _json_register(spec: VendorDevices, node: str) -> str:
+    # HAMi's Go struct order with omitempty; ``custominfo`` last.
+    documents: list[dict[str, Any]] = []
+    for device in _register_devices(spec, node):
+        doc: dict[str, Any] = {
+            "id": device.id,
+            "index": device.index,
+            "count": device.count,
+            "devmem": device.devmem,
+            "devcore": device.devcore,
+            "type": device.type,
+            "numa": device.numa,
+            "health": device.health,
+        }
+        custom = _custom_info(spec, device.index)
+        if custom:
+            doc["custominfo"] = custom
+        documents.append({k: v for k, v in doc.items() if v})
+    return json.dumps(documents, separators=(",", ":"))
+
+
+def _enflame_drs(spec: VendorDevices) -> str:
+    slices = spec.slots
+    per_slice_gb = max(1, spec.memory // _MIB_PER_GB // slices)
+    sizes = sorted({1, *(s for s in (2, 3, slices) if s <= slices)})
+    profiles = {f"{s}g.{s * per_slice_gb}gb": str(i) for i, s in enumerate(sizes)}
+    devices = [{"index": i, "minor": i, "capacity": slices} for i in range(spec.devices)]
+    return json.dumps({"devices": devices, "profiles": profiles}, separators=(",", ":"))
+
+
+def _metax_sgpu(spec: VendorDevices, node: str) -> str:
+    documents = [
+        {
+            "uuid": uuid,
+            "bdf": f"0000:{0x10 + i:02x}:00.0",
+            "model": spec.device_type,
+            "totalDevCount": spec.slots,
+            "totalCompute": spec.core_count,
+            "totalVRam": spec.memory,
+            "availableDevCount": spec.slots,
+            "availableCompute": spec.core_count,
+            "availableVRam": spec.memory,
+            "numa": spec.numa(i),
+            "healthy": i not in spec.unhealthy,
+            "qosPolicy": spec.qos_policy,
+            "linkZone": 1 + i // 4,
+        }
+        for i, uuid in enumerate(device_ids(spec, node))
+    ]
+    return json.dumps(documents, separators=(",", ":"))
+
+
+def handshake_value(spec: VendorDevices, now: datetime) -> str:
+    """``Reported <now>``; Ascend's plugin writes ``Reported_<2006.01.02 15:04:05>``."""
+    if spec.profile.handshake_style == "ascend":
+        return f"Reported_{now:%Y.%m.%d %H:%M:%S}"
+    return format_reported(now)
+
+
+def node_annotations(spec: VendorDevices, node: str, now: datetime) -> dict[str, str]:
+    """What the plugin writes on its node at each report (empty for capacity vendors)."""
+    profile = spec.profile
+    written: dict[str, str] = {}
+    if profile.register_key is not None:
+        if profile.inventory == "register" and profile.encoding == "colon":
+            written[profile.register_key] = encode_node_devices_colon(_register_devices(spec, node))
+        elif profile.inventory == "register":
+            written[profile.register_key] = _json_register(spec, node)
+        elif spec.vendor == "Enflame":
+            written[profile.register_key] = _enflame_drs(spec)
+        else:
+            written[profile.register_key] = _metax_sgpu(spec, node)
+    if profile.handshake_key is not None:
+        written[profile.handshake_key] = handshake_value(spec, now)
+    return {**written, **spec.annotations}
+
+
+def node_labels(spec: VendorDevices) -> dict[str, str]:
+    return {AWS_INSTANCE_TYPE_LABEL: spec.instance_type} if spec.vendor == "AWSNeuron" else {}
+
+
+def kubelet_devices(spec: VendorDevices, node: str) -> dict[str, list[tuple[str, bool]]]:
+    """``resource → [(device ID, healthy)]`` for every resource the plugin serves."""
+    profile = spec.profile
+    served: dict[str, list[tuple[str, bool]]] = {}
+    ids = device_ids(spec, node)
+    served[profile.count_resource] = [
+        (f"{uuid}-{k}" if spec.slots > 1 else uuid, i not in spec.unhealthy)
+        for i, uuid in enumerate(ids)
+        for k in range(spec.slots)
+    ]
+    if profile.inventory == "capacity":
+        if profile.memory_resource:
+            units = spec.memory // profile.memory_unit_mib
+            served[profile.memory_resource] = _units(ids, spec, units, "mem")
+        if profile.cores_resource:
+            served[profile.cores_resource] = _units(ids, spec, spec.core_count, "core")
+    return served
+
+
+def _units(
+    ids: tuple[str, ...], spec: VendorDevices, per_device: int, what: str
+) -> list[tuple[str, bool]]:
+    return [
+        (f"{uuid}-{what}-{k}", i not in spec.unhealthy)
+        for i, uuid in enumerate(ids)
+        for k in range(per_device)
+    ]
+
+
+# --- reading back, as the scheduler does ----------------------------------------------------------
+
+
+def _capacity(node: NodeView, resource: str | None) -> int:
+    if resource is None:
+        return 0
+    raw = node.capacity.get(resource)
+    try:
+        return int(parse_quantity(str(raw))) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def _synthesized(profile: Profile, node: NodeView) -> tuple[DeviceInfo, ...]:
+    count = _capacity(node, profile.count_resource)
+    if count <= 0:
+        return ()
+    word = profile.word
+    memory, cores = (
+        _capacity(node, profile.memory_resource),
+        _capacity(node, profile.cores_resource),
+    )
+    shape: tuple[int, int, int, int]  # devices, count, devmem, devcore
+    if word == "MLU":
+        n = math.ceil(cores / 100)
+        shape = (n, 100, memory * 256 * 100 // cores if cores else 0, 100)
+    elif word == "Mthreads":
+        n = math.ceil(cores / 16)
+        shape = (n, 100, memory * 512 * 16 // cores if cores else 0, 16)
+    elif word == "AWSNeuron":
+        per = cores // count if cores else 1
+        shape = (count, per, 0, 2**per - 1)
+    elif word == "kunlun":
+        shape = (count, 100, 98304, 100)
+    elif word == "Metax-GPU":
+        shape = (count, 1, 65536, 100)
+    else:  # Enflame whole GCU
+        shape = (count, 1, 100, 100)
+    n, slots, devmem, devcore = shape
+    return tuple(
+        DeviceInfo(
+            id=profile.device_id(node.name, i),
+            index=i,
+            count=slots,
+            devmem=devmem,
+            devcore=devcore,
+            type=word,
+            numa=0,
+            health=True,
+        )
+        for i in range(n)
+    )
+
+
+def _vendor_annotation(profile: Profile, node: NodeView, raw: str) -> tuple[DeviceInfo, ...]:
+    data = json.loads(raw)
+    if profile.word == "Enflame":
+        sizes = [str(name).split(".")[1] for name in data["profiles"]]
+        biggest = max(int(size.removesuffix("gb")) for size in sizes)
+        return tuple(
+            DeviceInfo(
+                id=profile.device_id(node.name, int(d["index"])),
+                index=int(d["index"]),
+                count=int(d["capacity"]),
+                devmem=biggest * _MIB_PER_GB,
+                devcore=100,
+                type=profile.word,
+                numa=0,
+                health=True,
+            )
+            for d in data["devices"]
+        )
+    return tuple(
+        DeviceInfo(
+            id=str(d["uuid"]),
+            index=i,
+            count=int(d["totalDevCount"]),
+            devmem=int(d["totalVRam"]),
+            devcore=int(d["totalCompute"]),
+            type=str(d["model"]),
+            numa=int(d.get("numa", 0)),
+            health=bool(d.get("healthy", False)),
+        )
+        for i, d in enumerate(data)
+    )
+
+
+def node_inventory(profile: Profile, node: Mapping[str, Any]) -> tuple[DeviceInfo, ...] | None:
+    """The vendor's devices on ``node`` as HAMi's scheduler derives them; ``()`` when it has
+    none, ``None`` when what the node says does not decode."""
+    view = NodeView(node)
+    if profile.inventory == "capacity":
+        return _synthesized(profile, view)
+    raw = view.annotations.get(profile.register_key or "")
+    if not raw:
+        return ()
+    try:
+        if profile.inventory == "register":
+            return decode_node_devices(raw, key=profile.register_key or "")
+        return _vendor_annotation(profile, view, raw)
+    except (ProtocolError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None
