@@ -21,12 +21,14 @@ from typing import Any
 from hami_kube.objects import NodeView
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
+from hami_protocol.node.capacity_devices import CapacitySynth
 from hami_protocol.node.pairscore import decode_pair_scores
 from hami_protocol.node.registry import DeviceInfo, DevicePairScore, decode_node_devices
 from hami_protocol.pod.policy import parse_device_cordon
 from hami_protocol.request.quantity import parse_quantity
 from hami_protocol.topology.layout import RdmaNic, decode_rdma_register
 from hami_protocol.vendor.table import Vendor
+from hami_scheduler.cache.inventory import capacity_synth
 
 __all__ = ["NodeFacts", "VendorRegistration", "read_node", "slim_node"]
 
@@ -109,6 +111,39 @@ def _decode_rdma(raw: str) -> tuple[tuple[RdmaNic, ...], str]:
         return (), _problem(keys.RDMA_REGISTER, exc)
 
 
+def _capacity_units(capacity: Mapping[str, Any], names: Sequence[str]) -> dict[str, int]:
+    """The named resources of ``capacity`` as integers (an unreadable quantity reads as 0)."""
+    units: dict[str, int] = {}
+    for name in names:
+        raw = capacity.get(name)
+        if raw is None:
+            continue
+        try:
+            units[name] = int(parse_quantity(str(raw)))
+        except ProtocolError:
+            units[name] = 0
+    return units
+
+
+def _synthesised(
+    vendor: Vendor, synth: CapacitySynth, node: str, capacity: Mapping[str, Any]
+) -> VendorRegistration | None:
+    """The devices HAMi derives from the node's capacity, when it lists the count resource."""
+    if vendor.count_resource not in capacity:
+        return None
+    units = _capacity_units(capacity, vendor.managed_resources)
+    raw = ",".join(f"{name}={units[name]}" for name in sorted(units))
+    key = vendor.count_resource
+    try:
+        devices = synth(node, units)
+    except ProtocolError as exc:
+        bad = exc.key or key
+        return VendorRegistration(
+            vendor.common_word, bad, raw, error=f"node capacity {bad} is invalid: {exc.reason}"
+        )
+    return VendorRegistration(vendor.common_word, key, raw, devices=devices)
+
+
 def _allocatable(allocatable: Mapping[str, Any], vendors: Sequence[Vendor]) -> frozenset[str]:
     found: set[str] = set()
     for vendor in vendors:
@@ -135,7 +170,15 @@ def read_node(
         key = vendor.register_key
         if vendor.handshake_key is not None:
             handshakes[vendor.common_word] = annotations.get(vendor.handshake_key)
-        if key is None or key not in annotations:
+        if key is None:
+            synth = capacity_synth(vendor)
+            if synth is not None:
+                found = _synthesised(vendor, synth, node.name, node.capacity)
+                if found is not None:
+                    known = previous.registration(vendor.common_word) if previous else None
+                    registrations.append(known if known and known.raw == found.raw else found)
+            continue
+        if key not in annotations:
             continue
         raw = annotations[key]
         known = previous.registration(vendor.common_word) if previous is not None else None
@@ -197,10 +240,20 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     }
     slim_meta["annotations"] = {k: v for k, v in node.annotations.items() if k in wanted}
     allocatable = dict(node.allocatable)
+    synthesised = {
+        name
+        for vendor in vendors
+        if vendor.register_key is None and capacity_synth(vendor) is not None
+        for name in vendor.managed_resources
+    }
+    capacity = {k: v for k, v in node.capacity.items() if k in synthesised}
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     obj.clear()
     obj["metadata"] = slim_meta
-    obj["status"] = {"allocatable": allocatable} if allocatable else {}
+    status: dict[str, Any] = {"allocatable": allocatable} if allocatable else {}
+    if capacity:
+        status["capacity"] = capacity
+    obj["status"] = status
     if kind is not None:
         obj["kind"] = kind
     if api_version is not None:

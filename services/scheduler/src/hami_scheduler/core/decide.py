@@ -39,11 +39,12 @@ from hami_protocol.pod.devices import (
 from hami_protocol.pod.mig import MigReservation
 from hami_protocol.request.containers import ContainerDeviceRequest, ContainerSlot
 from hami_scheduler.core import reasons as why
-from hami_scheduler.core.fit import FitContext, QuotaProbe, fit_request
+from hami_scheduler.core.fit import FitContext, QuotaProbe
 from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigChoice
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import PodQuotaTally, VendorQuota
 from hami_scheduler.core.score import device_score, sort_devices
+from hami_scheduler.core.strategy import strategy_for
 from hami_scheduler.core.usage import DeviceUsage, NodeUsage, pod_usage
 
 __all__ = ["NodeDecision", "decide_node", "decision_usage"]
@@ -108,10 +109,22 @@ def decide_node(node: NodeUsage, plan: PodPlan) -> NodeDecision:
     return NodeDecision(
         node=node.name,
         fits=True,
-        score=node.base_score,
+        score=node.base_score + _vendor_scores(node, plan, segments),
         devices=PodDevices(tuple((word, tuple(taken)) for word, taken in segments.items())),
         mig=tuple(reservations),
     )
+
+
+def _vendor_scores(
+    node: NodeUsage, plan: PodPlan, segments: Mapping[str, Sequence[ContainerDevices]]
+) -> float:
+    """What the vendors with a node score of their own add (HAMi sums every vendor's)."""
+    total = 0.0
+    for word, taken in segments.items():
+        score = strategy_for(word).score
+        if score is not None:
+            total += score(node.devices, taken, plan.node_policy)
+    return total
 
 
 def decision_usage(decision: NodeDecision, plan: PodPlan) -> tuple[DeviceUsageSummary, ...]:
@@ -158,7 +171,7 @@ def _fit_container(
             mig_gpus=layout.mig_gpus,
             mig=occupancy,
         )
-        result = fit_request(ordered, request, ctx)
+        result = strategy_for(word).fit(ordered, request, ctx)
         if not result.ok:
             return result.reason
         chosen[word] = result.devices

@@ -26,7 +26,8 @@ decision: the single ``mutex`` policy (sorted by use, not grouped by NUMA) and
 the node's :class:`~hami_scheduler.core.usage.OpenDevices` (devices that are healthy, not MIG,
 not cordoned and have a free slot, sorted by free memory): the bounds refuse most full nodes
 without a scan, and a scan stops once enough devices pass or memory runs short.  A node with MIG
-GPUs or MIG reservations is always left to the full decision.
+GPUs or MIG reservations is always left to the full decision, and so is any pod asking a vendor
+with a fit or node score of its own (:mod:`.strategy`): only the full decision knows those.
 
 A namespace quota is judged once per pod (:func:`_quota_effect`): when it cannot refuse any
 device it is ignored, when it refuses the pod everywhere every verdict is ``False``; with
@@ -46,6 +47,7 @@ from hami_protocol.request.containers import PERCENTAGE_UNSET
 from hami_scheduler.core.fit import MAX_CORES, clamped_cores
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import VendorQuota
+from hami_scheduler.core.strategy import strategy_for
 from hami_scheduler.core.usage import DeviceUsage, NodeUsage, OpenRow
 
 __all__ = ["QuickPlan", "QuickStep", "QuotaBound", "quick_plan", "quick_verdict"]
@@ -95,6 +97,12 @@ def quick_plan(plan: PodPlan, *, relaxed: bool = False) -> QuickPlan | None:
     taken_by_apps: dict[str, int] = {}
     for slot in plan.requests.slots:
         for word, request in slot.requests.items():
+            if not strategy_for(word).standard:
+                # A vendor's own fit and score are known only to the full decision; leaving its
+                # request out of a relaxed plan keeps that plan's "no" certain.
+                if not relaxed:
+                    return None
+                continue
             selectors = plan.selectors_for(word)
             quota = _quota_effect(plan, word)
             if quota == "blocks":

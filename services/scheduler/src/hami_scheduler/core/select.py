@@ -187,14 +187,16 @@ def select_node(
             refused[name] = None
             continue
         if table is None:
-            fits = _answer(node, plan, quick, relaxed).fits
+            answer = _answer(node, plan, quick, relaxed)
         else:
-            answer = table.get(name)
-            if answer is None or answer.node is not node:
-                answer = table[name] = _answer(node, plan, quick, relaxed)
-            fits = answer.fits
-        if fits:
-            fitting[name] = node.base_score
+            known = table.get(name)
+            if known is None or known.node is not node:
+                known = table[name] = _answer(node, plan, quick, relaxed)
+            answer = known
+        if answer.fits:
+            # A vendor's own node score rides on the full decision (quick answers have none).
+            decided = answer.decision
+            fitting[name] = node.base_score if decided is None else decided.score
         else:
             refused[name] = node
     chosen, decision = _choose(plan, nodes, fitting, refused, table)

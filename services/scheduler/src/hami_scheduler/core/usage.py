@@ -38,6 +38,7 @@ from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigGpu, MigHold
 
 __all__ = [
     "MIG_MODE",
+    "NO_CUSTOM",
     "NO_MIG",
     "DeviceUsage",
     "NodeLayout",
@@ -65,6 +66,9 @@ _T = TypeVar("_T")
 
 NO_MIG_GPUS: Final[Mapping[str, MigGpu]] = MappingProxyType({})
 
+NO_CUSTOM: Final[Mapping[str, str]] = MappingProxyType({})
+"""A device without vendor ``custominfo`` (every NVIDIA device)."""
+
 _WEIGHT: Final = 10.0
 """HAMi's score multiplier (``util.Weight``)."""
 
@@ -88,6 +92,10 @@ class DeviceUsage:
     used: int = 0
     usedmem: int = 0
     usedcores: int = 0
+    custom: Mapping[str, str] = field(default_factory=lambda: NO_CUSTOM, hash=False)
+    """The registration's ``custominfo`` as text (Ascend ``NetworkID``, Vastai ``AIC`` and
+    ``DeviceStrategy``, AWS ``AWSNodeType``, MetaX ``QosPolicy``/``LinkZone``); read-only,
+    shared by every usage version of the device, empty for vendors that have none."""
 
     def shifted(self, slots: int, mem: int, cores: int) -> DeviceUsage:
         """This device with usage moved by the given amounts, never below zero."""
@@ -105,6 +113,7 @@ class DeviceUsage:
             max(self.used + slots, 0),
             max(self.usedmem + mem, 0),
             max(self.usedcores + cores, 0),
+            self.custom,
         )
 
 
