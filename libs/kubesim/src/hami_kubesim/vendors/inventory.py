@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +28,11 @@ from typing import Any
 from hami_kube.objects import NodeView
 from hami_kubesim.vendors.profiles import Profile, profile_for
 from hami_protocol.errors import ProtocolError
+from hami_protocol.node.capacity_devices import (
+    cambricon_devices,
+    metax_gpu_devices,
+    mthreads_devices,
+)
 from hami_protocol.node.handshake import format_reported
 from hami_protocol.node.registry import DeviceInfo, decode_node_devices, encode_node_devices_colon
 from hami_protocol.request.quantity import parse_quantity
@@ -261,31 +265,28 @@ def _capacity(node: NodeView, resource: str | None) -> int:
 
 
 def _synthesized(profile: Profile, node: NodeView) -> tuple[DeviceInfo, ...]:
-    count = _capacity(node, profile.count_resource)
-    if count <= 0:
+    resources = (profile.count_resource, profile.memory_resource, profile.cores_resource)
+    capacity = {name: _capacity(node, name) for name in resources if name}
+    if capacity[profile.count_resource] <= 0:
         return ()
-    word = profile.word
-    memory, cores = (
-        _capacity(node, profile.memory_resource),
-        _capacity(node, profile.cores_resource),
-    )
-    shape: tuple[int, int, int, int]  # devices, count, devmem, devcore
-    if word == "MLU":
-        n = math.ceil(cores / 100)
-        shape = (n, 100, memory * 256 * 100 // cores if cores else 0, 100)
-    elif word == "Mthreads":
-        n = math.ceil(cores / 16)
-        shape = (n, 100, memory * 512 * 16 // cores if cores else 0, 16)
-    elif word == "AWSNeuron":
-        per = cores // count if cores else 1
-        shape = (count, per, 0, 2**per - 1)
-    elif word == "kunlun":
-        shape = (count, 100, 98304, 100)
-    elif word == "Metax-GPU":
-        shape = (count, 1, 65536, 100)
-    else:  # Enflame whole GCU
-        shape = (count, 1, 100, 100)
-    n, slots, devmem, devcore = shape
+    sizing = {"memory_resource": profile.memory_resource, "core_resource": profile.cores_resource}
+    if profile.word == "MLU":
+        return cambricon_devices(
+            node.name, capacity, count_resource=profile.count_resource, **sizing
+        )
+    if profile.word == "Mthreads":
+        return mthreads_devices(
+            node.name, capacity, count_resource=profile.count_resource, **sizing
+        )
+    if profile.word == "Metax-GPU":
+        return metax_gpu_devices(node.name, capacity, count_resource=profile.count_resource)
+    # Not in the protocol library yet (contracts/hami-extensions.md §1): Kunlun, Enflame, AWS.
+    count, cores = capacity[profile.count_resource], capacity.get(profile.cores_resource or "", 0)
+    shapes = {  # count, devmem, devcore per device
+        "kunlun": (100, 98304, 100),
+        "AWSNeuron": (cores // count or 1, 0, 2 ** (cores // count or 1) - 1),
+    }
+    slots, devmem, devcore = shapes.get(profile.word, (1, 100, 100))
     return tuple(
         DeviceInfo(
             id=profile.device_id(node.name, i),
@@ -293,11 +294,11 @@ def _synthesized(profile: Profile, node: NodeView) -> tuple[DeviceInfo, ...]:
             count=slots,
             devmem=devmem,
             devcore=devcore,
-            type=word,
+            type=profile.word,
             numa=0,
             health=True,
         )
-        for i in range(n)
+        for i in range(count)
     )
 
 
@@ -338,14 +339,14 @@ def node_inventory(profile: Profile, node: Mapping[str, Any]) -> tuple[DeviceInf
     """The vendor's devices on ``node`` as HAMi's scheduler derives them; ``()`` when it has
     none, ``None`` when what the node says does not decode."""
     view = NodeView(node)
-    if profile.inventory == "capacity":
-        return _synthesized(profile, view)
     raw = view.annotations.get(profile.register_key or "")
-    if not raw:
+    if profile.inventory != "capacity" and not raw:
         return ()
     try:
+        if profile.inventory == "capacity":
+            return _synthesized(profile, view)
         if profile.inventory == "register":
-            return decode_node_devices(raw, key=profile.register_key or "")
-        return _vendor_annotation(profile, view, raw)
+            return decode_node_devices(raw or "", key=profile.register_key or "")
+        return _vendor_annotation(profile, view, raw or "")
     except (ProtocolError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
