@@ -14,7 +14,8 @@ import pytest
 from hami_kube.objects import NodeView, PodView
 from hami_kubesim.cluster.config import ClusterConfigError, parse_cluster_config
 from hami_kubesim.cluster.simulated import Cluster, running_cluster
-from hami_kubesim.stack.state import allocation_record, record_containers
+from hami_kubesim.stack.invariants import check_vendors
+from hami_kubesim.stack.state import ClusterState, allocation_record, record_containers
 from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.allocation import GIVEN_ANNOTATION, parse_given
 from hami_kubesim.vendors.inventory import AWS_INSTANCE_TYPE_LABEL, node_inventory
@@ -53,6 +54,12 @@ def _config(tmp_path: Path, nodes: list[dict[str, Any]] = NODES) -> Any:
         },
         base_dir=tmp_path,
     )
+
+
+def _snapshot(cluster: Cluster) -> ClusterState:
+    server = cluster.apiserver.server
+    pods, nodes = tuple(server.list("pods")), tuple(server.list("nodes"))
+    return ClusterState(pods=pods, nodes=nodes, events=(), taken_at=datetime.now(UTC))
 
 
 def _node(cluster: Cluster, name: str) -> NodeView:
@@ -217,6 +224,7 @@ async def test_a_locking_vendor_gives_each_container_its_devices_then_unlocks(
             "c1": ("DCU", 1, f"{uuids[1]},DCU,2000,30:"),
         }
         assert keys.NODE_LOCK not in _node(cluster, "dcu-node").annotations
+        assert check_vendors(_snapshot(cluster)) == []
 
 
 async def test_cambricon_marks_the_pod_assigned_and_drops_its_own_lock(tmp_path: Path) -> None:
@@ -269,6 +277,7 @@ async def test_an_allocated_only_vendor_gives_each_container_once(tmp_path: Path
             "c0": ("Mthreads", 0, "mt-node-mthreads-0,Mthreads,8192,4:"),
             "c1": ("Mthreads", 1, "mt-node-mthreads-1,Mthreads,8192,4:"),
         }
+        assert check_vendors(_snapshot(cluster)) == []
         assert cluster.vendor_agents["mt-node"].grants == [
             ("Mthreads", "default/mt-pod", 0),
             ("Mthreads", "default/mt-pod", 1),
