@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import yaml
 
+from hami_kubesim.vendors.inventory import VendorDevices
+
 __all__ = [
     "CHART_DEVICE_CONFIG",
     "CHART_SCHEDULER_CONFIG",
@@ -30,6 +32,8 @@ __all__ = [
     "fake_uuid",
     "gpu_model_node",
     "nvlinked_pairs",
+    "vendor_node",
+    "with_managed_resources",
 ]
 
 
@@ -99,6 +103,9 @@ class GpuNode:
     """GPU links for the fake backend's ``links`` list (kept as given)."""
     topology_score: bool = False
     """The node's device plugin writes GPU pair scores (``--enable-topology-score``)."""
+    vendors: tuple[VendorDevices, ...] = ()
+    """Other vendors' devices, registered by their plugins' stand-ins
+    (:mod:`hami_kubesim.vendors`) beside the kubelet."""
 
 
 def fake_devices_document(node: GpuNode, *, healthy: bool | None = None) -> dict[str, Any]:
@@ -147,6 +154,12 @@ def gpu_model_node(
         for index in range(count)
     )
     return GpuNode(name=name, gpus=gpus, labels=dict(labels or {}))
+
+
+def vendor_node(name: str, *vendors: VendorDevices, gpus: tuple[FakeGpu, ...] = ()) -> GpuNode:
+    """A node with other vendors' devices (and NVIDIA ``gpus``, run by our device plugin, when
+    given)."""
+    return GpuNode(name=name, gpus=gpus, device_plugin=bool(gpus), vendors=vendors)
 
 
 def fake_uuid(seed: str) -> str:
@@ -206,6 +219,24 @@ class SystemSpec:
     """How often the containers write their usage (with ``vgpu_monitor``)."""
     monitor_feedback_interval: str = "200ms"
     """The monitors' ``--feedback-interval``: how soon a new region is found."""
+
+
+def with_managed_resources(source: Path, resources: tuple[str, ...], target: Path) -> Path:
+    """Write to ``target`` the KubeSchedulerConfiguration ``source`` with ``resources`` added to
+    its first extender's ``managedResources`` (``ignoredByScheduler``), and return ``target``.
+
+    kube-scheduler calls an extender only for pods asking for a resource it manages, and checks
+    node allocatable for every extended resource it does not ignore; HAMi's chart lists every
+    vendor's resources there, ours lists NVIDIA's only so far.
+    """
+    document = yaml.safe_load(source.read_text(encoding="utf-8"))
+    managed = document["extenders"][0].setdefault("managedResources", [])
+    listed = {entry["name"] for entry in managed}
+    managed.extend(
+        {"name": name, "ignoredByScheduler": True} for name in resources if name not in listed
+    )
+    dump_yaml(document, target)
+    return target
 
 
 def dump_yaml(document: Mapping[str, Any], path: Path) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "VendorUnknownError",
     "known_words",
     "profile_for",
+    "vendor_resources",
 ]
 
 InventorySource = Literal["register", "capacity", "annotation"]
@@ -296,3 +297,16 @@ def known_words() -> tuple[str, ...]:
 
 def profiles_by_allocated_key() -> Mapping[str, Profile]:
     return {p.allocated_key: p for p in map(profile_for, known_words()) if p.allocated_key}
+
+
+def vendor_resources() -> tuple[str, ...]:
+    """Every container resource a vendor stand-in serves or the scheduler reads, sorted."""
+    names: set[str] = set()
+    for word in known_words():
+        profile = profile_for(word)
+        names.update(
+            n
+            for n in (profile.count_resource, profile.memory_resource, profile.cores_resource)
+            if n
+        )
+    return tuple(sorted(names))
