@@ -23,7 +23,11 @@ memory (``VmRSS``), its garbage-collector pauses while serving, and a pod no nod
 ``FailedNodes`` reason materialised; the first such filter builds every reason text).  Prints
 figures only; asserts nothing.
 
-    uv run --frozen python bench/scheduler_bench.py [--nodes 5000] [--pods 10000,100000]
+With ``--mixed`` every fifth node is a Cambricon (capacity), Hygon (colon register) or Moore
+Threads (capacity) node with as many devices, and one-device pods of each of those vendors are
+filtered too; the NVIDIA shapes and the vendor shapes are reported apart, with their p99 ratio.
+
+    uv run --frozen python bench/scheduler_bench.py [--nodes 5000] [--pods 10000,100000] [--mixed]
 """
 
 from __future__ import annotations
@@ -129,7 +133,82 @@ FILTER_SHAPES: dict[str, tuple[list[dict[str, Any]], dict[str, str]]] = {
 }
 
 
-def node(n: int, gpus: int) -> JsonObject:
+VENDOR_KINDS = ("MLU", "DCU", "Mthreads")
+"""What the non-NVIDIA fifth of a ``--mixed`` cluster runs, in turn: capacity-synthesised
+Cambricon, colon-registered Hygon, capacity-synthesised Moore Threads."""
+
+
+def vendor_node(n: int, gpus: int) -> JsonObject:
+    """A node of the non-NVIDIA fifth: ``gpus`` devices of one vendor, as its plugin shows them."""
+    kind = VENDOR_KINDS[(n // 5) % len(VENDOR_KINDS)]
+    annotations: dict[str, str] = {"node.alpha.kubernetes.io/ttl": "0"}
+    resources: dict[str, str] = {}
+    if kind == "MLU":
+        resources = {
+            "cambricon.com/vmlu": str(gpus * 100),
+            "cambricon.com/mlu.smlu.vcore": str(gpus * 100),
+            "cambricon.com/mlu.smlu.vmemory": str(gpus * 96),
+        }
+    elif kind == "Mthreads":
+        resources = {
+            "mthreads.com/vgpu": str(gpus * 100),
+            "mthreads.com/sgpu-core": str(gpus * 16),
+            "mthreads.com/sgpu-memory": str(gpus * 96),
+        }
+    else:
+        devices = [
+            DeviceInfo(f"DCU-{n:05d}-{i}", i, 10, 65536, 100, "DCU-Z100", i // 4, True)
+            for i in range(gpus)
+        ]
+        annotations[keys.node_register_key("dcu")] = ":".join(
+            f"{d.id},{d.count},{d.devmem},{d.devcore},{d.type},{d.numa},true" for d in devices
+        )
+        annotations[keys.node_handshake_key("dcu")] = "Reported 2026-01-01 00:00:00"
+        resources = {"hygon.com/dcunum": str(gpus * 10)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"node-{n:05d}",
+            "labels": {"kubernetes.io/hostname": f"node-{n:05d}", "gpu": "on"},
+            "annotations": annotations,
+        },
+        "status": {
+            "allocatable": {"cpu": "96", "memory": "1Ti", **resources},
+            "capacity": {"cpu": "96", "memory": "1Ti", **resources},
+        },
+    }
+
+
+def vendor_container(limits: dict[str, str]) -> dict[str, Any]:
+    spec = container(0)
+    spec["resources"] = {"limits": {"cpu": "4", "memory": "16Gi", **limits}}
+    return spec
+
+
+VENDOR_SHAPES: dict[str, tuple[list[dict[str, Any]], dict[str, str]]] = {
+    "vendor: 1 MLU 4 GiB": (
+        [vendor_container({"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "16"})],
+        {},
+    ),
+    "vendor: 1 DCU 8 GiB 20 cores": (
+        [
+            vendor_container(
+                {"hygon.com/dcunum": "1", "hygon.com/dcumem": "8192", "hygon.com/dcucores": "20"}
+            )
+        ],
+        {},
+    ),
+    "vendor: 1 Mthreads 2 GiB": (
+        [vendor_container({"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4"})],
+        {},
+    ),
+}
+
+
+def node(n: int, gpus: int, *, mixed: bool = False) -> JsonObject:
+    if mixed and n % 5 == 4:
+        return vendor_node(n, gpus)
     devices = [
         DeviceInfo(
             id=f"GPU-{n:05d}-{i}",
@@ -180,7 +259,7 @@ async def serve(args: argparse.Namespace) -> None:
     cache = SchedulerCache(DEFAULT_VENDORS)
     nodes, pods = Store(), Store()
     for n in range(args.nodes):
-        obj = node(n, args.gpus)
+        obj = node(n, args.gpus, mixed=args.mixed)
         slim_node(obj, DEFAULT_VENDORS)
         nodes.upsert(obj)
         cache.upsert_node(obj)
@@ -271,7 +350,7 @@ def _filter_body(obj: JsonObject, node_names: list[str]) -> bytes:
 
 
 async def drive(
-    ports: Mapping[int, int], node_names: list[str], repeat: int
+    ports: Mapping[int, int], node_names: list[str], repeat: int, *, mixed: bool = False
 ) -> dict[int, dict[str, list[float]]]:
     """Filters against every server, interleaved request by request, so that whatever else
     runs on this machine slows every cluster size alike."""
@@ -291,7 +370,8 @@ async def drive(
             for size in ports:
                 reply = await one(size, NO_FIT_COLD if attempt == 0 else NO_FIT, hopeless)
                 assert len(reply["FailedNodes"]) == len(node_names)
-        for label, (containers, annotations) in FILTER_SHAPES.items():
+        shapes = {**FILTER_SHAPES, **(VENDOR_SHAPES if mixed else {})}
+        for label, (containers, annotations) in shapes.items():
             for i in range(repeat):
                 for size in ports:
                     obj = pod(f"bench-{i}-{uuid.uuid4().hex[:8]}", containers, annotations)
@@ -304,6 +384,8 @@ async def drive(
 def start_server(args: argparse.Namespace, pods: int) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes)]
     command += ["--gpus", str(args.gpus), "--pods", str(pods)]
+    if args.mixed:
+        command.append("--mixed")
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
 
@@ -319,8 +401,14 @@ def gc_summary(child: subprocess.Popen[str]) -> str:
     )
 
 
-def shapes_only(results: Mapping[str, list[float]]) -> list[float]:
-    return [s for label, samples in results.items() if "no node" not in label for s in samples]
+def shapes_only(results: Mapping[str, list[float]], *, vendor: bool = False) -> list[float]:
+    """The filters of pod shapes (NVIDIA ones, or with ``vendor`` the non-NVIDIA ones)."""
+    return [
+        s
+        for label, samples in results.items()
+        if "no node" not in label and label.startswith("vendor:") == vendor
+        for s in samples
+    ]
 
 
 def main() -> None:
@@ -329,6 +417,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--pods", default="10000,100000")
     parser.add_argument("--repeat", type=int, default=150, help="filters per pod shape")
+    parser.add_argument(
+        "--mixed", action="store_true", help="every fifth node a Cambricon, Hygon or MThreads node"
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -345,7 +436,7 @@ def main() -> None:
             infos[size] = json.loads(child.stdout.readline())
             ports[size] = infos[size]["port"]
         names = [f"node-{n:05d}" for n in range(args.nodes)]
-        results = asyncio.run(drive(ports, names, args.repeat))
+        results = asyncio.run(drive(ports, names, args.repeat, mixed=args.mixed))
         rss = {size: vm_rss_mib(child.pid) for size, child in children.items()}
     finally:
         for child in children.values():
@@ -360,7 +451,12 @@ def main() -> None:
         )
         for label, samples in results[size].items():
             print(f"  {label:40s} {timings(samples)}")
-        print(f"  {'all shapes':40s} {timings(shapes_only(results[size]))}")
+        print(f"  {'all NVIDIA shapes':40s} {timings(shapes_only(results[size]))}")
+        if args.mixed:
+            vendor = shapes_only(results[size], vendor=True)
+            ratio = p99(vendor) / p99(shapes_only(results[size]))
+            print(f"  {'all vendor shapes':40s} {timings(vendor)}")
+            print(f"  vendor p99 / NVIDIA p99: {ratio:.2f}   (vendor nodes {args.nodes // 5:,})")
         print(f"  scheduler RSS: {rss[size]:.0f} MiB")
         print(f"  server GC collections while serving: {gc_summary(children[size])}")
     if len(sizes) >= 2:

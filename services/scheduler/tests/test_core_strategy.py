@@ -23,7 +23,7 @@ from hami_scheduler.core.strategy import (
     load_strategy,
     strategy_for,
 )
-from hami_scheduler.core.vendors import kunlun
+from hami_scheduler.core.vendors import awsneuron, kunlun
 
 from .core_helpers import dev, node
 
@@ -71,6 +71,13 @@ def test_kunlun_plugs_in_its_module_fit_and_score() -> None:
     # An empty node and an empty pod: bubble delta 0 → HAMi's 2000.
     assert strategy.score((), (), "binpack") == 2000.0
     assert strategy_for("XPU").fit == kunlun.fit_vxpu
+
+
+def test_aws_neuron_plugs_in_its_module_fit_without_a_score() -> None:
+    strategy = strategy_for("AWSNeuron")
+    assert strategy.fit == awsneuron.fit
+    assert strategy.score is None
+    assert not strategy.standard
 
 
 def test_every_row_names_a_module_of_the_vendors_package() -> None:

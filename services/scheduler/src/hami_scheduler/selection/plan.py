@@ -6,7 +6,8 @@ the annotations that record it.
   policies, and attaches the namespace quota of each requested vendor that has one;
 * :func:`decision_record` turns a :class:`~hami_scheduler.core.NodeDecision` into the pod
   annotations HAMi writes at filter and the Binding carries here (``hami.io/vgpu-node``,
-  ``hami.io/vgpu-time``, each vendor's ``-devices-to-allocate`` and ``-devices-allocated``; the
+  ``hami.io/vgpu-time``, each vendor's ``-devices-to-allocate`` and ``-devices-allocated`` and
+  what its own plugin reads (:mod:`hami_protocol.pod.vendor_annotations`); the
   record's ``labels`` are HAMi's ``hami.io/vgpu-node`` label, which a Binding cannot carry: the
   device plugin sets it) and the :class:`~hami_scheduler.cache.pods.Holding` the cache
   assumes; a joint decision adds its RDMA and Koordinator annotations and the holding's NIC
@@ -25,6 +26,7 @@ from hami_protocol import keys
 from hami_protocol.pod.devices import encode_pod_devices
 from hami_protocol.pod.mig import encode_mig_reservations
 from hami_protocol.pod.policy import GpuPolicy, NodePolicy, SelectorKeys, parse_pod_policy
+from hami_protocol.pod.vendor_annotations import vendor_pod_annotations
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests
 from hami_protocol.vendor.table import NVIDIA, Vendor
 from hami_scheduler.cache.pods import (
@@ -138,6 +140,7 @@ def decision_record(
         if vendor.devices_allocated_key:
             annotations[vendor.devices_allocated_key] = value
             written[word] = value
+        annotations.update(vendor_pod_annotations(word, pod_devices, node=node, now_unix=now_unix))
     annotations.update(extra_annotations or {})
     listed = None if nics is None else nics.rdma_list
     if listed is not None:
