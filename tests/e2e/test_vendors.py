@@ -14,17 +14,10 @@ from hami_kube.objects import PodView
 from hami_kubesim.stack.invariants import check_all
 from hami_kubesim.stack.objects import device_pod
 from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import (
-    CHART_SCHEDULER_CONFIG,
-    SystemSpec,
-    gpu_model_node,
-    vendor_node,
-    with_managed_resources,
-)
+from hami_kubesim.stack.spec import SystemSpec, gpu_model_node, vendor_node
 from hami_kubesim.stack.state import ClusterState, Outcome, failed_scheduling, outcome
 from hami_kubesim.stack.system import System, running_system
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids
-from hami_kubesim.vendors.profiles import vendor_resources
 from hami_protocol import keys
 from hami_protocol.pod.devices import decode_pod_devices_canonical
 
@@ -51,17 +44,8 @@ DCU_ALLOCATED = keys.devices_allocated_key("dcu")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[System]:
-    config = with_managed_resources(
-        CHART_SCHEDULER_CONFIG,
-        vendor_resources(),
-        tmp_path_factory.mktemp("vendors") / "kube-scheduler-config.yaml",
-    )
-    spec = SystemSpec(
-        nodes=NODES,
-        namespaces=("default", "kube-system", "hami-system", NS),
-        scheduler_config=config,
-    )
+async def cluster() -> AsyncIterator[System]:
+    spec = SystemSpec(nodes=NODES, namespaces=("default", "kube-system", "hami-system", NS))
     async with running_system(spec) as running:
         yield running
 

@@ -31,6 +31,7 @@ from hami_kubesim.stack.state import (
     record_envs,
 )
 from hami_kubesim.stack.usage import DeviceReading, MonitorUsage
+from hami_kubesim.stack.vendor_report import vendor_device_loads, vendor_pod_lines
 
 __all__ = ["render_report"]
 
@@ -96,7 +97,10 @@ def _pod_lines(
     lines = [f"{mark}{pod_key(pod):<34} {outcome(state, pod).value:<13} {node or '-'}"]
     types = _type_of(state, node)
     containers = record_containers(allocation_record(pod))
+    vendor_lines = vendor_pod_lines(pod)
     for name, devices in container_devices(pod):
+        if not devices and vendor_lines:
+            continue
         if not devices:
             lines.append(f"      {name}: no GPU")
             continue
@@ -111,7 +115,7 @@ def _pod_lines(
         envs = record_envs(containers.get(name) or {}, _GPU_RESOURCE)
         if envs:
             lines.extend(_env_lines(envs, "        "))
-    return lines
+    return lines + vendor_lines
 
 
 def _unplaced_lines(
@@ -130,10 +134,10 @@ def _unplaced_lines(
     )
 
 
-def _device_lines(node: str, loads: Mapping[str, DeviceLoad]) -> list[str]:
+def _device_lines(node: str, loads: Mapping[str, DeviceLoad], what: str = "GPUs") -> list[str]:
     devices = sorted(loads.values(), key=lambda load: (load.device.index, load.device.id))
     models = sorted({d.device.type for d in devices if d.device.count})
-    lines = [f"  {node}  ({len(devices)} GPUs: {', '.join(models) or 'none registered'})"]
+    lines = [f"  {node}  ({len(devices)} {what}: {', '.join(models) or 'none registered'})"]
     for load in devices:
         device = load.device
         share = load.memory * 100 // device.devmem if device.devmem else 0
@@ -181,6 +185,8 @@ def render_report(
     for node, loads in sorted(device_loads(state).items()):
         if loads:
             lines.extend(_device_lines(node, loads))
+    for node, word, vendor_loads in vendor_device_loads(state):
+        lines.extend(_device_lines(node, vendor_loads, f"{word} devices"))
     if results:
         met = sum(r.ok for r in results)
         lines += ["", f"Expected outcomes: {met}/{len(results)} met"]

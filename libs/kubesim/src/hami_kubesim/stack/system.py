@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -87,10 +88,17 @@ from hami_kubesim.stack.services import (
     webhook_process,
 )
 from hami_kubesim.stack.settle import POLL_INTERVAL, until, wait_for
-from hami_kubesim.stack.spec import GpuNode, SystemSpec, dump_yaml, fake_devices_document
+from hami_kubesim.stack.spec import (
+    GpuNode,
+    SystemSpec,
+    dump_yaml,
+    fake_devices_document,
+    with_managed_resources,
+)
 from hami_kubesim.stack.state import ClusterState
 from hami_kubesim.stack.usage import MonitorUsage, monitor_problems, parse_usage
 from hami_kubesim.testing import format_url
+from hami_kubesim.vendors.profiles import vendor_resources
 from hami_protocol import keys
 
 __all__ = ["LEASE", "System", "deviceplugin_args", "running_system"]
@@ -446,6 +454,15 @@ async def _running(
         ca_bundle=ca_bundle,
         kubelet_grace=grace,
     )
+    if any(node.vendors for node in spec.nodes):
+        # As HAMi's chart does, kube-scheduler leaves every vendor's resources to the extender.
+        managed = work_dir / "kube-scheduler-config.yaml"
+        spec = dataclasses.replace(
+            spec,
+            scheduler_config=with_managed_resources(
+                spec.scheduler_config, vendor_resources(), managed
+            ),
+        )
     webhook = webhook_process(spec, plan, api_url, webhook_tls)
     schedulers = scheduler_processes(spec, plan, api_url, scheduler_tls)
     plugins = (

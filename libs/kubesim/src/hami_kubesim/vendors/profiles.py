@@ -22,6 +22,10 @@ from typing import Final, Literal
 from hami_protocol import keys
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
 from hami_protocol.config.device import parse_device_config
+from hami_protocol.pod.vendor_annotations import (
+    ASCEND_PREDICATE_TIME,
+    CAMBRICON_DSMLU_ASSIGNED,
+)
 from hami_protocol.vendor.table import Vendor, vendor_by_word, vendors_from_config
 
 __all__ = [
@@ -47,7 +51,6 @@ ASCEND_FAMILY: Final = "Ascend"
 _KUNLUN_ALLOCATED: Final = "hami.io/kunlun-allocated"
 _ENFLAME_DRS_CAPACITY: Final = "enflame.com/gcu-drs-capacity"
 _ENFLAME_ASSIGNED: Final = "enflame.com/gcu-assigned"
-_CAMBRICON_ASSIGNED: Final = "CAMBRICON_DSMLU_ASSIGNED"
 _NEURON_ALLOCATED: Final = "NEURON_ALLOCATED"
 
 
@@ -91,6 +94,8 @@ class Profile:
     default_type: str = ""
     default_memory_mib: int = 0
     default_cores: int = 100
+    pod_key_prefixes: tuple[str, ...] = ()
+    """Other pod annotations the plugin reads, by prefix (``CAMBRICON_``, ``NEURON_`` …)."""
     checks_cores: bool = True
     """Whether a device's cores bound the sum of its holders' cores (AWS counts a bitmask and
     Enflame DRS slices instead)."""
@@ -143,7 +148,8 @@ def _fixed() -> dict[str, Profile]:
             "MLU",
             inventory="capacity",
             encoding="vendor",
-            marker=BindMarker(_CAMBRICON_ASSIGNED, "false", "true"),
+            marker=BindMarker(CAMBRICON_DSMLU_ASSIGNED, "false", "true"),
+            pod_key_prefixes=("CAMBRICON_",),
             id_word="cambricon-mlu",
             default_type="MLU",
             default_memory_mib=24576,
@@ -177,6 +183,7 @@ def _fixed() -> dict[str, Profile]:
             inventory="capacity",
             count_resource="kunlunxin.com/xpu",
             allocated_key=_KUNLUN_ALLOCATED,
+            pod_key_prefixes=("BAIDU_COM_",),
             encoding="vendor",
             id_word="kunlun",
             default_type="kunlun",
@@ -227,6 +234,7 @@ def _fixed() -> dict[str, Profile]:
             cores_resource="aws.amazon.com/neuroncore",
             allocated_key=keys.devices_allocated_key("aws-neuron"),
             marker=BindMarker(_NEURON_ALLOCATED, "false", "true"),
+            pod_key_prefixes=("AWS_", "NEURON_"),
             encoding="vendor",
             id_word="AWSNeuron",
             default_type="AWSNeuron",
@@ -271,7 +279,12 @@ def _family(word: str) -> Profile | None:
     if row is None:
         return None
     if word.startswith(ASCEND_FAMILY):
-        return _from_row(word, handshake_style="ascend", default_memory_mib=65536)
+        return _from_row(
+            word,
+            handshake_style="ascend",
+            default_memory_mib=65536,
+            pod_key_prefixes=(ASCEND_PREDICATE_TIME,),
+        )
     if row.register_encoding == "colon":
         return _from_row(word, default_memory_mib=32768)
     return None
