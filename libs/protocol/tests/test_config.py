@@ -83,7 +83,17 @@ def test_chart_default_text_parses_cleanly() -> None:
         "BI-V100",
     ]
     words = [chip.common_word for chip in config.vnpus.configs]
-    assert words == ["Ascend910A", "Ascend910B2", "Ascend910B", "Ascend910B4", "Ascend310P"]
+    assert words == [
+        "Ascend910A",
+        "Ascend910B2",
+        "Ascend910B3",
+        "Ascend910B4-1",
+        "Ascend910B4",
+        "Ascend310P",
+        "Ascend910C",
+    ]
+    assert [chip.super_pod for chip in config.vnpus.configs] == [False] * 6 + [True]
+    assert config.vnpus.configs[2].resource_core_name == "huawei.com/Ascend910B3-core"
     assert config.vnpus.configs[0].templates[0] == AscendTemplate("vir02", 2184, 2, 0)
     # apart from the lists, the chart text says exactly what the built-in defaults say
     assert config.nvidia == NvidiaConfig(mig_profile_allowlist=config.nvidia.mig_profile_allowlist)
@@ -300,6 +310,7 @@ vnpus: {configs: [{commonWord: A, color: blue}], other: 1}
         "legacy section iluvatar ignored; list chips under iluvatars instead",
         "unknown key vnpus.other",
         "unknown key vnpus.configs[0].color",
+        "unknown key enflame.resourceCountName",
     }
 
 

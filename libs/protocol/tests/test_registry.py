@@ -231,7 +231,11 @@ def test_encode_json_escapes_html_runes_like_go() -> None:
         pytest.param(
             '  [ {"ID":"GPU-a", "Count":2, "HEALTH":true, "unknown":{"x":[1,2]},'
             ' "custominfo":{"pciBDF":"0000:01:00.0"}, "numa":null} ]\n',
-            (DeviceInfo("GPU-a", 0, 2, 0, 0, "", 0, True, ""),),
+            (
+                DeviceInfo(
+                    "GPU-a", 0, 2, 0, 0, "", 0, True, "", custom_info={"pciBDF": "0000:01:00.0"}
+                ),
+            ),
             id="go-case-insensitive-keys-unknown-fields-null",
         ),
         pytest.param(

@@ -271,8 +271,8 @@ def test_iluvatar_and_ascend_rules() -> None:
         "BI-V150": _req(1, 64 * 256, PERCENTAGE_UNSET, 0, "BI-V150"),
         "Ascend310P": _req(1, 3072, PERCENTAGE_UNSET, 0, "Ascend310P"),
     }
-    assert dict(container_requests(_ctr({"huawei.com/Ascend910B": "2"}), vendors=vendors)) == {
-        "Ascend910B": _req(2, 0, 100, 0, "Ascend910B")
+    assert dict(container_requests(_ctr({"huawei.com/Ascend910B3": "2"}), vendors=vendors)) == {
+        "Ascend910B3": _req(2, 0, 100, 0, "Ascend910B3")
     }
 
 

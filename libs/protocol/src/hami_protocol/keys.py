@@ -103,14 +103,110 @@ HYGON_USE_UUID: Final = "hygon.com/use-gpuuuid"
 HYGON_NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
 HYGON_USE_TYPE: Final = "hygon.com/use-dcutype"
 HYGON_NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
-METAX_SGPU_REGISTER: Final = "metax-tech.com/node-gpu-devices"
-"""MetaX sGPU node devices (JSON), written by MetaX's own device plugin."""
+METAX_SGPU_DEVICES: Final = "metax-tech.com/node-gpu-devices"
+"""MetaX sGPU node devices (MetaX's own JSON list), written by MetaX's device plugin."""
+METAX_SGPU_REGISTER: Final = METAX_SGPU_DEVICES
+"""Older name of :data:`METAX_SGPU_DEVICES`."""
 METAX_USE_UUID: Final = "metax-tech.com/use-gpuuuid"
 METAX_NOUSE_UUID: Final = "metax-tech.com/nouse-gpuuuid"
 AMD_USE_GPUTYPE: Final = "amd.com/use-gputype"
 AMD_NOUSE_GPUTYPE: Final = "amd.com/nouse-gputype"
 AMD_USE_GPU_UUID: Final = "amd.com/use-gpu-uuid"
 AMD_NOUSE_GPU_UUID: Final = "amd.com/nouse-gpu-uuid"
+
+
+# Ascend (per common word; see the functions below for the per-chip keys)
+ASCEND_VNPU_MODE: Final = "huawei.com/vnpu-mode"
+"""Pod annotation: ``hami-core`` asks for a soft (HAMi-core) split instead of a template vNPU."""
+ASCEND_NODE_VNPU_CORE: Final = "hami-vnpu-core"
+"""Node annotation ``"true"``/``"false"``: overrides ``vnpus.hamiVnpuCore`` for that node."""
+ASCEND_PREDICATE_TIME: Final = "predicate-time"
+ASCEND_VISIBLE_DEVICES_ENV: Final = "ASCEND_VISIBLE_DEVICES"
+
+# AWS Neuron
+AWS_NEURON_DEVICES_ALLOCATED: Final = "hami.io/aws-neuron-devices-allocated"
+AWS_NEURON_USE_UUID: Final = "aws.amazon.com/use-neuron-uuid"
+AWS_NEURON_NOUSE_UUID: Final = "aws.amazon.com/nouse-neuron-uuid"
+AWS_NEURON_PREDICATE_NODE: Final = "aws.amazon.com/predicate-node"
+AWS_NEURON_IDS: Final = "AWS_NEURON_IDS"
+AWS_NEURON_RESOURCE_TYPE: Final = "NEURON_RESOURCE_TYPE"
+AWS_NEURON_ALLOC_TIME: Final = "NEURON_ALLOC_TIME"
+AWS_NEURON_ALLOCATED: Final = "NEURON_ALLOCATED"
+AWS_INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+
+# Biren
+BIREN_REGISTER: Final = "hami.io/node-biren-register"
+BIREN_HANDSHAKE: Final = "hami.io/node-handshake-biren"
+BIREN_DEVICES_TO_ALLOCATE: Final = "hami.io/Biren-devices-to-allocate"
+BIREN_DEVICES_ALLOCATED: Final = "hami.io/Biren-devices-allocated"
+BIREN_USE_UUID: Final = "birentech.com/use-gpuuuid"
+BIREN_NOUSE_UUID: Final = "birentech.com/nouse-gpuuuid"
+
+# Cambricon pod annotations (the node lock is CAMBRICON_DSMLU_LOCK above)
+CAMBRICON_DSMLU_ASSIGNED: Final = "CAMBRICON_DSMLU_ASSIGNED"
+CAMBRICON_DSMLU_PROFILE: Final = "CAMBRICON_DSMLU_PROFILE"
+
+# Enflame: whole GCUs (capacity) and DRS slices (vendor annotation)
+ENFLAME_GCU_DEVICES_TO_ALLOCATE: Final = "hami.io/enflame-gcu-devices-to-allocate"
+ENFLAME_GCU_DEVICES_ALLOCATED: Final = "hami.io/enflame-gcu-devices-allocated"
+ENFLAME_DRS_CAPACITY: Final = "enflame.com/gcu-drs-capacity"
+"""Node annotation Enflame's DRS plugin writes: devices and slice profiles (JSON)."""
+ENFLAME_VGPU_DEVICES_ALLOCATED: Final = "hami.io/enflame-vgpu-devices-allocated"
+ENFLAME_USE_UUID: Final = "enflame.com/use-gpuuuid"
+ENFLAME_NOUSE_UUID: Final = "enflame.com/nouse-gpuuuid"
+ENFLAME_GCU_ASSIGNED: Final = "enflame.com/gcu-assigned"
+ENFLAME_GCU_ASSIGNED_TIME: Final = "enflame.com/gcu-assigned-time"
+ENFLAME_ASSIGNED_CONTAINERS: Final = "assigned-containers"
+ENFLAME_GCU_ASSIGNED_INDEX: Final = "enflame.com/gcu-assigned-index"
+ENFLAME_GCU_ASSIGNED_ID: Final = "enflame.com/gcu-assigned-id"
+ENFLAME_GCU_ASSIGNED_MINOR: Final = "enflame.com/gcu-assigned-minor"
+ENFLAME_GCU_REQUEST_SIZE: Final = "enflame.com/gcu-request-size"
+
+# Iluvatar
+ILUVATAR_CONTAINER_NAME_ENV: Final = "SOL_CONTINER_NAME"
+"""Set by the webhook to the container's name; HAMi spells it so (sic)."""
+
+# Kunlunxin: whole XPUs (capacity) and vXPUs (JSON register)
+KUNLUN_ALLOCATED: Final = "hami.io/kunlun-allocated"
+KUNLUN_DEVICE_IDX: Final = "BAIDU_COM_DEVICE_IDX"
+KUNLUN_USE_UUID: Final = "hami.io/use-xpu-uuid"
+KUNLUN_NOUSE_UUID: Final = "hami.io/no-use-xpu-uuid"
+KUNLUN_LEGACY_USE_UUID: Final = "baidu.com/use-gpuuuid"
+KUNLUN_LEGACY_NOUSE_UUID: Final = "baidu.com/nouse-gpuuuid"
+XPU_REGISTER: Final = "hami.io/node-register-xpu"
+XPU_HANDSHAKE: Final = "hami.io/node-handshake-xpu"
+XPU_DEVICES_TO_ALLOCATE: Final = "hami.io/xpu-devices-to-allocate"
+XPU_DEVICES_ALLOCATED: Final = "hami.io/xpu-devices-allocated"
+
+# MetaX sGPU pod annotations
+METAX_SGPU_QOS_POLICY: Final = "metax-tech.com/sgpu-qos-policy"
+METAX_SGPU_APP_CLASS: Final = "metax-tech.com/sgpu-app-class"
+METAX_SGPU_TOPOLOGY_AWARE: Final = "metax-tech.com/sgpu-topology-aware"
+METAX_GPU_DEVICES_ALLOCATED: Final = "metax-tech.com/gpu-devices-allocated"
+METAX_PREDICATE_TIME: Final = "metax-tech.com/predicate-time"
+METAX_GPU_TOPOLOGY_LOSSES: Final = "metax-tech.com/gpu.topology.losses"
+METAX_GPU_TOPOLOGY_SCORES: Final = "metax-tech.com/gpu.topology.scores"
+METAX_QOS_BEST_EFFORT: Final = "best-effort"
+METAX_QOS_FIXED_SHARE: Final = "fixed-share"
+METAX_QOS_BURST_SHARE: Final = "burst-share"
+METAX_QOS_POLICIES: Final = (METAX_QOS_BEST_EFFORT, METAX_QOS_FIXED_SHARE, METAX_QOS_BURST_SHARE)
+METAX_APP_CLASSES: Final = ("online", "offline")
+
+# Moore Threads
+MTHREADS_USE_UUID: Final = "mthreads.ai/use-gpuuuid"
+MTHREADS_NOUSE_UUID: Final = "mthreads.ai/nouse-gpuuuid"
+MTHREADS_REQUEST_GPU_NUM: Final = "mthreads.com/request-gpu-num"
+MTHREADS_GPU_INDEX: Final = "mthreads.com/gpu-index"
+MTHREADS_PREDICATE_TIME: Final = "mthreads.com/predicate-time"
+MTHREADS_PREDICATE_NODE: Final = "mthreads.com/predicate-node"
+
+# Vastai
+VASTAI_REGISTER: Final = "hami.io/node-va-register"
+VASTAI_HANDSHAKE: Final = "hami.io/node-handshake-va"
+VASTAI_DEVICES_TO_ALLOCATE: Final = "hami.io/Vastai-devices-to-allocate"
+VASTAI_DEVICES_ALLOCATED: Final = "hami.io/Vastai-devices-allocated"
+VASTAI_USE_UUID: Final = "vastaitech.com/use-gpuuuid"
+VASTAI_NOUSE_UUID: Final = "vastaitech.com/nouse-gpuuuid"
 
 
 def word_register_key(word: str) -> str:

@@ -2,8 +2,10 @@
 
 The ``nvidia`` section is what the chart template produces with its default values
 (resource names ``nvidia.com/*``, ``deviceSplitCount`` 10, scaling 1, ``gpuCorePolicy``
-``default``, ``libCudaLogLevel`` 1, and the dynamic-MIG profile allowlist).  The other vendor
-sections carry the chart's resource names and the Ascend chip templates; Ascend and Iluvatar
+``default``, ``libCudaLogLevel`` 1, and the dynamic-MIG profile allowlist).  Every other vendor
+section HAMi v2.10's chart renders is here with its values (``charts/hami/values.yaml``):
+Cambricon, Hygon, MetaX, Moore Threads, Enflame, Kunlunxin, AWS Neuron, AMD, Vastai, Biren, the
+four Iluvatar chips and the seven Ascend chips with their vNPU templates.  Ascend and Iluvatar
 rows only take effect when those vendors are enabled.  Tests and services load it with
 :func:`hami_protocol.config.device.parse_device_config`.
 """
@@ -70,10 +72,28 @@ mthreads:
   resourceCountName: mthreads.com/vgpu
   resourceMemoryName: mthreads.com/sgpu-memory
   resourceCoreName: mthreads.com/sgpu-core
+  memoryPerCard:
+    - 96
+enflame:
+  resourceNameGCU: enflame.com/gcu
+  resourceNameDRSGCU: enflame.com/drs-gcu
+  resourceNameGCUMemory: enflame.com/gcu-memory
+  resourceNameGCUCore: enflame.com/gcu-core
+kunlun:
+  resourceCountName: kunlunxin.com/xpu
+  resourceVCountName: kunlunxin.com/vxpu
+  resourceVMemoryName: kunlunxin.com/vxpu-memory
+awsneuron:
+  resourceCountName: aws.amazon.com/neuron
+  resourceCoreName: aws.amazon.com/neuroncore
 amd:
   resourceCountName: amd.com/gpu
   resourceMemoryName: amd.com/gpumem
   resourceCoreName: amd.com/gpucores
+vastai:
+  resourceCountName: vastaitech.com/va
+biren:
+  resourceCountName: birentech.com/gpu
 iluvatars:
   - chipName: MR-V100
     commonWord: MR-V100
@@ -102,9 +122,13 @@ vnpus:
       commonWord: Ascend910A
       resourceName: huawei.com/Ascend910A
       resourceMemoryName: huawei.com/Ascend910A-memory
+      resourceCoreName: huawei.com/Ascend910A-core
       memoryAllocatable: 32768
       memoryCapacity: 32768
+      memoryFactor: 1
       aiCore: 30
+      runtimeClassName: ""
+      overwriteEnv: false
       templates:
         - {name: vir02, memory: 2184, aiCore: 2}
         - {name: vir04, memory: 4369, aiCore: 4}
@@ -114,22 +138,45 @@ vnpus:
       commonWord: Ascend910B2
       resourceName: huawei.com/Ascend910B2
       resourceMemoryName: huawei.com/Ascend910B2-memory
+      resourceCoreName: huawei.com/Ascend910B2-core
       memoryAllocatable: 65536
       memoryCapacity: 65536
+      memoryFactor: 1
       aiCore: 24
       aiCPU: 6
+      runtimeClassName: ""
+      overwriteEnv: false
       templates:
         - {name: vir03_1c_8g, memory: 8192, aiCore: 3, aiCPU: 1}
         - {name: vir06_1c_16g, memory: 16384, aiCore: 6, aiCPU: 1}
         - {name: vir12_3c_32g, memory: 32768, aiCore: 12, aiCPU: 3}
     - chipName: 910B3
-      commonWord: Ascend910B
-      resourceName: huawei.com/Ascend910B
-      resourceMemoryName: huawei.com/Ascend910B-memory
+      commonWord: Ascend910B3
+      resourceName: huawei.com/Ascend910B3
+      resourceMemoryName: huawei.com/Ascend910B3-memory
+      resourceCoreName: huawei.com/Ascend910B3-core
       memoryAllocatable: 65536
       memoryCapacity: 65536
+      memoryFactor: 1
       aiCore: 20
       aiCPU: 7
+      runtimeClassName: ""
+      overwriteEnv: false
+      templates:
+        - {name: vir05_1c_16g, memory: 16384, aiCore: 5, aiCPU: 1}
+        - {name: vir10_3c_32g, memory: 32768, aiCore: 10, aiCPU: 3}
+    - chipName: 910B4-1
+      commonWord: Ascend910B4-1
+      resourceName: huawei.com/Ascend910B4-1
+      resourceMemoryName: huawei.com/Ascend910B4-1-memory
+      resourceCoreName: huawei.com/Ascend910B4-1-core
+      memoryAllocatable: 65536
+      memoryCapacity: 65536
+      memoryFactor: 1
+      aiCore: 20
+      aiCPU: 7
+      runtimeClassName: ""
+      overwriteEnv: false
       templates:
         - {name: vir05_1c_16g, memory: 16384, aiCore: 5, aiCPU: 1}
         - {name: vir10_3c_32g, memory: 32768, aiCore: 10, aiCPU: 3}
@@ -137,10 +184,14 @@ vnpus:
       commonWord: Ascend910B4
       resourceName: huawei.com/Ascend910B4
       resourceMemoryName: huawei.com/Ascend910B4-memory
+      resourceCoreName: huawei.com/Ascend910B4-core
       memoryAllocatable: 32768
       memoryCapacity: 32768
+      memoryFactor: 1
       aiCore: 20
       aiCPU: 7
+      runtimeClassName: ""
+      overwriteEnv: false
       templates:
         - {name: vir05_1c_8g, memory: 8192, aiCore: 5, aiCPU: 1}
         - {name: vir10_3c_16g, memory: 16384, aiCore: 10, aiCPU: 3}
@@ -148,12 +199,32 @@ vnpus:
       commonWord: Ascend310P
       resourceName: huawei.com/Ascend310P
       resourceMemoryName: huawei.com/Ascend310P-memory
+      resourceCoreName: huawei.com/Ascend310P-core
       memoryAllocatable: 21527
       memoryCapacity: 24576
+      memoryFactor: 1
       aiCore: 8
       aiCPU: 7
+      runtimeClassName: ""
+      overwriteEnv: false
       templates:
         - {name: vir01, memory: 3072, aiCore: 1, aiCPU: 1}
         - {name: vir02, memory: 6144, aiCore: 2, aiCPU: 2}
         - {name: vir04, memory: 12288, aiCore: 4, aiCPU: 4}
+    - chipName: Ascend910
+      commonWord: Ascend910C
+      resourceName: huawei.com/Ascend910C
+      resourceMemoryName: huawei.com/Ascend910C-memory
+      resourceCoreName: huawei.com/Ascend910C-core
+      memoryAllocatable: 65536
+      memoryCapacity: 65536
+      memoryFactor: 1
+      aiCore: 20
+      aiCPU: 7
+      runtimeClassName: ""
+      overwriteEnv: false
+      superPod: true
+      templates:
+        - {name: vir05_1c_16g, memory: 16384, aiCore: 5, aiCPU: 1}
+        - {name: vir10_3c_32g, memory: 32768, aiCore: 10, aiCPU: 3}
 """

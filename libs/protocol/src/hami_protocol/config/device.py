@@ -14,8 +14,13 @@ default here.
 
 Invalid values raise :class:`ConfigError` naming the field path (``nvidia.deviceSplitCount``).
 Unknown keys are tolerated, as HAMi ignores them, and listed in ``DeviceConfig.warnings`` so a
-service can log them.  Sections HAMi knows but this system does not model (``enflame``,
-``kunlun``, ``awsneuron``, ``vastai``, ``biren``) are accepted silently.
+service can log them.  Every vendor section HAMi reads is parsed and validated (``awsneuron``,
+``biren``, ``enflame``, ``kunlun`` and ``vastai`` in :mod:`hami_protocol.config.vendor_blocks`).
+
+An absent vendor section takes the chart's values: the chart renders every section, so that is
+what a stock installation runs with (HAMi itself initialises an absent section with empty
+resource names, which leaves that vendor inert; a vendor is switched off here by not enabling
+Ascend/Iluvatar, or by naming a resource nobody requests).
 """
 
 from __future__ import annotations
@@ -27,6 +32,18 @@ from typing import Final, Literal, cast
 import yaml
 
 from hami_protocol import _fields as f
+from hami_protocol.config.vendor_blocks import (
+    BIREN_DEFAULTS,
+    VASTAI_DEFAULTS,
+    AwsNeuronConfig,
+    EnflameConfig,
+    KunlunConfig,
+    SingleResourceConfig,
+    parse_awsneuron,
+    parse_enflame,
+    parse_kunlun,
+    parse_single_resource,
+)
 from hami_protocol.config.vendor_sections import (
     AMD_DEFAULTS,
     CAMBRICON_DEFAULTS,
@@ -49,13 +66,17 @@ __all__ = [
     "LIB_CUDA_LOG_LEVELS",
     "AscendChipConfig",
     "AscendConfig",
+    "AwsNeuronConfig",
     "DeviceConfig",
+    "EnflameConfig",
     "GpuCorePolicy",
     "IluvatarChipConfig",
+    "KunlunConfig",
     "MetaxConfig",
     "MigProfileAllow",
     "NodeDefaults",
     "NvidiaConfig",
+    "SingleResourceConfig",
     "VendorResourceConfig",
     "device_config_from_mapping",
     "parse_device_config",
@@ -117,6 +138,11 @@ class DeviceConfig:
     amd: VendorResourceConfig = AMD_DEFAULTS
     iluvatars: tuple[IluvatarChipConfig, ...] = ()
     vnpus: AscendConfig = field(default_factory=AscendConfig)
+    awsneuron: AwsNeuronConfig = field(default_factory=AwsNeuronConfig)
+    biren: SingleResourceConfig = BIREN_DEFAULTS
+    enflame: EnflameConfig = field(default_factory=EnflameConfig)
+    kunlun: KunlunConfig = field(default_factory=KunlunConfig)
+    vastai: SingleResourceConfig = VASTAI_DEFAULTS
     warnings: tuple[str, ...] = ()
     """Unknown or legacy keys found while parsing (tolerated; worth a log line)."""
 
@@ -146,7 +172,6 @@ _NVIDIA_KEYS: Final = (
     "runtimeClassName",
     *_NODE_KEYS,
 )
-_SILENT_SECTIONS: Final = ("enflame", "kunlun", "awsneuron", "vastai", "biren")
 _TOP_KEYS: Final = (
     "nvidia",
     "cambricon",
@@ -156,7 +181,11 @@ _TOP_KEYS: Final = (
     "amd",
     "iluvatars",
     "vnpus",
-    *_SILENT_SECTIONS,
+    "awsneuron",
+    "biren",
+    "enflame",
+    "kunlun",
+    "vastai",
 )
 _LEGACY_NOTES: Final = {
     "nvidia.knownMigGeometries": "legacy key nvidia.knownMigGeometries ignored; "
@@ -191,6 +220,11 @@ def device_config_from_mapping(data: object) -> DeviceConfig:
     amd = parse_vendor_resources(top, "amd", AMD_DEFAULTS, section_warnings)
     iluvatars = parse_iluvatars(top, section_warnings)
     vnpus = parse_ascend(top, section_warnings)
+    awsneuron = parse_awsneuron(top, section_warnings)
+    biren = parse_single_resource(top, "biren", BIREN_DEFAULTS, section_warnings)
+    enflame = parse_enflame(top, section_warnings)
+    kunlun = parse_kunlun(top, section_warnings)
+    vastai = parse_single_resource(top, "vastai", VASTAI_DEFAULTS, section_warnings)
     return DeviceConfig(
         nvidia=nvidia,
         cambricon=cambricon,
@@ -200,6 +234,11 @@ def device_config_from_mapping(data: object) -> DeviceConfig:
         amd=amd,
         iluvatars=iluvatars,
         vnpus=vnpus,
+        awsneuron=awsneuron,
+        biren=biren,
+        enflame=enflame,
+        kunlun=kunlun,
+        vastai=vastai,
         warnings=tuple(warnings + section_warnings),
     )
 

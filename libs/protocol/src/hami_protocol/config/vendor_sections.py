@@ -3,6 +3,8 @@
 Each parser reads one top-level section of the decoded document, validates it (raising
 :class:`ConfigError` with the field path) and appends warnings for keys it does not know.
 Absent sections take the chart's defaults; ``iluvatars`` and ``vnpus`` default to no chips.
+Ascend's ``vnpus`` lives in :mod:`hami_protocol.config.ascend` (re-exported here); the vendors
+HAMi added later in :mod:`hami_protocol.config.vendor_blocks`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from hami_protocol import _fields as f
+from hami_protocol.config.ascend import AscendChipConfig, AscendConfig, AscendTemplate, parse_ascend
 from hami_protocol.errors import ConfigError
 
 __all__ = [
@@ -40,6 +43,9 @@ class VendorResourceConfig:
     resource_memory_name: str | None
     resource_core_name: str | None
     memory_factor: int = 1
+    memory_per_card: tuple[int, ...] = ()
+    """Moore Threads only: a card's memory in 512 MiB units, per card model (``[96]``; an
+    MTT S5000 cluster sets ``[160]``)."""
 
 
 CAMBRICON_DEFAULTS: Final = VendorResourceConfig(
@@ -49,7 +55,7 @@ HYGON_DEFAULTS: Final = VendorResourceConfig(
     "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"
 )
 MTHREADS_DEFAULTS: Final = VendorResourceConfig(
-    "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
+    "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core", 1, (96,)
 )
 AMD_DEFAULTS: Final = VendorResourceConfig("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")
 
@@ -80,39 +86,6 @@ class IluvatarChipConfig:
     resource_count_name: str
     resource_memory_name: str | None
     resource_core_name: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class AscendTemplate:
-    name: str
-    memory: int
-    ai_core: int = 0
-    ai_cpu: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class AscendChipConfig:
-    chip_name: str
-    common_word: str
-    resource_name: str
-    resource_memory_name: str
-    resource_core_name: str | None = None
-    memory_allocatable: int = 0
-    memory_capacity: int = 0
-    memory_factor: int = 1
-    ai_core: int = 0
-    ai_cpu: int = 0
-    runtime_class_name: str = ""
-    overwrite_env: bool = False
-    super_pod: bool = False
-    templates: tuple[AscendTemplate, ...] = ()
-    """Sorted by memory, smallest first (requests round up to the first that fits)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AscendConfig:
-    hami_vnpu_core: bool = False
-    configs: tuple[AscendChipConfig, ...] = ()
 
 
 def _section(top: Mapping[str, object], name: str) -> Mapping[str, object]:
@@ -146,7 +119,32 @@ def parse_vendor_resources(
         ),
         resource_core_name=f.get_name(data, "resourceCoreName", name, defaults.resource_core_name),
         memory_factor=factor,
+        memory_per_card=_memory_per_card(data, name, defaults.memory_per_card),
     )
+
+
+def _memory_per_card(
+    data: Mapping[str, object], path: str, default: tuple[int, ...]
+) -> tuple[int, ...]:
+    """``memoryPerCard``: a list of positive integers; a legacy scalar is a one-item list."""
+    raw = data.get("memoryPerCard")
+    if raw is None or "memoryPerCard" not in _EXTRA_KEYS.get(path, ()):
+        return default
+    where = f.join(path, "memoryPerCard")
+    if not isinstance(raw, list):
+        return (f.get_int(data, "memoryPerCard", path, 0, minimum=1),)
+    values = tuple(_positive(item, f.join(where, index)) for index, item in enumerate(raw))
+    if not values:
+        raise ConfigError(where, raw, "must list at least one card size")
+    return values
+
+
+def _positive(item: object, where: str) -> int:
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise ConfigError(where, item, "expected an integer")
+    if not 1 <= item <= f.INT32_MAX:
+        raise ConfigError(where, item, f"must be between 1 and {f.INT32_MAX}")
+    return item
 
 
 def parse_metax(top: Mapping[str, object], warnings: list[str]) -> MetaxConfig:
@@ -209,91 +207,3 @@ def parse_iluvatars(
             )
         )
     return tuple(chips)
-
-
-_ASCEND_KEYS: Final = (
-    "chipName",
-    "commonWord",
-    "resourceName",
-    "resourceMemoryName",
-    "resourceCoreName",
-    "memoryAllocatable",
-    "memoryCapacity",
-    "memoryFactor",
-    "aiCore",
-    "aiCPU",
-    "runtimeClassName",
-    "overwriteEnv",
-    "superPod",
-    "templates",
-)
-
-
-def parse_ascend(top: Mapping[str, object], warnings: list[str]) -> AscendConfig:
-    """``vnpus``: ``{hamiVnpuCore, configs: [...]}``, or the older bare list of chips."""
-    raw = top.get("vnpus")
-    if isinstance(raw, list):
-        return AscendConfig(configs=_parse_ascend_chips(raw, "vnpus", warnings))
-    data = f.as_mapping(raw, "vnpus")
-    warnings += f.unknown_keys(data, ("hamiVnpuCore", "configs"), "vnpus")
-    where = "vnpus.configs"
-    return AscendConfig(
-        hami_vnpu_core=f.get_bool(data, "hamiVnpuCore", "vnpus", False),
-        configs=_parse_ascend_chips(f.as_list(data.get("configs"), where), where, warnings),
-    )
-
-
-def _parse_ascend_chips(
-    items: list[object], where: str, warnings: list[str]
-) -> tuple[AscendChipConfig, ...]:
-    chips: list[AscendChipConfig] = []
-    for index, item in enumerate(items):
-        path = f.join(where, index)
-        data = f.as_mapping(item, path)
-        warnings += f.unknown_keys(data, _ASCEND_KEYS, path)
-        word = _required_name(data, "commonWord", path, "")
-        chips.append(
-            AscendChipConfig(
-                chip_name=f.get_str(data, "chipName", path, ""),
-                common_word=word,
-                resource_name=_required_name(data, "resourceName", path, f"huawei.com/{word}"),
-                resource_memory_name=_required_name(
-                    data, "resourceMemoryName", path, f"huawei.com/{word}-memory"
-                ),
-                resource_core_name=f.get_name(data, "resourceCoreName", path, None),
-                memory_allocatable=f.get_int(data, "memoryAllocatable", path, 0),
-                memory_capacity=f.get_int(data, "memoryCapacity", path, 0),
-                memory_factor=f.get_int(data, "memoryFactor", path, 1, minimum=1),
-                ai_core=f.get_int(data, "aiCore", path, 0),
-                ai_cpu=f.get_int(data, "aiCPU", path, 0),
-                runtime_class_name=f.get_str(data, "runtimeClassName", path, ""),
-                overwrite_env=f.get_bool(data, "overwriteEnv", path, False),
-                super_pod=f.get_bool(data, "superPod", path, False),
-                templates=_parse_templates(data, path),
-            )
-        )
-    return tuple(chips)
-
-
-def _required_int(data: Mapping[str, object], key: str, path: str) -> int:
-    value = f.get_opt_int(data, key, path, minimum=1)
-    if value is None:
-        raise ConfigError(f.join(path, key), value, "required")
-    return value
-
-
-def _parse_templates(data: Mapping[str, object], path: str) -> tuple[AscendTemplate, ...]:
-    where = f.join(path, "templates")
-    templates: list[AscendTemplate] = []
-    for index, item in enumerate(f.as_list(data.get("templates"), where)):
-        item_path = f.join(where, index)
-        entry = f.as_mapping(item, item_path)
-        templates.append(
-            AscendTemplate(
-                name=_required_name(entry, "name", item_path, ""),
-                memory=_required_int(entry, "memory", item_path),
-                ai_core=f.get_int(entry, "aiCore", item_path, 0),
-                ai_cpu=f.get_int(entry, "aiCPU", item_path, 0),
-            )
-        )
-    return tuple(sorted(templates, key=lambda template: template.memory))

@@ -20,14 +20,17 @@ and is re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from hami_protocol._goparse import (
     INT32_MAX,
     INT64_MAX,
     INT64_MIN,
     UINT32_MAX,
+    JSONFloat,
+    JSONObject,
     JSONReader,
     check_int,
     check_text,
@@ -40,16 +43,19 @@ from hami_protocol.errors import DecodeError, ValidationError
 from hami_protocol.node.pairscore import DevicePairScore, decode_pair_scores, encode_pair_scores
 
 __all__ = [
+    "EMPTY_CUSTOM_INFO",
     "LEGACY_DEFAULT_MODE",
     "DeviceInfo",
     "DevicePairScore",
     "MigPlacement",
     "MigProfile",
+    "custom_info",
     "decode_node_devices",
     "decode_pair_scores",
     "encode_node_devices_colon",
     "encode_node_devices_json",
     "encode_pair_scores",
+    "plain_json",
 ]
 
 LEGACY_DEFAULT_MODE = "hami-core"
@@ -92,6 +98,32 @@ class DeviceInfo:
     pci_bus_id: str = ""
     pcie_switch: str = ""
     pcie_root: str = ""
+    device_vendor: str = ""
+    """HAMi's ``devicevendor`` (the vendor's common word; informational)."""
+    custom_info: Mapping[str, object] = field(default_factory=lambda: EMPTY_CUSTOM_INFO, hash=False)
+    """HAMi's ``custominfo``: vendor facts as plain JSON values (``NetworkID`` of an Ascend NPU,
+    ``AIC``/``DeviceStrategy`` of a Vastai die, ``QosPolicy`` of a MetaX sGPU, ...).  Read-only;
+    left out of the hash (equality still compares it)."""
+
+
+EMPTY_CUSTOM_INFO: Mapping[str, object] = MappingProxyType({})
+
+
+def custom_info(values: Mapping[str, object]) -> Mapping[str, object]:
+    """A read-only copy of ``values`` for :attr:`DeviceInfo.custom_info`."""
+    return MappingProxyType(dict(values)) if values else EMPTY_CUSTOM_INFO
+
+
+def plain_json(item: object) -> object:
+    """A decoded Go-JSON value as plain Python: objects → dicts (last key wins), fractions →
+    floats, arrays → lists."""
+    if isinstance(item, JSONObject):
+        return {key: plain_json(value) for key, value in item.pairs}
+    if isinstance(item, list):
+        return [plain_json(value) for value in item]
+    if isinstance(item, JSONFloat):
+        return float(item.token)
+    return item
 
 
 # --- decoding -------------------------------------------------------------------------------------
@@ -175,6 +207,8 @@ _DEVICE_FIELDS = (
     "pciBusId",
     "pcieSwitch",
     "pcieRoot",
+    "devicevendor",
+    "custominfo",
 )
 _PROFILE_FIELDS = ("name", "memoryMB", "core", "sliceCount", "placements")
 _PLACEMENT_FIELDS = ("start", "size")
@@ -208,9 +242,24 @@ def _decode_json_devices(value: str, key: str) -> tuple[DeviceInfo, ...]:
                 pci_bus_id=reader.text(fields, "pciBusId", where),
                 pcie_switch=reader.text(fields, "pcieSwitch", where),
                 pcie_root=reader.text(fields, "pcieRoot", where),
+                device_vendor=reader.text(fields, "devicevendor", where),
+                custom_info=_decode_custom_info(reader, fields.get("custominfo"), where),
             )
         )
     return tuple(devices)
+
+
+def _decode_custom_info(reader: JSONReader, item: object, where: str) -> Mapping[str, object]:
+    if item is None:
+        return EMPTY_CUSTOM_INFO
+    if not isinstance(item, JSONObject):
+        raise reader.fail(where, "custominfo must be a JSON object")
+    try:
+        values = plain_json(item)
+    except (ValueError, OverflowError):
+        raise reader.fail(where, "custominfo holds a number out of range") from None
+    assert isinstance(values, dict)
+    return custom_info(values)
 
 
 def _decode_profile(reader: JSONReader, item: object, where: str) -> MigProfile:
@@ -238,12 +287,17 @@ def _decode_profile(reader: JSONReader, item: object, where: str) -> MigProfile:
 
 def _check_device(device: DeviceInfo, position: int, *, forbidden: str) -> None:
     where = f"device {position}"
-    for name in ("id", "type", "mode", "pci_bus_id", "pcie_switch", "pcie_root"):
+    for name in ("id", "type", "mode", "pci_bus_id", "pcie_switch", "pcie_root", "device_vendor"):
         check_text(where, name, getattr(device, name), forbidden=forbidden)
     check_int(where, "index", device.index, 0, INT64_MAX)
     for name in ("count", "devmem", "devcore"):
         check_int(where, name, getattr(device, name), 0, INT32_MAX)
     check_int(where, "numa", device.numa, INT64_MIN, INT64_MAX)
+    if device.custom_info:
+        try:
+            dump_go_json(_go_map(device.custom_info))
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(where, device.id, f"custom info is not JSON: {exc}") from None
     for profile in device.mig_profiles:
         check_text(where, "MIG profile name", profile.name)
         check_int(where, "MIG memory_mb", profile.memory_mb, 0, INT32_MAX)
@@ -268,11 +322,22 @@ def _device_document(device: DeviceInfo) -> dict[str, object]:
         ("mode", device.mode),
         ("migProfiles", [_profile_document(p) for p in device.mig_profiles]),
         ("health", device.health),
+        ("devicevendor", device.device_vendor),
+        ("custominfo", _go_map(device.custom_info)),
         ("pciBusId", device.pci_bus_id),
         ("pcieSwitch", device.pcie_switch),
         ("pcieRoot", device.pcie_root),
     )
     return {name: item for name, item in candidates if item}
+
+
+def _go_map(item: object) -> object:
+    """Go marshals a ``map[string]any`` with its keys sorted."""
+    if isinstance(item, Mapping):
+        return {key: _go_map(item[key]) for key in sorted(item)}
+    if isinstance(item, list | tuple):
+        return [_go_map(value) for value in item]
+    return item
 
 
 def _profile_document(profile: MigProfile) -> dict[str, object]:
@@ -302,9 +367,18 @@ def encode_node_devices_colon(devices: Iterable[DeviceInfo]) -> str:
     parts: list[str] = []
     for position, device in enumerate(devices):
         _check_device(device, position, forbidden=",:")
-        if device.mig_profiles or device.pci_bus_id or device.pcie_switch or device.pcie_root:
+        if (
+            device.mig_profiles
+            or device.pci_bus_id
+            or device.pcie_switch
+            or device.pcie_root
+            or device.device_vendor
+            or device.custom_info
+        ):
             raise ValidationError(
-                f"device {position}", device.id, "colon form cannot carry MIG profiles or topology"
+                f"device {position}",
+                device.id,
+                "colon form cannot carry MIG profiles, topology, vendor or custom info",
             )
         health = "true" if device.health else "false"
         parts.append(
