@@ -25,7 +25,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 NS = "vendors"
 DCU = VendorDevices(vendor="DCU", devices=2, memory_mib=16000, split=4)
-NPU = VendorDevices(vendor="Ascend910B", devices=8, memory_mib=65536)
+NPU = VendorDevices(vendor="Ascend910B3", devices=8, memory_mib=65536)
 T4 = gpu_model_node("mixed-node", "Tesla T4", count=2, memory_mib=15360)
 GARBAGE_DCU = VendorDevices(
     vendor="DCU", annotations={keys.node_register_key("dcu"): "DCU-x,not,a,device"}
@@ -120,7 +120,7 @@ async def test_a_garbage_dcu_register_fails_only_that_vendor_of_the_node(cluster
     strict=True, reason="the scheduler and webhook do not place Ascend yet (branch vendors-sched)"
 )
 async def test_an_ascend_pod_runs_on_the_npu_node_with_its_devices(cluster: System) -> None:
-    limits = {"huawei.com/Ascend910B": 1, "huawei.com/Ascend910B-memory": 16384}
+    limits = {"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 16384}
     await cluster.create(device_pod("npu", limits, namespace=NS))
     try:
         state = await cluster.wait_for(settled([f"{NS}/npu"]), within=10, what="npu settles")
@@ -128,7 +128,7 @@ async def test_an_ascend_pod_runs_on_the_npu_node_with_its_devices(cluster: Syst
         view = PodView(pod)
         assert view.phase == "Running", failed_scheduling(state, pod)
         assert view.node_name == "npu-node"
-        allocated = view.annotations[keys.devices_allocated_key("Ascend910B")]
+        allocated = view.annotations[keys.devices_allocated_key("Ascend910B3")]
         assert allocated.split(",")[0] in device_ids(NPU, "npu-node")
         assert check_all(state) == ()
     finally:

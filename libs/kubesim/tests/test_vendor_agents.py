@@ -28,7 +28,7 @@ NODES: list[dict[str, Any]] = [
     {"name": "dcu-node", "vendors": [{"vendor": "DCU", "devices": 2, "split": 4}]},
     {
         "name": "npu-node",
-        "vendors": [{"vendor": "Ascend910B", "devices": 8, "memoryMiB": 65536}],
+        "vendors": [{"vendor": "Ascend910B3", "devices": 8, "memoryMiB": 65536}],
     },
     {"name": "mlu-node", "vendors": [{"vendor": "MLU", "devices": 2, "memoryMiB": 24576}]},
     {"name": "mt-node", "vendors": [{"vendor": "Mthreads", "devices": 2}]},
@@ -87,9 +87,9 @@ async def test_each_vendor_registers_as_its_plugin_does(tmp_path: Path) -> None:
         assert parse_handshake(dcu.annotations[keys.node_handshake_key("dcu")]).state == "reported"
 
         npu = _node(cluster, "npu-node")
-        register = json.loads(npu.annotations["hami.io/node-register-Ascend910B"])
+        register = json.loads(npu.annotations["hami.io/node-register-Ascend910B3"])
         assert [d["custominfo"]["NetworkID"] for d in register] == [0, 0, 0, 0, 1, 1, 1, 1]
-        handshake = npu.annotations["hami.io/node-handshake-Ascend910B"]
+        handshake = npu.annotations["hami.io/node-handshake-Ascend910B3"]
         assert handshake.startswith("Reported_")
         datetime.strptime(handshake.removeprefix("Reported_"), "%Y.%m.%d %H:%M:%S")
 
@@ -289,7 +289,7 @@ async def test_a_pod_no_scheduler_placed_is_rejected_by_the_vendor_plugin(tmp_pa
         server = cluster.apiserver.server
         await server.create(
             "pods",
-            _vendor_pod("stray", "npu-node", "huawei.com/Ascend910B", {}),
+            _vendor_pod("stray", "npu-node", "huawei.com/Ascend910B3", {}),
             namespace="default",
         )
 
@@ -300,4 +300,4 @@ async def test_a_pod_no_scheduler_placed_is_rejected_by_the_vendor_plugin(tmp_pa
         await eventually(rejected, within=10, what="the stray pod rejected")
         status = server.get("pods", "stray", namespace="default")["status"]
         assert status["reason"] == "UnexpectedAdmissionError"
-        assert "no pod on npu-node waits for Ascend910B devices" in status["message"]
+        assert "no pod on npu-node waits for Ascend910B3 devices" in status["message"]

@@ -12,7 +12,7 @@ real ports with generated TLS certificates, on three simulated GPU nodes (fake d
 
 and four nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
 
-* ``npu-node-a``: 8 × Ascend 910B (64 GiB), JSON register with NetworkIDs and Ascend's
+* ``npu-node-a``: 8 × Ascend 910B3 (64 GiB), JSON register with NetworkIDs and Ascend's
   handshake;
 * ``dcu-node-a``: 4 × Hygon DCU Z100 (32 GiB), colon register and handshake;
 * ``mlu-node-a``: 4 × Cambricon MLU (24 GiB), from node capacity (``cambricon.com/vmlu`` …);
@@ -71,7 +71,7 @@ DEMO_NODES = (
     gpu_model_node("gpu-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
     gpu_model_node("gpu-node-b", "NVIDIA A100-SXM4-80GB", count=2, memory_mib=81920, numa_nodes=2),
     dataclasses.replace(_NODE_C, links=nvlinked_pairs(_NODE_C, nvlinks=4), topology_score=True),
-    vendor_node("npu-node-a", VendorDevices(vendor="Ascend910B", devices=8, memory_mib=65536)),
+    vendor_node("npu-node-a", VendorDevices(vendor="Ascend910B3", devices=8, memory_mib=65536)),
     vendor_node("dcu-node-a", VendorDevices(vendor="DCU", devices=4, memory_mib=32768, split=4)),
     vendor_node("mlu-node-a", VendorDevices(vendor="MLU", devices=4, memory_mib=24576)),
     vendor_node("metax-node-a", VendorDevices(vendor="Metax-GPU", devices=2)),

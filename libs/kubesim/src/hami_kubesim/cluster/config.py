@@ -17,14 +17,14 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
         pluginDir: /tmp/kubesim/gpu-node-1  # default <kubelet.pluginRoot>/<name>
         podResourcesDir: /tmp/kubesim/pr-1  # default <pluginDir>-pod-resources
         vendors:                          # vendor device plugins played on this node
-          - vendor: Ascend910B            # a common word (DCU, MLU, Mthreads, Metax-GPU,
+          - vendor: Ascend910B3            # a common word (DCU, MLU, Mthreads, Metax-GPU,
                                           # Metax-SGPU, AMD, kunlun, XPU, GCU, Enflame,
                                           # AWSNeuron, Biren, Vastai, an Ascend or Iluvatar chip)
             devices: 8                    # physical devices
             memoryMiB: 65536              # per device (default: the vendor's)
             cores: 100                    # per device (AMD: CUs, Mthreads: 16, AWS: NeuronCores)
             split: 4                      # tasks per device (Enflame DRS: slices)
-            type: Ascend910B              # registered device type (default: the vendor's)
+            type: Ascend910B3              # registered device type (default: the vendor's)
             numaNodes: 2
             unhealthy: [3]                # device indices reported unhealthy
             annotations: {k: v}           # written instead of what the plugin writes

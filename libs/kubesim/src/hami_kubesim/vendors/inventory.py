@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,15 +26,25 @@ from typing import Any
 
 from hami_kube.objects import NodeView
 from hami_kubesim.vendors.profiles import Profile, profile_for
+from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
-from hami_protocol.node.capacity_devices import (
-    cambricon_devices,
-    metax_gpu_devices,
-    mthreads_devices,
-)
 from hami_protocol.node.handshake import format_reported
-from hami_protocol.node.registry import DeviceInfo, decode_node_devices, encode_node_devices_colon
-from hami_protocol.request.quantity import parse_quantity
+from hami_protocol.node.registry import (
+    DeviceInfo,
+    custom_info,
+    decode_node_devices,
+    encode_node_devices_colon,
+    encode_node_devices_json,
+)
+from hami_protocol.vendor.annotations import (
+    DrsCapacity,
+    DrsDevice,
+    MetaxSDevice,
+    decode_inventory,
+    encode_drs_capacity,
+    encode_metax_sgpu,
+)
+from hami_protocol.vendor.capacity import synthesize
 
 __all__ = [
     "AWS_INSTANCE_TYPE_LABEL",
@@ -47,7 +56,7 @@ __all__ = [
     "node_labels",
 ]
 
-AWS_INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+AWS_INSTANCE_TYPE_LABEL = keys.AWS_INSTANCE_TYPE_LABEL
 _ASCEND_910C = "Ascend910C"
 _MIB_PER_GB = 1024
 
@@ -57,7 +66,7 @@ class VendorDevices:
     """One vendor's devices on a node, as its device plugin sees them."""
 
     vendor: str
-    """The common word (``DCU``, ``Ascend910B``, ``MLU``, ``Metax-SGPU``, ``AWSNeuron`` …)."""
+    """The common word (``DCU``, ``Ascend910B3``, ``MLU``, ``Metax-SGPU``, ``AWSNeuron`` …)."""
     devices: int = 1
     memory_mib: int = 0
     """Per device (0: the vendor's default)."""
@@ -105,7 +114,7 @@ class VendorDevices:
 def device_ids(spec: VendorDevices, node: str) -> tuple[str, ...]:
     """The IDs the scheduler will know the devices by (synthesized ones for capacity vendors)."""
     profile = spec.profile
-    if profile.id_word:
+    if profile.inventory == "capacity" or spec.vendor == "Enflame":
         return tuple(profile.device_id(node, i) for i in range(spec.devices))
     if spec.vendor == "Metax-SGPU":
         return tuple(_uuid("GPU", node, spec.vendor, i) for i in range(spec.devices))
@@ -128,6 +137,8 @@ def _register_devices(spec: VendorDevices, node: str) -> list[DeviceInfo]:
             type=spec.device_type,
             numa=spec.numa(i),
             health=i not in spec.unhealthy,
+            device_vendor=spec.vendor if spec.profile.inventory == "register-json" else "",
+            custom_info=custom_info(_custom_info(spec, i) or {}),
         )
         for i, uuid in enumerate(device_ids(spec, node))
     ]
@@ -141,56 +152,36 @@ def _custom_info(spec: VendorDevices, index: int) -> dict[str, Any] | None:
     return None
 
 
-def _json_register(spec: VendorDevices, node: str) -> str:
-    # HAMi's Go struct order with omitempty; ``custominfo`` last.
-    documents: list[dict[str, Any]] = []
-    for device in _register_devices(spec, node):
-        doc: dict[str, Any] = {
-            "id": device.id,
-            "index": device.index,
-            "count": device.count,
-            "devmem": device.devmem,
-            "devcore": device.devcore,
-            "type": device.type,
-            "numa": device.numa,
-            "health": device.health,
-        }
-        custom = _custom_info(spec, device.index)
-        if custom:
-            doc["custominfo"] = custom
-        documents.append({k: v for k, v in doc.items() if v})
-    return json.dumps(documents, separators=(",", ":"))
-
-
 def _enflame_drs(spec: VendorDevices) -> str:
     slices = spec.slots
     per_slice_gb = max(1, spec.memory // _MIB_PER_GB // slices)
     sizes = sorted({1, *(s for s in (2, 3, slices) if s <= slices)})
     profiles = {f"{s}g.{s * per_slice_gb}gb": str(i) for i, s in enumerate(sizes)}
-    devices = [{"index": i, "minor": i, "capacity": slices} for i in range(spec.devices)]
-    return json.dumps({"devices": devices, "profiles": profiles}, separators=(",", ":"))
+    devices = tuple(DrsDevice(str(i), str(i), slices) for i in range(spec.devices))
+    return encode_drs_capacity(DrsCapacity(devices, profiles))
 
 
 def _metax_sgpu(spec: VendorDevices, node: str) -> str:
-    documents = [
-        {
-            "uuid": uuid,
-            "bdf": f"0000:{0x10 + i:02x}:00.0",
-            "model": spec.device_type,
-            "totalDevCount": spec.slots,
-            "totalCompute": spec.core_count,
-            "totalVRam": spec.memory,
-            "availableDevCount": spec.slots,
-            "availableCompute": spec.core_count,
-            "availableVRam": spec.memory,
-            "numa": spec.numa(i),
-            "healthy": i not in spec.unhealthy,
-            "qosPolicy": spec.qos_policy,
-            "linkZone": 1 + i // 4,
-        }
-        for i, uuid in enumerate(device_ids(spec, node))
-    ]
-    return json.dumps(documents, separators=(",", ":"))
+    return encode_metax_sgpu(
+        [
+            MetaxSDevice(
+                uuid=uuid,
+                total_dev_count=spec.slots,
+                total_compute=spec.core_count,
+                total_vram=spec.memory,
+                bdf=f"0000:{0x10 + i:02x}:00.0",
+                model=spec.device_type,
+                available_dev_count=spec.slots,
+                available_compute=spec.core_count,
+                available_vram=spec.memory,
+                numa=spec.numa(i),
+                healthy=i not in spec.unhealthy,
+                qos_policy=spec.qos_policy,
+                link_zone=1 + i // 4,
+            )
+            for i, uuid in enumerate(device_ids(spec, node))
+        ]
+    )
 
 
 def handshake_value(spec: VendorDevices, now: datetime) -> str:
@@ -205,10 +196,11 @@ def node_annotations(spec: VendorDevices, node: str, now: datetime) -> dict[str,
     profile = spec.profile
     written: dict[str, str] = {}
     if profile.register_key is not None:
-        if profile.inventory == "register" and profile.encoding == "colon":
-            written[profile.register_key] = encode_node_devices_colon(_register_devices(spec, node))
-        elif profile.inventory == "register":
-            written[profile.register_key] = _json_register(spec, node)
+        devices = _register_devices(spec, node)
+        if profile.inventory == "register-colon":
+            written[profile.register_key] = encode_node_devices_colon(devices)
+        elif profile.inventory == "register-json":
+            written[profile.register_key] = encode_node_devices_json(devices)
         elif spec.vendor == "Enflame":
             written[profile.register_key] = _enflame_drs(spec)
         else:
@@ -254,99 +246,19 @@ def _units(
 # --- reading back, as the scheduler does ----------------------------------------------------------
 
 
-def _capacity(node: NodeView, resource: str | None) -> int:
-    if resource is None:
-        return 0
-    raw = node.capacity.get(resource)
-    try:
-        return int(parse_quantity(str(raw))) if raw is not None else 0
-    except ValueError:
-        return 0
-
-
-def _synthesized(profile: Profile, node: NodeView) -> tuple[DeviceInfo, ...]:
-    resources = (profile.count_resource, profile.memory_resource, profile.cores_resource)
-    capacity = {name: _capacity(node, name) for name in resources if name}
-    if capacity[profile.count_resource] <= 0:
-        return ()
-    sizing = {"memory_resource": profile.memory_resource, "core_resource": profile.cores_resource}
-    if profile.word == "MLU":
-        return cambricon_devices(
-            node.name, capacity, count_resource=profile.count_resource, **sizing
-        )
-    if profile.word == "Mthreads":
-        return mthreads_devices(
-            node.name, capacity, count_resource=profile.count_resource, **sizing
-        )
-    if profile.word == "Metax-GPU":
-        return metax_gpu_devices(node.name, capacity, count_resource=profile.count_resource)
-    # Not in the protocol library yet (contracts/hami-extensions.md §1): Kunlun, Enflame, AWS.
-    count, cores = capacity[profile.count_resource], capacity.get(profile.cores_resource or "", 0)
-    shapes = {  # count, devmem, devcore per device
-        "kunlun": (100, 98304, 100),
-        "AWSNeuron": (cores // count or 1, 0, 2 ** (cores // count or 1) - 1),
-    }
-    slots, devmem, devcore = shapes.get(profile.word, (1, 100, 100))
-    return tuple(
-        DeviceInfo(
-            id=profile.device_id(node.name, i),
-            index=i,
-            count=slots,
-            devmem=devmem,
-            devcore=devcore,
-            type=profile.word,
-            numa=0,
-            health=True,
-        )
-        for i in range(count)
-    )
-
-
-def _vendor_annotation(profile: Profile, node: NodeView, raw: str) -> tuple[DeviceInfo, ...]:
-    data = json.loads(raw)
-    if profile.word == "Enflame":
-        sizes = [str(name).split(".")[1] for name in data["profiles"]]
-        biggest = max(int(size.removesuffix("gb")) for size in sizes)
-        return tuple(
-            DeviceInfo(
-                id=profile.device_id(node.name, int(d["index"])),
-                index=int(d["index"]),
-                count=int(d["capacity"]),
-                devmem=biggest * _MIB_PER_GB,
-                devcore=100,
-                type=profile.word,
-                numa=0,
-                health=True,
-            )
-            for d in data["devices"]
-        )
-    return tuple(
-        DeviceInfo(
-            id=str(d["uuid"]),
-            index=i,
-            count=int(d["totalDevCount"]),
-            devmem=int(d["totalVRam"]),
-            devcore=int(d["totalCompute"]),
-            type=str(d["model"]),
-            numa=int(d.get("numa", 0)),
-            health=bool(d.get("healthy", False)),
-        )
-        for i, d in enumerate(data)
-    )
-
-
 def node_inventory(profile: Profile, node: Mapping[str, Any]) -> tuple[DeviceInfo, ...] | None:
     """The vendor's devices on ``node`` as HAMi's scheduler derives them; ``()`` when it has
     none, ``None`` when what the node says does not decode."""
     view = NodeView(node)
-    raw = view.annotations.get(profile.register_key or "")
-    if profile.inventory != "capacity" and not raw:
-        return ()
+    key = profile.register_key or ""
+    raw = view.annotations.get(key)
     try:
         if profile.inventory == "capacity":
-            return _synthesized(profile, view)
-        if profile.inventory == "register":
-            return decode_node_devices(raw or "", key=profile.register_key or "")
-        return _vendor_annotation(profile, view, raw or "")
-    except (ProtocolError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return synthesize(profile.row, view.name, view.capacity, view.labels)
+        if not raw:
+            return ()
+        if profile.inventory == "vendor-annotation":
+            return decode_inventory(key, view.name, raw)
+        return decode_node_devices(raw, key=key)
+    except (ProtocolError, ValueError):
         return None
