@@ -301,3 +301,38 @@ async def test_a_pod_no_scheduler_placed_is_rejected_by_the_vendor_plugin(tmp_pa
         status = server.get("pods", "stray", namespace="default")["status"]
         assert status["reason"] == "UnexpectedAdmissionError"
         assert "no pod on npu-node waits for Ascend910B3 devices" in status["message"]
+
+
+async def test_a_device_not_on_the_node_fails_the_allocation_and_frees_the_node(
+    tmp_path: Path,
+) -> None:
+    async with running_cluster(_config(tmp_path)) as cluster:
+        server = cluster.apiserver.server
+        listed = "DCU-elsewhere,DCU,1000,10:;"
+        lock = encode_node_lock(NodeLock(datetime.now(UTC), "default", "foreign"))
+        await server.patch(
+            "nodes",
+            "dcu-node",
+            {"metadata": {"annotations": {keys.NODE_LOCK: lock}}},
+            patch_type="merge",
+        )
+        annotations = {
+            keys.devices_to_allocate_key("dcu"): listed,
+            keys.devices_allocated_key("dcu"): listed,
+            keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+        }
+        await server.create(
+            "pods",
+            _vendor_pod("foreign", "dcu-node", "hygon.com/dcunum", annotations, containers=1),
+            namespace="default",
+        )
+
+        def failed() -> bool:
+            pod = server.get("pods", "foreign", namespace="default")
+            return PodView(pod).phase == "Failed"
+
+        await eventually(failed, within=10, what="the pod rejected")
+        pod = PodView(server.get("pods", "foreign", namespace="default"))
+        assert "DCU-elsewhere not a DCU device here" in pod.status["message"]
+        assert pod.annotations[keys.BIND_PHASE] == keys.BIND_PHASE_FAILED
+        assert keys.NODE_LOCK not in _node(cluster, "dcu-node").annotations

@@ -30,7 +30,7 @@ import grpc
 import structlog
 
 from hami_kube.errors import KubeError
-from hami_kube.objects import NodeView
+from hami_kube.objects import NodeView, PodView
 from hami_kube.patch import patch_metadata
 from hami_kube.resources import NODES, PODS
 from hami_kube.rest import KubeClient
@@ -40,11 +40,14 @@ from hami_kubesim.background_tasks import BackgroundRunner, RunsInBackground
 from hami_kubesim.vendors.allocation import GIVEN_ANNOTATION, grant_for, lock_release, waiting_pods
 from hami_kubesim.vendors.inventory import (
     VendorDevices,
+    device_ids,
     kubelet_devices,
     node_annotations,
     node_labels,
 )
 from hami_kubesim.vendors.plugin import GrantError, ResourcePlugin
+from hami_kubesim.vendors.profiles import Profile
+from hami_protocol import keys
 
 __all__ = ["VendorAgent"]
 
@@ -165,6 +168,11 @@ class VendorAgent(RunsInBackground):
         grant = grant_for(pod, profile, given.get(pod.uid, ()))
         if grant is None:  # waiting_pods chose it for a pending container
             raise GrantError(f"{pod.key} lists no pending {spec.vendor} devices")
+        foreign = sorted({d.uuid for d in grant.devices} - set(device_ids(spec, self.node)))
+        if foreign:
+            # The plugins fail the pod's allocation (bind-phase failed) and free the node.
+            await self._fail(client, profile, pod)
+            raise GrantError(f"{pod.key}: {', '.join(foreign)} not a {spec.vendor} device here")
         try:
             if grant.pod_annotations:
                 await patch_metadata(
@@ -175,10 +183,7 @@ class VendorAgent(RunsInBackground):
                     annotations=dict(grant.pod_annotations),
                 )
             if grant.finished:
-                node = NodeView(await client.get(NODES, self.node))
-                release = lock_release(profile, node.annotations, pod)
-                if release:
-                    await patch_metadata(client, NODES, self.node, annotations=release)
+                await self._unlock(client, profile, pod)
         except KubeError as error:
             raise GrantError(f"writing {pod.key}: {error}") from error
         given.setdefault(pod.uid, set()).add(grant.index)
@@ -192,3 +197,21 @@ class VendorAgent(RunsInBackground):
             devices=[d.uuid for d in grant.devices],
         )
         return {GIVEN_ANNOTATION: grant.given_value(spec.vendor)}
+
+    async def _unlock(self, client: KubeClient, profile: Profile, pod: PodView) -> None:
+        node = NodeView(await client.get(NODES, self.node))
+        release = lock_release(profile, node.annotations, pod)
+        if release:
+            await patch_metadata(client, NODES, self.node, annotations=release)
+
+    async def _fail(self, client: KubeClient, profile: Profile, pod: PodView) -> None:
+        with contextlib.suppress(KubeError):
+            if profile.marker is not None and profile.marker.key == keys.BIND_PHASE:
+                await patch_metadata(
+                    client,
+                    PODS,
+                    pod.name,
+                    namespace=pod.namespace,
+                    annotations={keys.BIND_PHASE: keys.BIND_PHASE_FAILED},
+                )
+            await self._unlock(client, profile, pod)
