@@ -34,6 +34,8 @@ NODES = (
     vendor_node("dcu-node", DCU),
     vendor_node("npu-node", NPU),
     vendor_node("mixed-node", DCU, gpus=T4.gpus),
+    vendor_node("mlu-node", VendorDevices(vendor="MLU", devices=2, memory_mib=24576)),
+    vendor_node("mt-node", VendorDevices(vendor="Mthreads", devices=2)),
     vendor_node(
         "garbage-node",
         GARBAGE_DCU,
@@ -113,6 +115,33 @@ async def test_a_garbage_dcu_register_fails_only_that_vendor_of_the_node(cluster
     assert "garbage-node" not in PodView(refused).node_name
     (message,) = failed_scheduling(state, refused)[-1:]
     assert "1 node annotation hami.io/node-dcu-register is invalid" in message
+    await cluster.clear_pods(NS)
+
+
+async def test_cambricon_and_moore_threads_pods_run_from_capacity_devices(cluster: System) -> None:
+    mlu = {
+        "cambricon.com/vmlu": 1,
+        "cambricon.com/mlu.smlu.vmemory": 20,
+        "cambricon.com/mlu.smlu.vcore": 25,
+    }
+    await cluster.create(device_pod("mlu", mlu, namespace=NS))
+    await cluster.create(device_pod("mt", {"mthreads.com/vgpu": 1}, namespace=NS))
+    names = [f"{NS}/mlu", f"{NS}/mt"]
+    state = await cluster.wait_for(settled(names), within=60, what="MLU and MT pods settle")
+    mlu_pod, mt_pod = PodView(_pod(state, "mlu")), PodView(_pod(state, "mt"))
+    assert (mlu_pod.phase, mlu_pod.node_name) == ("Running", "mlu-node")
+    assert mlu_pod.annotations[keys.CAMBRICON_DSMLU_ASSIGNED] == "true"
+    assert mlu_pod.annotations[keys.devices_allocated_key("cambricon-mlu")].startswith(
+        "mlu-node-cambricon-mlu-"
+    )
+    node = state.node("mlu-node")
+    assert node is not None
+    assert keys.CAMBRICON_DSMLU_LOCK not in PodView(node).annotations
+    assert (mt_pod.phase, mt_pod.node_name) == ("Running", "mt-node")
+    assert mt_pod.annotations[keys.devices_allocated_key("mthreads-vgpu")].startswith(
+        "mt-node-mthreads-"
+    )
+    assert check_all(state) == ()
     await cluster.clear_pods(NS)
 
 
