@@ -18,7 +18,12 @@ from hami_kubesim.stack.invariants import check_vendors
 from hami_kubesim.stack.state import ClusterState, allocation_record, record_containers
 from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.allocation import GIVEN_ANNOTATION, parse_given
-from hami_kubesim.vendors.inventory import AWS_INSTANCE_TYPE_LABEL, node_inventory
+from hami_kubesim.vendors.inventory import (
+    AWS_INSTANCE_TYPE_LABEL,
+    VendorDevices,
+    device_ids,
+    node_inventory,
+)
 from hami_kubesim.vendors.profiles import profile_for
 from hami_protocol import keys
 from hami_protocol.node.handshake import parse_handshake
@@ -336,3 +341,31 @@ async def test_a_device_not_on_the_node_fails_the_allocation_and_frees_the_node(
         assert "DCU-elsewhere not a DCU device here" in pod.status["message"]
         assert pod.annotations[keys.BIND_PHASE] == keys.BIND_PHASE_FAILED
         assert keys.NODE_LOCK not in _node(cluster, "dcu-node").annotations
+
+
+async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path) -> None:
+    nodes = [{"name": "dcu-node", "vendors": [{"vendor": "DCU", "devices": 2}]}]
+    async with running_cluster(_config(tmp_path, nodes)) as cluster:
+        kubelet = cluster.kubelet("dcu-node")
+        assert kubelet.registrations["hygon.com/dcunum"] == 1
+        await kubelet.restart()
+        await eventually(
+            lambda: kubelet.registrations.get("hygon.com/dcunum") == 2,
+            within=10,
+            what="the DCU plugin registered again",
+        )
+        assert cluster.vendor_agents["dcu-node"].reregistrations == 1
+        uuid = device_ids(VendorDevices(vendor="DCU", devices=2), "dcu-node")[1]
+        listed = f"{uuid},DCU,1000,10:;"
+        annotations = {
+            keys.devices_to_allocate_key("dcu"): listed,
+            keys.devices_allocated_key("dcu"): listed,
+            keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+        }
+        await cluster.apiserver.server.create(
+            "pods",
+            _vendor_pod("after", "dcu-node", "hygon.com/dcunum", annotations, containers=1),
+            namespace="default",
+        )
+        pod = await _running(cluster, "after")
+        assert _given(pod) == {"c0": ("DCU", 0, listed.removesuffix(";"))}

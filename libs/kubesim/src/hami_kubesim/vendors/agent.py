@@ -15,7 +15,8 @@ For each ``nodes[].vendors[]`` entry it does what that vendor's plugin does (see
   list, the marker's done value) and releases the node lock it holds (:mod:`.allocation`).
   Allocations are one at a time per node, as the kubelet admits pods one at a time.
 
-A kubelet restart is not followed (the plugins do not re-register): no test needs it yet.
+After a kubelet restart (its plugin dir's sockets deleted) each plugin serves and registers
+again.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ log = structlog.get_logger(__name__)
 
 _REGISTER_POLL_S = 0.05
 _REGISTER_WITHIN_S = 30.0
+_SOCKET_POLL_S = 0.1
 
 
 class VendorAgent(RunsInBackground):
@@ -80,6 +82,8 @@ class VendorAgent(RunsInBackground):
         """Per vendor, pod UID → container indices given (for vendors without a to-allocate
         list: their plugins keep this state themselves)."""
         self.reports = 0
+        self.reregistrations = 0
+        """Plugins served and registered again after a kubelet restart."""
         self.grants: list[tuple[str, str, int]] = []
         """``(vendor, namespace/pod, container index)`` of every grant, in order."""
 
@@ -93,15 +97,34 @@ class VendorAgent(RunsInBackground):
                 for plugin in plugins:
                     await self._register(plugin)
                 self.runner.ready.set()
-                interval = min(v.report_interval for v in self.vendors)
-                while True:
-                    await asyncio.sleep(interval)
-                    with contextlib.suppress(KubeError):
-                        await self.report(client)
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._report_loop(client), name=f"vendors-{self.node}-report")
+                    group.create_task(
+                        self._follow_kubelet(plugins), name=f"vendors-{self.node}-kubelet"
+                    )
             finally:
                 self.runner.ready.clear()
                 for plugin in plugins:
                     await plugin.stop()
+
+    async def _report_loop(self, client: KubeClient) -> None:
+        interval = min(v.report_interval for v in self.vendors)
+        while True:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(KubeError):
+                await self.report(client)
+
+    async def _follow_kubelet(self, plugins: Sequence[ResourcePlugin]) -> None:
+        """A kubelet restart deletes every socket in its plugin dir: serve again and register
+        again, as the plugins do when they see their socket go (inotify there, a poll here)."""
+        while True:
+            await asyncio.sleep(_SOCKET_POLL_S)
+            for plugin in plugins:
+                if not plugin.socket.exists():
+                    await plugin.stop()
+                    await plugin.serve()
+                    await self._register(plugin)
+                    self.reregistrations += 1
 
     def _plugins(self, client: KubeClient) -> list[ResourcePlugin]:
         plugins: list[ResourcePlugin] = []

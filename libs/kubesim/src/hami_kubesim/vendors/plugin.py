@@ -92,12 +92,16 @@ class ResourcePlugin(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.PreStartContainerResponse:
         return api_pb2.PreStartContainerResponse()
 
+    @property
+    def socket(self) -> Path:
+        return self.plugin_dir / self.endpoint
+
     async def serve(self) -> None:
+        self._stop.clear()
         server = grpc.aio.server()
         api_pb2_grpc.add_DevicePluginServicer_to_server(self, server)
-        socket = self.plugin_dir / self.endpoint
-        socket.unlink(missing_ok=True)
-        server.add_insecure_port(f"unix:{socket}")
+        self.socket.unlink(missing_ok=True)
+        server.add_insecure_port(f"unix:{self.socket}")
         await server.start()
         self._server = server
 
