@@ -7,6 +7,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hami_kubesim.stack.invariants import check_all, check_vendors
 from hami_kubesim.stack.state import ALLOCATIONS_ANNOTATION, ClusterState
 from hami_kubesim.vendors.allocation import GIVEN_ANNOTATION
@@ -141,3 +144,25 @@ def test_devices_no_allocation_names_are_flagged() -> None:
         f"[vendors] default/p/c1: got DCU devices '{UUID0},DCU,1,1:' (as container 1), "
         "allocation says ''"
     ]
+
+
+_USES = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 9000), st.integers(0, 60)), max_size=6)
+
+
+@given(uses=_USES)
+def test_the_over_commit_check_flags_exactly_the_devices_used_beyond_the_register(
+    uses: list[tuple[int, int, int]],
+) -> None:
+    uuids = (UUID0, UUID1)
+    pods = [
+        pod(f"p{i}", "dcu-node", DCU_ALLOCATED, f"{uuids[d]},DCU,{mem},{cores}:;;", phase="Pending")
+        for i, (d, mem, cores) in enumerate(uses)
+    ]
+    over = set()
+    for index, uuid in enumerate(uuids):
+        mine = [(mem, cores) for d, mem, cores in uses if d == index]
+        total_mem, total_cores = sum(m for m, _ in mine), sum(c for _, c in mine)
+        if total_mem > DCU.memory_mib or total_cores > 100 or len(mine) > DCU.split:
+            over.add(uuid)
+    flagged = {v.subject.removeprefix("dcu-node/") for v in check_vendors(state(dcu_node(), *pods))}
+    assert flagged == over
