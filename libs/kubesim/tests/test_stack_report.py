@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.demo import DEMO_NODES, EXAMPLES_DIR, load_examples
+from hami_kubesim.demo import DEMO_NODES, EXAMPLES_DIR, VENDOR_EXAMPLES, load_examples
 from hami_kubesim.stack.expectations import evaluate, expectation_of
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ClusterState
@@ -199,6 +199,15 @@ def test_the_example_pods_all_carry_an_expectation() -> None:
     assert set().union(*sets) <= uuids
     nodes = {n.name for n in DEMO_NODES}
     assert {w.node for w in wanted if w is not None and w.node} <= nodes
+
+
+def test_the_vendor_examples_expect_placement_on_the_demos_vendor_nodes() -> None:
+    pods = load_examples(EXAMPLES_DIR / VENDOR_EXAMPLES)
+    wanted = [expectation_of(p) for p in pods]
+    vendor_nodes = {n.name for n in DEMO_NODES if n.vendors}
+    assert len(wanted) >= 4
+    assert {w.node for w in wanted if w is not None} <= vendor_nodes
+    assert all(w is not None and w.outcome == "placed" for w in wanted)
 
 
 def test_load_examples_reads_only_pods(tmp_path: Path) -> None:

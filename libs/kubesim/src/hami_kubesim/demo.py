@@ -13,7 +13,16 @@ real ports with generated TLS certificates, on four simulated GPU nodes (fake de
   at the placements the scheduler reserves), tainted ``nvidia.com/mig=true:NoSchedule`` so only
   pods that ask for MIG land there.
 
-It then submits the example pods of ``deploy/examples/*.yaml`` one after another (in file order;
+and four nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
+
+* ``npu-node-a``: 8 × Ascend 910B3 (64 GiB), JSON register with NetworkIDs and Ascend's
+  handshake;
+* ``dcu-node-a``: 4 × Hygon DCU Z100 (32 GiB), colon register and handshake;
+* ``mlu-node-a``: 4 × Cambricon MLU (24 GiB), from node capacity (``cambricon.com/vmlu`` …);
+* ``metax-node-a``: 2 × MetaX GPU, from node capacity (``metax-tech.com/gpu``).
+
+It then submits the example pods of ``deploy/examples/*.yaml`` and
+``deploy/examples/vendors/*.yaml`` one after another (in file order;
 each waits until it is placed, refused or reported unschedulable, so the outcome does not depend
 on timing), prints where every pod landed, which GPUs, memory and cores each container got and
 the env the device plugin gave it and what the node's vGPU monitor reports for it (memory used
@@ -52,12 +61,14 @@ from hami_kubesim.stack.spec import (
     gpu_model_node,
     mig_node,
     nvlinked_pairs,
+    vendor_node,
 )
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.vendors.inventory import VendorDevices
 from hami_runtime.logs import configure_logging
 
-__all__ = ["DEMO_NODES", "demo_spec", "load_examples", "main"]
+__all__ = ["DEMO_NODES", "VENDOR_EXAMPLES", "demo_spec", "load_examples", "main"]
 
 _NODE_C = gpu_model_node("gpu-node-c", "NVIDIA A10", count=8, memory_mib=23028, numa_nodes=2)
 DEMO_NODES = (
@@ -68,8 +79,15 @@ DEMO_NODES = (
         mig_node("gpu-node-mig", "NVIDIA A100-SXM4-40GB"),
         taints=({"key": "nvidia.com/mig", "value": "true", "effect": "NoSchedule"},),
     ),
+    vendor_node("npu-node-a", VendorDevices(vendor="Ascend910B3", devices=8, memory_mib=65536)),
+    vendor_node("dcu-node-a", VendorDevices(vendor="DCU", devices=4, memory_mib=32768, split=4)),
+    vendor_node("mlu-node-a", VendorDevices(vendor="MLU", devices=4, memory_mib=24576)),
+    vendor_node("metax-node-a", VendorDevices(vendor="Metax-GPU", devices=2)),
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
+VENDOR_EXAMPLES = "vendors"
+"""The examples dir's sub-folder of pods for the other vendors' nodes (the demo's own: the
+compose stack has GPU nodes only)."""
 _POD_TIMEOUT = 30.0
 _MONITOR_TIMEOUT = 15.0
 """How long the monitors get to report every running container (each finds a new region at its
@@ -230,16 +248,17 @@ async def run_demo(
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    pods = load_examples(examples)
+    pods = load_examples(examples) + load_examples(examples / VENDOR_EXAMPLES)
     if not pods:
         print(f"no example pods in {examples}", file=out)
         return 2
     progress = _Progress(out)
     started = time.monotonic()
     plugins = sum(1 for node in DEMO_NODES if node.device_plugin)
+    vendors = sum(1 for node in DEMO_NODES if node.vendors)
     starting = (
-        f"starting kubesim, the webhook, the scheduler, {plugins} device plugins and "
-        f"{plugins} vGPU monitors"
+        f"starting kubesim, the webhook, the scheduler, {plugins} device plugins, "
+        f"{plugins} vGPU monitors and {vendors} nodes of other vendors"
     )
     progress.show(starting)
     ticker = asyncio.create_task(_tick(progress, starting, started), name="demo-progress")
@@ -249,7 +268,9 @@ async def run_demo(
             progress.done(
                 f"system up in {time.monotonic() - started:.1f} s: API server {system.url}, "
                 f"{len(system.services())} service processes, "
-                f"{sum(len(n.gpus) for n in DEMO_NODES)} GPUs on {len(DEMO_NODES)} nodes"
+                f"{sum(len(n.gpus) for n in DEMO_NODES)} GPUs and "
+                f"{sum(v.devices for n in DEMO_NODES for v in n.vendors)} other devices on "
+                f"{len(DEMO_NODES)} nodes"
             )
             ok = await _run(system, pods, examples=examples, out=out)
             elapsed = time.monotonic() - started

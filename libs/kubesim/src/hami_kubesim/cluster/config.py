@@ -16,6 +16,21 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
         kubelet: true                     # run a kubelet stand-in (default true)
         pluginDir: /tmp/kubesim/gpu-node-1  # default <kubelet.pluginRoot>/<name>
         podResourcesDir: /tmp/kubesim/pr-1  # default <pluginDir>-pod-resources
+        vendors:                          # vendor device plugins played on this node
+          - vendor: Ascend910B3            # a common word (DCU, MLU, Mthreads, Metax-GPU,
+                                          # Metax-SGPU, AMD, kunlun, XPU, GCU, Enflame,
+                                          # AWSNeuron, Biren, Vastai, an Ascend or Iluvatar chip)
+            devices: 8                    # physical devices
+            memoryMiB: 65536              # per device (default: the vendor's)
+            cores: 100                    # per device (AMD: CUs, Mthreads: 16, AWS: NeuronCores)
+            split: 4                      # tasks per device (Enflame DRS: slices)
+            type: Ascend910B3              # registered device type (default: the vendor's)
+            numaNodes: 2
+            unhealthy: [3]                # device indices reported unhealthy
+            annotations: {k: v}           # written instead of what the plugin writes
+            reportIntervalSeconds: 30     # register + handshake period
+            instanceType: trn1.32xlarge   # AWS Neuron's node label
+            qosPolicy: best-effort        # MetaX sGPU
     kubelet:
       pluginRoot: /tmp/kubesim            # default: a fresh temporary directory
       gracePeriodSeconds: 300
@@ -31,6 +46,11 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       extenderURLs: ["http://127.0.0.1:8888"]  # replace urlPrefix of extenders, in order
     objects: [ ... full Kubernetes objects, created in order ... ]
     objectFiles: [extra-objects.yaml]     # multi-document YAML, created after ``objects``
+
+``nodes[].vendors`` runs, beside the node's kubelet stand-in, a stand-in for each vendor's device
+plugin (:mod:`hami_kubesim.vendors`): it registers the devices the way that plugin does (register
+annotation and handshake, kubelet resources that become node capacity, or the vendor's own node
+annotation) and gives a pod's containers the devices the scheduler's annotations name.
 
 ``kubelet.hamiCore: true`` gives every node a host filesystem at ``<pluginDir>/host`` (so
 ``<kubelet.pluginRoot>/<node>/host`` unless the node sets its ``pluginDir``): run that node's
@@ -50,6 +70,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from hami_kubesim.vendors.inventory import VendorDevices
+from hami_kubesim.vendors.profiles import VendorUnknownError, known_words
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -79,6 +102,7 @@ class NodeSpec:
     kubelet: bool = True
     plugin_dir: Path | None = None
     pod_resources_dir: Path | None = None
+    vendors: tuple[VendorDevices, ...] = ()
 
     def to_object(self) -> dict[str, Any]:
         """The Node as a freshly joined kubelet would register it (Ready, addresses, capacity)."""
@@ -252,7 +276,69 @@ def _node(index: int, raw: object, base_dir: Path) -> NodeSpec:
         pod_resources_dir=None
         if pod_resources_dir is None
         else base_dir / _str(f"{key}.podResourcesDir", pod_resources_dir),
+        vendors=tuple(
+            _vendor(f"{key}.vendors[{i}]", v)
+            for i, v in enumerate(_list(f"{key}.vendors", node.get("vendors", [])))
+        ),
     )
+
+
+_VENDOR_KEYS = frozenset(
+    {
+        "vendor",
+        "devices",
+        "memoryMiB",
+        "cores",
+        "split",
+        "type",
+        "numaNodes",
+        "unhealthy",
+        "annotations",
+        "reportIntervalSeconds",
+        "instanceType",
+        "qosPolicy",
+    }
+)
+
+
+def _vendor(key: str, raw: object) -> VendorDevices:
+    entry = _mapping(key, raw)
+    unknown = sorted(set(entry) - _VENDOR_KEYS)
+    if unknown:
+        raise ClusterConfigError(f"{key}.{unknown[0]}", entry[unknown[0]], "unknown key")
+    word = _str(f"{key}.vendor", entry.get("vendor"))
+    unhealthy = _list(f"{key}.unhealthy", entry.get("unhealthy", []))
+    spec = VendorDevices(
+        vendor=word,
+        devices=_count(f"{key}.devices", entry.get("devices", 1), low=1),
+        memory_mib=_count(f"{key}.memoryMiB", entry.get("memoryMiB", 0), low=0),
+        cores=_count(f"{key}.cores", entry.get("cores", 0), low=0),
+        split=_count(f"{key}.split", entry.get("split", 0), low=0),
+        type=str(entry.get("type", "")),
+        numa_nodes=_count(f"{key}.numaNodes", entry.get("numaNodes", 1), low=1),
+        unhealthy=frozenset(
+            _count(f"{key}.unhealthy[{i}]", u, low=0) for i, u in enumerate(unhealthy)
+        ),
+        annotations=_strings(f"{key}.annotations", entry.get("annotations", {})),
+        report_interval=_positive_seconds(
+            f"{key}.reportIntervalSeconds", entry.get("reportIntervalSeconds", 30)
+        ),
+        instance_type=_str(f"{key}.instanceType", entry.get("instanceType", "trn1.32xlarge")),
+        qos_policy=_str(f"{key}.qosPolicy", entry.get("qosPolicy", "best-effort")),
+    )
+    try:
+        spec.profile  # noqa: B018 - resolves the vendor's profile
+    except VendorUnknownError as error:
+        raise ClusterConfigError(
+            f"{key}.vendor", word, f"no vendor stand-in; one of {', '.join(known_words())}"
+        ) from error
+    return spec
+
+
+def _count(key: str, value: object, *, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ClusterConfigError(key, value, f"must be an integer >= {low}")
+    return value
 
 
 def _taint(key: str, raw: object) -> Mapping[str, str]:

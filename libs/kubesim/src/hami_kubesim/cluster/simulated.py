@@ -16,7 +16,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from hami_kubesim.scheduler.config import (
 )
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.testing import RunningApiServer, running_apiserver
+from hami_kubesim.vendors.agent import VendorAgent
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +66,8 @@ class Cluster:
     ``kubelet(node).pod_resources_socket`` for pod-resources)."""
     admission: AdmissionDispatcher | None
     scheduler: SchedulingLoop | None
+    vendor_agents: Mapping[str, VendorAgent] = field(default_factory=dict)
+    """The vendor device-plugin stand-ins by node name (nodes with ``vendors``)."""
 
     def kubelet(self, node: str) -> KubeletStandIn:
         return self.kubelets[node]
@@ -148,6 +151,16 @@ async def running_cluster(
             for node in config.nodes
             if node.kubelet
         }
+        agents = {
+            node.name: VendorAgent(
+                node=node.name,
+                plugin_dir=plugin_dirs[node.name],
+                api_url=sim.url,
+                vendors=node.vendors,
+            )
+            for node in config.nodes
+            if node.kubelet and node.vendors
+        }
         scheduler = (
             None if scheduler_config is None else SchedulingLoop(scheduler_config, api_url=sim.url)
         )
@@ -159,6 +172,7 @@ async def running_cluster(
             plugin_dirs=plugin_dirs,
             admission=admission,
             scheduler=scheduler,
+            vendor_agents=agents,
         )
         stand_ins: list[RunsInBackground] = [*kubelets.values()]
         if scheduler is not None:
@@ -166,6 +180,11 @@ async def running_cluster(
         async with asyncio.TaskGroup() as starting:  # a failed start cancels the others
             for stand_in in stand_ins:
                 starting.create_task(stack.enter_async_context(stand_in))
+        # The vendor plugins register on kubelet.sock: after the kubelets serve it.
+        async with asyncio.TaskGroup() as starting:
+            for agent in agents.values():
+                starting.create_task(stack.enter_async_context(agent))
+        stand_ins.extend(agents.values())
         log.info("cluster ready", url=sim.url, nodes=sorted(plugin_dirs))
         sim.server.kubelets.update(kubelets)  # /_sim/kubelets/<node>/...
         stack.callback(sim.server.kubelets.clear)

@@ -29,6 +29,9 @@ Each check is a pure function ``ClusterState -> list[Violation]``:
   mode, and no MIG instance is two containers' (:mod:`hami_kubesim.stack.mig_checks`); the
   ``env`` check holds a MIG container to the MIG UUIDs of its reservations and no HAMi-core
   limits.
+* ``vendors``: the other vendors' devices are never over-committed and every Running
+  container got exactly the devices its vendor's allocated list names
+  (:mod:`hami_kubesim.stack.vendor_checks`).
 * ``outcomes``: every pod is Running, Succeeded, Failed with a reason, or Pending unassigned with
   a FailedScheduling reason — none lost in between.
 
@@ -68,6 +71,7 @@ from hami_kubesim.stack.state import (
     record_envs,
     replica_gpu,
 )
+from hami_kubesim.stack.vendor_checks import vendor_problems
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, owner_state
@@ -85,6 +89,7 @@ __all__ = [
     "check_mig",
     "check_outcomes",
     "check_replicas",
+    "check_vendors",
     "stale_locks",
 ]
 
@@ -458,6 +463,10 @@ def check_mig(state: ClusterState) -> list[Violation]:
     return [Violation("mig", subject, message) for subject, message in mig_problems(state)]
 
 
+def check_vendors(state: ClusterState) -> list[Violation]:
+    return [Violation("vendors", subject, message) for subject, message in vendor_problems(state)]
+
+
 def check_outcomes(state: ClusterState) -> list[Violation]:
     found: list[Violation] = []
     for pod in state.pods:
@@ -488,6 +497,7 @@ CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("locks", lambda state, timeout: check_locks(state, lock_timeout=timeout)),
     ("outcomes", lambda state, _: check_outcomes(state)),
     ("mig", lambda state, _: check_mig(state)),
+    ("vendors", lambda state, _: check_vendors(state)),
 )
 """Every invariant by name; each takes the snapshot and the node-lock timeout."""
 

@@ -17,6 +17,7 @@ from hami_kubesim.stack.spec import FailurePolicy
 __all__ = [
     "WEBHOOK_CONFIGURATION_NAME",
     "WEBHOOK_SERVICE",
+    "device_pod",
     "gpu_pod",
     "gpu_quota",
     "mutating_webhook_configuration",
@@ -133,3 +134,20 @@ def gpu_pod(
             ],
         },
     }
+
+
+def device_pod(
+    name: str,
+    limits: Mapping[str, str | int],
+    *,
+    namespace: str = "default",
+    containers: int = 1,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod whose every container has ``limits`` (any vendor's resources; no schedulerName:
+    the webhook sets it)."""
+    pod = gpu_pod(name, namespace=namespace, containers=containers, annotations=annotations)
+    for index, container in enumerate(pod["spec"]["containers"]):
+        container["name"] = "app" if containers == 1 else f"app-{index}"
+        container["resources"] = {"limits": {k: str(v) for k, v in limits.items()}}
+    return pod

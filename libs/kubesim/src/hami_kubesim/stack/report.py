@@ -32,6 +32,7 @@ from hami_kubesim.stack.state import (
     record_envs,
 )
 from hami_kubesim.stack.usage import DeviceReading, MonitorUsage
+from hami_kubesim.stack.vendor_report import vendor_device_loads, vendor_pod_lines
 from hami_protocol.pod.mig import MigReservation
 
 __all__ = ["render_report"]
@@ -108,7 +109,10 @@ def _pod_lines(
     types = _type_of(state, node)
     containers = record_containers(allocation_record(pod))
     instances = container_reservations_of(pod)
+    vendor_lines = vendor_pod_lines(pod)
     for index, (name, devices) in enumerate(container_devices(pod)):
+        if not devices and vendor_lines:
+            continue
         if not devices:
             lines.append(f"      {name}: no GPU")
             continue
@@ -126,7 +130,7 @@ def _pod_lines(
         envs = record_envs(containers.get(name) or {}, _GPU_RESOURCE)
         if envs:
             lines.extend(_env_lines(envs, "        "))
-    return lines
+    return lines + vendor_lines
 
 
 def _unplaced_lines(
@@ -145,10 +149,10 @@ def _unplaced_lines(
     )
 
 
-def _device_lines(node: str, loads: Mapping[str, DeviceLoad]) -> list[str]:
+def _device_lines(node: str, loads: Mapping[str, DeviceLoad], what: str = "GPUs") -> list[str]:
     devices = sorted(loads.values(), key=lambda load: (load.device.index, load.device.id))
     models = sorted({d.device.type for d in devices if d.device.count})
-    lines = [f"  {node}  ({len(devices)} GPUs: {', '.join(models) or 'none registered'})"]
+    lines = [f"  {node}  ({len(devices)} {what}: {', '.join(models) or 'none registered'})"]
     for load in devices:
         device = load.device
         share = load.memory * 100 // device.devmem if device.devmem else 0
@@ -196,6 +200,8 @@ def render_report(
     for node, loads in sorted(device_loads(state).items()):
         if loads:
             lines.extend(_device_lines(node, loads))
+    for node, word, vendor_loads in vendor_device_loads(state):
+        lines.extend(_device_lines(node, vendor_loads, f"{word} devices"))
     if results:
         met = sum(r.ok for r in results)
         lines += ["", f"Expected outcomes: {met}/{len(results)} met"]

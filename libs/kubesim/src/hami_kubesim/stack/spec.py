@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import yaml
 
+from hami_kubesim.vendors.inventory import VendorDevices
+
 __all__ = [
     "CHART_DEVICE_CONFIG",
     "CHART_SCHEDULER_CONFIG",
@@ -33,6 +35,7 @@ __all__ = [
     "mig_node",
     "node_config_document",
     "nvlinked_pairs",
+    "vendor_node",
 ]
 
 
@@ -113,6 +116,10 @@ class GpuNode:
     """The node's ``operatingmode`` in the plugin's ``config.json`` (``mig``: its GPUs are cut
     into MIG instances; they need ``FakeGpu.mig``)."""
 
+    vendors: tuple[VendorDevices, ...] = ()
+    """Other vendors' devices, registered by their plugins' stand-ins
+    (:mod:`hami_kubesim.vendors`) beside the kubelet."""
+
 
 def node_config_document(node: GpuNode) -> dict[str, Any] | None:
     """The device plugin's per-node ``config.json`` of ``node`` (None: the defaults do)."""
@@ -177,6 +184,12 @@ def gpu_model_node(
         for index in range(count)
     )
     return GpuNode(name=name, gpus=gpus, labels=dict(labels or {}))
+
+
+def vendor_node(name: str, *vendors: VendorDevices, gpus: tuple[FakeGpu, ...] = ()) -> GpuNode:
+    """A node with other vendors' devices (and NVIDIA ``gpus``, run by our device plugin, when
+    given)."""
+    return GpuNode(name=name, gpus=gpus, device_plugin=bool(gpus), vendors=vendors)
 
 
 def fake_uuid(seed: str) -> str:

@@ -14,7 +14,7 @@ reported by the invariant checker.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -322,9 +322,15 @@ def holding_pods(state: ClusterState) -> dict[str, list[Mapping[str, Any]]]:
     return by_node
 
 
-def device_loads(state: ClusterState) -> dict[str, dict[str, DeviceLoad]]:
+def device_loads(
+    state: ClusterState,
+    *,
+    allocated_key: str = keys.NVIDIA_DEVICES_ALLOCATED,
+    inventory: Callable[[Mapping[str, Any]], Iterable[DeviceInfo] | None] = node_devices,
+) -> dict[str, dict[str, DeviceLoad]]:
     """Per node and device UUID, the registered device and the usage placed on it by the pods
-    of :func:`holding_pods`.
+    of :func:`holding_pods` (NVIDIA's by default; a vendor's with its ``allocated_key`` and its
+    ``inventory`` of a node).
 
     A pod counts as the scheduler counts it: init containers by their peak against the sum of
     the app containers (only the app containers once every init container has finished).
@@ -334,11 +340,11 @@ def device_loads(state: ClusterState) -> dict[str, dict[str, DeviceLoad]]:
     loads: dict[str, dict[str, DeviceLoad]] = {}
     for node in state.nodes:
         name = NodeView(node).name
-        loads[name] = {d.id: DeviceLoad(name, d) for d in node_devices(node) or ()}
+        loads[name] = {d.id: DeviceLoad(name, d) for d in inventory(node) or ()}
     for node_name, pods in holding_pods(state).items():
         per_device = loads.setdefault(node_name, {})
         for pod in pods:
-            devices = allocated_devices(pod)
+            devices = allocated_devices(pod, allocated_key)
             if devices is None:
                 continue
             view = PodView(pod)

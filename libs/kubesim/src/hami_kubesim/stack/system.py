@@ -355,6 +355,7 @@ def _cluster_config(
             allocatable=dict(_NODE_CAPACITY),
             address=f"10.{index // 250}.{index % 250}.10",
             pod_cidr=f"10.{100 + index // 250}.{index % 250}.0/24",
+            vendors=node.vendors,
         )
         for index, node in enumerate(spec.nodes)
     )

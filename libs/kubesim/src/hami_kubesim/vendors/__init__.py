@@ -1,0 +1,1 @@
+"""Stand-ins for the non-NVIDIA vendors' device plugins (see :mod:`.agent`)."""
