@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -24,7 +25,7 @@ from hami_deviceplugin.gpu.mig.model import MigCapability, MigInstance, MigState
 from hami_deviceplugin.gpu.mig.tables import fake_capability
 from hami_protocol.keys import NVIDIA_MIG_ALLOCATIONS
 from hami_protocol.node.registry import MigPlacement
-from hami_protocol.pod.mig import MigReservation, encode_mig_reservations
+from hami_protocol.pod.mig import MigReservation, MigRuntimeIds, encode_mig_reservations
 
 GPU = "GPU-a100"
 A100 = fake_capability("A100-SXM4-40GB")
@@ -68,10 +69,23 @@ def test_fresh_gpu_creates_each_reservation() -> None:
     assert [s.reservation.profile for s in plan if isinstance(s, Create)] == ["1g.5gb", "3g.20gb"]
 
 
-def test_an_instance_at_exactly_the_placement_is_adopted() -> None:
+def test_an_instance_the_pod_already_holds_is_adopted() -> None:
     existing = inst("1g.5gb", 6, 1, 9)
-    (step,) = steps([res("1g.5gb", 6, 1)], instances=(existing,))
-    assert step == Adopt(res("1g.5gb", 6, 1), existing)
+    # The pod's reservation names the instance an earlier Allocate of this pod made.
+    held = dataclasses.replace(res("1g.5gb", 6, 1), runtime=MigRuntimeIds(existing.mig_uuid, 9, 0))
+    (step,) = steps([held], instances=(existing,))
+    assert step == Adopt(held, existing)
+
+
+def test_a_leftover_at_exactly_the_placement_is_made_anew_never_handed_over() -> None:
+    # A force-deleted pod's container may still run in an instance nobody reserves any more:
+    # the next pod reserving that very placement gets a new instance (the clear fails, and the
+    # Allocate with it, while processes run there), never the leftover.
+    leftover = inst("1g.5gb", 6, 1, 9)
+    plan = steps([res("1g.5gb", 6, 1)], instances=(leftover,))
+    assert plan == (Clear(leftover), Create(res("1g.5gb", 6, 1), A100.profile("1g.5gb")))
+    with pytest.raises(AllocateError, match="cannot be cleared now"):
+        steps([res("1g.5gb", 6, 1)], instances=(leftover,), pods_known=False)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,11 @@ reaching another pod, or being destroyed under it:
 
 * a reservation whose placement overlaps another pod's live reservation on the same GPU is
   refused (even at exactly the same placement: pods never share an instance);
-* an existing instance is adopted only at exactly the reserved profile and placement;
+* an existing instance is adopted only at exactly the reserved profile and placement, and only
+  when the pod's own reservations already name it (its MIG UUID, recorded by an earlier
+  Allocate of this pod): an instance at that placement that no reservation names is a leftover
+  — a force-deleted pod's container may still run in it — and is cleared and made anew, never
+  handed over (clearing an instance with processes fails, and the Allocate with it);
 * an instance overlapping a reservation differently is cleared only when no live reservation
   references it and the pods are known for sure (the pod watch has synced); else refused;
 * the reconciler and the start-up pass destroy only instances no live reservation references,
@@ -140,6 +144,11 @@ def _check_against_others(
                 )
 
 
+def _is_this(candidate: MigReservation, reservation: MigReservation) -> bool:
+    """The same reservation, whether or not runtime ids were recorded on either copy."""
+    return candidate.key == reservation.key and candidate.placement == reservation.placement
+
+
 def reservation_steps(
     reservations: Sequence[MigReservation],
     *,
@@ -156,6 +165,11 @@ def reservation_steps(
     Raises :class:`~hami_deviceplugin.errors.AllocateError` (invalid) with the reason."""
     steps: list[Step] = []
     everyone = live.all()
+    own = {
+        r.runtime.mig_uuid
+        for r in (*live.by_pod.get(pod_uid, ()), *reservations)
+        if r.runtime is not None
+    }
     taken: dict[str, list[MigReservation]] = {}
     for reservation in reservations:
         gpu = reservation.gpu_uuid
@@ -195,14 +209,20 @@ def reservation_steps(
                     f"GPU {gpu}: instance {exact.gi_id} sits at the reserved placement, but a "
                     "pod's MIG reservations on this GPU cannot be read: it may be that pod's"
                 )
-            steps.append(Adopt(reservation, exact))
-            continue
+            if exact.mig_uuid in own:
+                steps.append(Adopt(reservation, exact))
+                continue
         for instance in state.instances:
             if not overlaps(instance.placement, reservation.placement):
                 continue
             if Clear(instance) in steps:
                 continue
-            in_use = any(references(r, instance) for r in everyone)
+            # This pod's reservation at exactly that placement does not make a leftover its own.
+            in_use = any(
+                references(r, instance)
+                for r in everyone
+                if not (instance is exact and r.gpu_uuid == gpu and _is_this(r, reservation))
+            )
             if in_use or not pods_known or gpu in live.doubtful:
                 raise invalid(
                     f"GPU {gpu}: instance {instance.gi_id} ({instance.profile} at slices "
