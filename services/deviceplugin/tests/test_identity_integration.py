@@ -12,6 +12,7 @@ pods wait refuses the first admitted rather than guess).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from hami_protocol.keys import (
     NVIDIA_DEVICES_TO_ALLOCATE,
     NVIDIA_REGISTER,
 )
+from hami_protocol.node.identity import identity_is_fresh
 
 from .helpers import (
     NODE,
@@ -350,4 +352,12 @@ async def test_the_node_says_how_the_plugin_tells_pods_apart(
     async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=pod_resources):
         await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
         said = annotations_of(sim, "nodes", NODE).get(NODE_ALLOCATE_IDENTITY)
-        assert said == (ALLOCATE_IDENTITY_POD_RESOURCES if pod_resources else None)
+        if pod_resources:
+            assert said is not None
+            assert said.startswith(f"{ALLOCATE_IDENTITY_POD_RESOURCES} ")
+            assert identity_is_fresh(said, datetime.now(UTC))
+        else:
+            assert said is None
+    # Stopped gracefully, the plugin takes it back: whatever comes next may not tell pods apart.
+    assert NODE_ALLOCATE_IDENTITY not in annotations_of(sim, "nodes", NODE)
+    assert NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import pytest
@@ -34,6 +34,7 @@ from hami_protocol.keys import (
     NVIDIA_HANDSHAKE,
     NVIDIA_REGISTER,
 )
+from hami_protocol.node.identity import IDENTITY_REFRESH, format_identity
 from hami_protocol.node.registry import decode_node_devices
 
 from .helpers import NODE
@@ -144,16 +145,29 @@ def test_annotations_to_write() -> None:
 def test_the_identity_annotation_follows_what_the_plugin_can_tell() -> None:
     register = register_value([T4], NodeSettings())
     current = {NVIDIA_REGISTER: register, NVIDIA_HANDSHAKE: "Reported 2026-05-01 12:00:00"}
-    said = {**current, NODE_ALLOCATE_IDENTITY: ALLOCATE_IDENTITY_POD_RESOURCES}
+    stamped = format_identity(NOW)
+    assert stamped == f"{ALLOCATE_IDENTITY_POD_RESOURCES} {NOW:%Y-%m-%d %H:%M:%S}"
+    said = {**current, NODE_ALLOCATE_IDENTITY: stamped}
     assert annotations_to_write(
         current, register=register, now=NOW, identity=ALLOCATE_IDENTITY_POD_RESOURCES
-    ) == {NODE_ALLOCATE_IDENTITY: ALLOCATE_IDENTITY_POD_RESOURCES}
-    assert (
-        annotations_to_write(
-            said, register=register, now=NOW, identity=ALLOCATE_IDENTITY_POD_RESOURCES
+    ) == {NODE_ALLOCATE_IDENTITY: stamped}
+    # Written a moment ago: nothing to write until the stamp is a refresh period old.
+    for later in (NOW, NOW + IDENTITY_REFRESH - timedelta(seconds=1)):
+        assert (
+            annotations_to_write(
+                said, register=register, now=later, identity=ALLOCATE_IDENTITY_POD_RESOURCES
+            )
+            == {}
         )
-        == {}
-    )
+    due = NOW + IDENTITY_REFRESH
+    assert annotations_to_write(
+        said, register=register, now=due, identity=ALLOCATE_IDENTITY_POD_RESOURCES
+    ) == {NODE_ALLOCATE_IDENTITY: format_identity(due)}
+    # What an earlier release wrote (no stamp) is restamped at once.
+    bare = {**current, NODE_ALLOCATE_IDENTITY: ALLOCATE_IDENTITY_POD_RESOURCES}
+    assert annotations_to_write(
+        bare, register=register, now=NOW, identity=ALLOCATE_IDENTITY_POD_RESOURCES
+    ) == {NODE_ALLOCATE_IDENTITY: stamped}
     # The kubelet stopped answering: the node must not say so any more.
     assert annotations_to_write(said, register=register, now=NOW) == {NODE_ALLOCATE_IDENTITY: None}
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -25,6 +26,7 @@ from hami_kubesim.apiserver.app import create_app
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, format_url, start_app
 from hami_protocol import keys
+from hami_protocol.node.identity import format_identity
 
 from .service_helpers import (
     Harness,
@@ -146,7 +148,7 @@ async def test_a_burst_on_one_node_costs_two_writes_per_pod() -> None:
 async def test_where_the_plugin_identifies_pods_through_the_kubelet_a_bind_is_one_write() -> None:
     """``hami.io/node-allocate-identity: pod-resources``: no lock, no queue — a burst of binds to
     one node goes through while every earlier pod still waits for its Allocate."""
-    identity = {keys.NODE_ALLOCATE_IDENTITY: keys.ALLOCATE_IDENTITY_POD_RESOURCES}
+    identity = {keys.NODE_ALLOCATE_IDENTITY: format_identity(datetime.now(UTC))}
     async with counted_cluster() as (h, requests):
         await h.add_node("n", gpus("n", 4), annotations=identity)
         await h.synced_node("n")
@@ -167,3 +169,30 @@ async def test_where_the_plugin_identifies_pods_through_the_kubelet_a_bind_is_on
             bound = h.pod(name)
             assert bound["spec"]["nodeName"] == "n"
             assert bound["metadata"]["annotations"][keys.BIND_PHASE] == "allocating"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        keys.ALLOCATE_IDENTITY_POD_RESOURCES,  # what an earlier release wrote: no stamp
+        f"{keys.ALLOCATE_IDENTITY_POD_RESOURCES} 2020-01-01 00:00:00",  # nobody restamps it
+    ],
+    ids=["unstamped", "stale"],
+)
+async def test_a_stale_identity_means_the_lock(value: str) -> None:
+    """A plugin that stops restamping ``hami.io/node-allocate-identity`` (HAMi's deployed over
+    ours, or ours killed) no longer spares binds the lock: the second bind waits for the first
+    pod's Allocate instead of going through beside it."""
+    async with counted_cluster() as (h, _):
+        await h.add_node("n", gpus("n", 4), annotations={keys.NODE_ALLOCATE_IDENTITY: value})
+        await h.synced_node("n")
+        first, second = [await h.add_pod(pod(name)) for name in ("p0", "p1")]
+        for one in (first, second):
+            assert (await h.filter(one, ["n"]))["NodeNames"] == ["n"]
+        assert await h.bind(first, "n") == ""
+        assert keys.NODE_LOCK in (h.node("n")["metadata"].get("annotations") or {})
+        waiting = asyncio.create_task(h.bind(second, "n"))
+        waits = h.scheduler.binder._waits
+        await eventually(lambda: dict(waits.waiting()) == {"n": 1}, what="p1 waits for the lock")
+        await h.allocated("p0", "n")
+        assert await waiting == ""

@@ -41,9 +41,10 @@ DEVICE_CORDON: Final = "hami.io/device-cordon"
 RDMA_REGISTER: Final = "hami.io/node-rdma-register"
 """Our own: RDMA NICs and their VFs on a node (JSON, see docs/protocol.md)."""
 NODE_ALLOCATE_IDENTITY: Final = "hami.io/node-allocate-identity"
-"""Our own: how the node's device plugin tells which pod an Allocate is for.  Its one value,
+"""Our own: how the node's device plugin tells which pod an Allocate is for, stamped with when it
+last said so (:mod:`hami_protocol.node.identity`).  Its one mode,
 :data:`ALLOCATE_IDENTITY_POD_RESOURCES`, says the plugin reads the kubelet's PodResources API and
-needs no node lock to tell pods apart; absent, binds take the lock (see docs/protocol.md)."""
+needs no node lock to tell pods apart; absent or stale, binds take the lock (docs/protocol.md)."""
 ALLOCATE_IDENTITY_POD_RESOURCES: Final = "pod-resources"
 RDMA_DEVICES_TO_ALLOCATE: Final = "hami.io/rdma-devices-to-allocate"
 RDMA_DEVICES_ALLOCATED: Final = "hami.io/rdma-devices-allocated"

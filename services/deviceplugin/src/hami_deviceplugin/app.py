@@ -322,6 +322,7 @@ async def run(
             mig_allowlist=settings.mig_allowlist,
         )
         life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
+        life.on_exit("allocate-identity", registrar.withdraw_identity, within=CLOSE_S)
         sources = AllocationSources(
             pods=NodePods(client, node_name),
             node=registrar.cached_node,

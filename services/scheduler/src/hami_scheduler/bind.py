@@ -60,7 +60,8 @@ from hami_kube.timefmt import utc_now
 from hami_protocol import keys
 from hami_protocol.durations import format_go_duration
 from hami_protocol.errors import DecodeError, ProtocolError
-from hami_protocol.keys import ALLOCATE_IDENTITY_POD_RESOURCES, NODE_ALLOCATE_IDENTITY
+from hami_protocol.keys import NODE_ALLOCATE_IDENTITY
+from hami_protocol.node.identity import identity_is_fresh
 from hami_protocol.node.lock import LockAction, decode_node_lock
 from hami_protocol.request.containers import PodDeviceRequests
 from hami_scheduler.cache.view import SchedulerCache
@@ -273,10 +274,11 @@ class BindService:
 
     def _identifies_without_lock(self, node: str) -> bool:
         """The node's device plugin tells pods apart through the kubelet's PodResources API
-        (``hami.io/node-allocate-identity``): binds need no lock there, and do not queue."""
+        (``hami.io/node-allocate-identity``, stamped recently): binds need no lock there, and do
+        not queue.  A stale stamp (another plugin took over, or ours died) means the lock."""
         known = self._locker.known_node(node)
         value = None if known is None else NodeView(known).annotations.get(NODE_ALLOCATE_IDENTITY)
-        return value == ALLOCATE_IDENTITY_POD_RESOURCES
+        return identity_is_fresh(value, self._now())
 
     # -- the lock -------------------------------------------------------------------------
     async def _locked(

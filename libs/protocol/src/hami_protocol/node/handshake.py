@@ -31,6 +31,7 @@ __all__ = [
     "format_requesting",
     "parse_handshake",
     "parse_handshake_time",
+    "wire_time",
 ]
 
 HandshakeState = Literal["requesting", "reported", "deleted", "unknown"]
@@ -130,19 +131,20 @@ def _as_utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _wire_time(moment: datetime) -> str:
+def wire_time(moment: datetime) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` in UTC (a naive ``moment`` is taken to be UTC)."""
     t = _as_utc(moment)
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"
 
 
 def format_requesting(now: datetime) -> str:
     """``Requesting_YYYY-MM-DD HH:MM:SS`` in UTC (a naive ``now`` is taken to be UTC)."""
-    return f"Requesting_{_wire_time(now)}"
+    return f"Requesting_{wire_time(now)}"
 
 
 def format_reported(now: datetime) -> str:
     """``Reported YYYY-MM-DD HH:MM:SS`` in UTC, the form an external device plugin may write."""
-    return f"Reported {_wire_time(now)}"
+    return f"Reported {wire_time(now)}"
 
 
 def _plus(moment: datetime, delta: timedelta) -> datetime:

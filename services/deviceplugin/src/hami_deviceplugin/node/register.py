@@ -43,6 +43,7 @@ from hami_protocol.keys import (
     RDMA_REGISTER,
 )
 from hami_protocol.node.handshake import format_reported, parse_handshake
+from hami_protocol.node.identity import format_identity, identity_needs_stamp
 from hami_protocol.node.pairscore import encode_pair_scores
 from hami_protocol.node.registry import DeviceInfo, MigProfile, encode_node_devices_json
 from hami_protocol.topology.links import AsymmetricPair, LinkTable, pair_scores
@@ -161,9 +162,12 @@ def annotations_to_write(
     """The node annotations to patch (empty when the node already says it all).
 
     ``rdma_register`` is the RDMA register value, or None when the node must not have one (the
-    value None in the result removes the annotation); ``identity`` likewise for
-    ``hami.io/node-allocate-identity`` (set while the kubelet's PodResources API answers, so the
-    scheduler may bind without the node lock).  ``score`` is the pair-score value, or None when
+    value None in the result removes the annotation); ``identity`` is the mode
+    ``hami.io/node-allocate-identity`` must say (while the kubelet's PodResources API answers, so
+    the scheduler may bind without the node lock), or None for no annotation: it is written with
+    ``now`` as its stamp, and restamped once the node's stamp is older than the refresh period
+    (:mod:`hami_protocol.node.identity`: a plugin that stops restamping loses the lock-free
+    binds).  ``score`` is the pair-score value, or None when
     topology scoring is off (the node's value, if any, is then left alone).
     """
     writes: dict[str, str | None] = {}
@@ -173,8 +177,10 @@ def annotations_to_write(
         writes[NVIDIA_HANDSHAKE] = format_reported(now)
     if current.get(RDMA_REGISTER) != rdma_register:
         writes[RDMA_REGISTER] = rdma_register
-    if current.get(NODE_ALLOCATE_IDENTITY) != identity:
-        writes[NODE_ALLOCATE_IDENTITY] = identity
+    if identity_needs_stamp(current.get(NODE_ALLOCATE_IDENTITY), identity, now):
+        writes[NODE_ALLOCATE_IDENTITY] = (
+            None if identity is None else format_identity(now, identity)
+        )
     if score is not None and current.get(NVIDIA_SCORE) != score:
         writes[NVIDIA_SCORE] = score
     return writes

@@ -46,6 +46,7 @@ from hami_kube.timefmt import utc_now
 from hami_protocol.config.device import MigProfileAllow
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.errors import ProtocolError
+from hami_protocol.keys import NODE_ALLOCATE_IDENTITY
 from hami_protocol.topology.links import ASYMMETRIC_LINK_REASON, AsymmetricPair, LinkTable
 
 __all__ = ["ASYMMETRY_WARNING_EVERY_S", "Registrar"]
@@ -194,6 +195,22 @@ class Registrar:
             self._metrics.register_duration.observe(time.perf_counter() - started)
         self._metrics.register_syncs.labels(outcome="patched" if writes else "unchanged").inc()
         return True
+
+    async def withdraw_identity(self) -> None:
+        """On a graceful exit: remove ``hami.io/node-allocate-identity`` if this plugin said it,
+        so binds take the node lock at once rather than when its stamp goes stale (whatever
+        plugin comes next may not tell pods apart)."""
+        if self._identity is None:
+            return
+        try:
+            await patch_metadata(
+                self._client, NODES, self._node_name, annotations={NODE_ALLOCATE_IDENTITY: None}
+            )
+        except KubeError as exc:
+            log.warning("allocate identity not withdrawn", node=self._node_name, error=str(exc))
+        else:
+            self._identity = None
+            log.info("allocate identity withdrawn", node=self._node_name)
 
     async def run(self) -> None:
         """Register now, then keep the node current until cancelled."""
