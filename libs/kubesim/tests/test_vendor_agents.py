@@ -348,17 +348,27 @@ async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path
     async with running_cluster(_config(tmp_path, nodes)) as cluster:
         kubelet = cluster.kubelet("dcu-node")
         assert kubelet.registrations["hygon.com/dcunum"] == 1
+
+        def listed() -> int:
+            found = kubelet.resources().get("hygon.com/dcunum")
+            return 0 if found is None else found.allocatable
+
+        await eventually(lambda: listed() > 0, what="the DCU devices listed")
+        served = listed()
         await kubelet.restart()
         agent = cluster.vendor_agents["dcu-node"]
-        # The agent counts a re-registration once the kubelet's answer is back, a moment after
-        # the kubelet recorded it: wait for both.
-        await eventually(
-            lambda: (
-                kubelet.registrations.get("hygon.com/dcunum") == 2 and agent.reregistrations == 1
-            ),
-            within=10,
-            what="the DCU plugin registered again",
-        )
+
+        def served_again() -> bool:
+            # Registered again (the agent counts it once the kubelet's answer is back, a moment
+            # after the kubelet recorded it), and the new connection's device list is in: a pod
+            # admitted before that is refused, as a real kubelet refuses it.
+            return (
+                kubelet.registrations.get("hygon.com/dcunum") == 2
+                and agent.reregistrations == 1
+                and listed() == served
+            )
+
+        await eventually(served_again, within=10, what="the DCU plugin registered again")
         uuid = device_ids(VendorDevices(vendor="DCU", devices=2), "dcu-node")[1]
         listed = f"{uuid},DCU,1000,10:;"
         annotations = {
