@@ -8,8 +8,9 @@ HAMi's scheduler writes, with a placement, values each vendor's own plugin consu
 * Moore Threads: ``mthreads.com/gpu-index`` (device indices, comma-joined),
   ``mthreads.com/predicate-time`` (unix ns) and ``mthreads.com/predicate-node``;
 * Ascend (``Ascend…`` words): ``huawei.com/<word>`` = JSON ``[{"UUID","temp","memory","core"}]``
-  per device of the pod (``temp``: the name of the chip's template whose memory the grant holds
-  — :attr:`BindFacts.ascend_templates` — empty for a whole card or in hami-core mode) and
+  per device of the pod (``temp``: the chip's smallest template whose memory covers the grant —
+  :attr:`BindFacts.ascend_templates`, HAMi's ``trimMemory`` — empty above every template, a
+  whole card, or in hami-core mode) and
   ``predicate-time`` (unix s);
 * Kunlun whole XPUs (``kunlun``): ``BAIDU_COM_DEVICE_IDX`` = comma-joined device indices;
 * AWS Neuron (``AWSNeuron``): ``AWS_NEURON_IDS`` — the device indices, or for a pod asking
@@ -183,10 +184,13 @@ def mthreads_annotations(
 
 
 def ascend_template(memory: int, facts: BindFacts) -> str:
-    """The template a grant of ``memory`` MiB stands for (``""``: whole card or hami-core)."""
+    """The template a grant of ``memory`` MiB stands for — the smallest whose memory covers it,
+    as HAMi's ``trimMemory`` — ``""`` above every template (a whole card) or in hami-core
+    mode."""
     if facts.ascend_hami_core:
         return ""
-    return next((name for name, size in facts.ascend_templates if size == memory), "")
+    fitting = [(size, name) for name, size in facts.ascend_templates if memory <= size]
+    return min(fitting)[1] if fitting else ""
 
 
 def ascend_annotations(
