@@ -20,6 +20,7 @@ from hami_protocol.vendor.table import Vendor, vendors_from_config
 from hami_scheduler.core import (
     FitContext,
     NodeUsage,
+    PodPlan,
     apply_usage,
     build_node_usage,
     decide_node,
@@ -29,6 +30,7 @@ from hami_scheduler.core import (
 from hami_scheduler.core.decide import decision_usage
 from hami_scheduler.core.strategy import FIT_MODULES, ScoreArgs, family_of, strategy_for
 from hami_scheduler.core.vendors.context import (
+    NO_POD_FACTS,
     DrsProfile,
     NodeVendorFacts,
     SgpuNodeState,
@@ -144,7 +146,7 @@ def small_node(row: Vendor) -> tuple[list[DeviceInfo], dict[str, str], NodeVendo
     return devices, limits, facts
 
 
-def _plan(row: Vendor, limits: Mapping[str, str], vendor: VendorPodFacts = VendorPodFacts()):
+def _plan(row: Vendor, limits: Mapping[str, str], vendor: VendorPodFacts = NO_POD_FACTS) -> PodPlan:
     requests = container_requests(
         {"name": "c", "resources": {"limits": dict(limits)}}, vendors=ROWS
     )
@@ -179,7 +181,7 @@ def test_every_rows_fit_and_score_through_the_registry(row: Vendor) -> None:
 def test_scores_get_their_own_arguments() -> None:
     by_word = {row.common_word: row for row in ROWS}
     # MetaX whole GPUs: 2000 − losses[requested] under binpack, − scores[requested] under spread.
-    devices, limits, facts = small_node(by_word["Metax-GPU"])
+    devices, _, facts = small_node(by_word["Metax-GPU"])
     node = build_node_usage("n", {"Metax-GPU": devices}, vendor=facts)
     score = strategy_for("Metax-GPU").score
     assert score is not None
