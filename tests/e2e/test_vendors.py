@@ -4,6 +4,7 @@ and the stand-ins give the containers what the annotations say."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,6 +27,12 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 NS = "vendors"
 DCU = VendorDevices(vendor="DCU", devices=2, memory_mib=16000, split=4)
 NPU = VendorDevices(vendor="Ascend910B3", devices=8, memory_mib=65536)
+NPU_CORE = VendorDevices(
+    vendor="Ascend910B3",
+    devices=2,
+    memory_mib=65536,
+    annotations={keys.ASCEND_NODE_VNPU_CORE: "true"},
+)
 T4 = gpu_model_node("mixed-node", "Tesla T4", count=2, memory_mib=15360)
 GARBAGE_DCU = VendorDevices(
     vendor="DCU", annotations={keys.node_register_key("dcu"): "DCU-x,not,a,device"}
@@ -33,6 +40,7 @@ GARBAGE_DCU = VendorDevices(
 NODES = (
     vendor_node("dcu-node", DCU),
     vendor_node("npu-node", NPU),
+    vendor_node("npu-core-node", NPU_CORE),
     vendor_node("mixed-node", DCU, gpus=T4.gpus),
     vendor_node("mlu-node", VendorDevices(vendor="MLU", devices=2, memory_mib=24576)),
     vendor_node("mt-node", VendorDevices(vendor="Mthreads", devices=2)),
@@ -145,12 +153,18 @@ async def test_cambricon_and_moore_threads_pods_run_from_capacity_devices(cluste
     await cluster.clear_pods(NS)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the scheduler and webhook do not place Ascend yet (branch vendors-sched)"
-)
-async def test_an_ascend_pod_runs_on_the_npu_node_with_its_devices(cluster: System) -> None:
+def _ascend_record(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    record = json.loads(PodView(pod).annotations["huawei.com/Ascend910B3"])
+    assert isinstance(record, list)
+    return record
+
+
+async def test_an_ascend_template_pod_runs_on_the_npu_node_with_its_template(
+    cluster: System,
+) -> None:
     limits = {"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 16384}
-    await cluster.create(device_pod("npu", limits, namespace=NS))
+    mode = {keys.ASCEND_VNPU_MODE: "template"}
+    await cluster.create(device_pod("npu", limits, namespace=NS, annotations=mode))
     try:
         state = await cluster.wait_for(settled([f"{NS}/npu"]), within=10, what="npu settles")
         pod = _pod(state, "npu")
@@ -159,6 +173,31 @@ async def test_an_ascend_pod_runs_on_the_npu_node_with_its_devices(cluster: Syst
         assert view.node_name == "npu-node"
         allocated = view.annotations[keys.devices_allocated_key("Ascend910B3")]
         assert allocated.split(",")[0] in device_ids(NPU, "npu-node")
+        (entry,) = _ascend_record(pod)
+        assert entry["temp"] == "vir05_1c_16g"
+        assert entry["memory"] == 16384
+        assert entry["UUID"] == allocated.split(",")[0]
+        assert int(view.annotations[keys.ASCEND_PREDICATE_TIME]) > 0
+        assert check_all(state) == ()
+    finally:
+        await cluster.clear_pods(NS)
+
+
+async def test_an_ascend_hami_core_pod_runs_only_on_the_hami_core_node(cluster: System) -> None:
+    limits = {"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 8192}
+    mode = {keys.ASCEND_VNPU_MODE: "hami-core"}
+    await cluster.create(device_pod("npu-soft", limits, namespace=NS, annotations=mode))
+    try:
+        state = await cluster.wait_for(
+            settled([f"{NS}/npu-soft"]), within=10, what="npu-soft settles"
+        )
+        pod = _pod(state, "npu-soft")
+        view = PodView(pod)
+        assert view.phase == "Running", failed_scheduling(state, pod)
+        assert view.node_name == "npu-core-node"
+        (entry,) = _ascend_record(pod)
+        assert entry["temp"] == ""
+        assert entry["memory"] == 8192
         assert check_all(state) == ()
     finally:
         await cluster.clear_pods(NS)
