@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hami_kubesim.testing import eventually
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
 from hami_protocol.node.lock_keys import decode_cambricon_lock, encode_cambricon_lock
@@ -18,7 +19,6 @@ from .service_helpers import (
     Harness,
     annotations_of,
     container,
-    eventually,
     gpu_limits,
     gpus,
     harness,
