@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_kubesim.testing import eventually
 
-from .service_helpers import Harness, container, harness, pod_object
+from .service_helpers import Harness, container, gpus, harness, pod_object
 
 MLU_CAPACITY = {
     "cambricon.com/vmlu": "200",
@@ -100,3 +100,19 @@ async def test_decisions_and_rejections_count_vendor_pods_and_words() -> None:
     assert outcomes.get("bind/bound") == 1
     assert sum(v for k, v in outcomes.items() if k.startswith("filter/")) == 2
     assert rejections == {(("reason", "CardInsufficientMemory"),): 1}
+
+
+async def test_a_vendors_bad_input_is_one_rejection_label_whatever_the_node() -> None:
+    async with harness() as h:
+        broken = {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vcore": "200"}
+        for name in ("a", "b"):
+            await h.add_node(name, gpus(name, 1), allocatable={"nvidia.com/gpu": "10", **broken})
+            await h.synced_node(name)
+        limits = {"cambricon.com/vmlu": "1", MLU_MEMORY: "4"}
+        pod = await h.add_pod(pod_object("mlu", container(limits=limits)))
+        reply = await h.filter(pod, ["a", "b"])
+        assert not reply["NodeNames"]
+        rejections = await samples(h, "hami_scheduler_node_rejections_total")
+    # The text names the key (and may quote a value); the label stays one word.
+    assert all(MLU_MEMORY in text for text in reply["FailedNodes"].values())
+    assert rejections == {(("reason", "Other"),): 2}
