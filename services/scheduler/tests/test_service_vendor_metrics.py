@@ -9,18 +9,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_kubesim.testing import eventually
 
-from .service_helpers import Harness, container, gpus, harness, pod_object
+from .service_helpers import (
+    MLU_CAPACITY,
+    MTHREADS_CAPACITY,
+    Harness,
+    container,
+    gpus,
+    harness,
+    pod_object,
+)
 
-MLU_CAPACITY = {
-    "cambricon.com/vmlu": "200",
-    "cambricon.com/mlu.smlu.vcore": "200",
-    "cambricon.com/mlu.smlu.vmemory": "128",
-}
-MTHREADS_CAPACITY = {
-    "mthreads.com/vgpu": "4",
-    "mthreads.com/sgpu-core": "32",
-    "mthreads.com/sgpu-memory": "96",
-}
 MLU_MEMORY = "cambricon.com/mlu.smlu.vmemory"
 MIB = 1024 * 1024
 
@@ -116,3 +114,21 @@ async def test_a_vendors_bad_input_is_one_rejection_label_whatever_the_node() ->
     # The text names the key (and may quote a value); the label stays one word.
     assert all(MLU_MEMORY in text for text in reply["FailedNodes"].values())
     assert rejections == {(("reason", "Other"),): 2}
+
+
+async def test_a_placed_vendor_pod_leaves_its_devices_memory_limits_in_bytes() -> None:
+    async with harness() as h:
+        await h.add_node("n", allocatable=MLU_CAPACITY)
+        await h.synced_node("n")
+        limits = {"cambricon.com/vmlu": "1", MLU_MEMORY: "4"}
+        pod = await h.add_pod(pod_object("mlu", container(limits=limits)))
+        assert (await h.schedule(pod, ["n"]))["NodeNames"] == ["n"]
+        found = await samples(h, "hami_gpu_memory_limit_bytes")
+    limits_by_device = {
+        dict(labels)["device_uuid"]: (dict(labels)["device_type"], value)
+        for labels, value in found.items()
+    }
+    assert limits_by_device == {
+        "n-cambricon-mlu-0": ("MLU", 64 * 256 * MIB),
+        "n-cambricon-mlu-1": ("MLU", 64 * 256 * MIB),
+    }
