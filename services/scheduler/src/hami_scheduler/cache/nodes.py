@@ -295,7 +295,8 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
 
     Real nodes carry kilobytes of status (images, conditions, addresses) the scheduler never
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
-    the device annotations, the node lock (bind decides on the cached copy) and
+    the device annotations, the node locks (every vendor's key: bind decides on the cached
+    copy) and
     ``status.allocatable``.
     """
     node = NodeView(obj)
