@@ -79,6 +79,12 @@ def instances(devices: Path, gpu: str = A) -> list[dict[str, Any]]:
     return list(record.get("instances") or [])
 
 
+def created(devices: Path) -> int:
+    """How many instances the fake GPUs have made so far (its creation serial)."""
+    path = state_file_for(devices)
+    return int(json.loads(path.read_text()).get("serial", 0)) if path.exists() else 0
+
+
 def mig_pod(
     name: str,
     containers: Sequence[Sequence[tuple[str, str, int]]],
@@ -363,12 +369,18 @@ async def test_a_pod_list_failure_at_start_changes_nothing_until_the_pods_are_kn
 async def test_an_allocate_that_times_out_after_creating_takes_its_instances_back(
     sim: RunningApiServer, plugin_dir: Path, devices: Path
 ) -> None:
-    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=0.5) as (_, _plugin):
+    # The commit hangs (30 s patch latency): the deadline always ends the call, after the
+    # creation even on a loaded machine.
+    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=2.0) as (_, _plugin):
         sim.server.inject_latency(30.0, verb="patch", resource="pods")
         try:
             await submit(sim, mig_pod("slow", [[(A, "2g.10gb", 4)]]))
-            await eventually(lambda: bool(instances(devices)), what="instance created")
-            await eventually(lambda: instances(devices) == [], what="instance taken back")
+            # Made (the fake counts every creation) and taken back: on a loaded machine the
+            # instance may live too briefly for a poll to see it.
+            await eventually(
+                lambda: created(devices) >= 1 and instances(devices) == [],
+                what="an instance created and taken back",
+            )
         finally:
             sim.server.clear_faults()
         await eventually(lambda: bool(events_for(sim, "slow")), what="AllocateFailed recorded")

@@ -12,6 +12,7 @@ import pytest
 
 from hami_kubesim.testing import eventually
 from hami_protocol import keys
+from hami_protocol.node.identity import format_identity
 from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
 from hami_protocol.node.lock_keys import decode_cambricon_lock, encode_cambricon_lock
 
@@ -128,7 +129,7 @@ async def test_a_lockless_vendor_takes_no_lock() -> None:
 
 async def test_a_pod_resources_node_skips_only_the_nvidia_lock() -> None:
     async with harness() as h:
-        identity = {keys.NODE_ALLOCATE_IDENTITY: keys.ALLOCATE_IDENTITY_POD_RESOURCES}
+        identity = {keys.NODE_ALLOCATE_IDENTITY: format_identity(datetime.now(UTC))}
         await mixed_node(h, **identity)
         pod = await filtered(h, "both", {**gpu_limits(1, mem=1000), **MLU})
         assert await h.bind(pod, "n") == ""
