@@ -22,6 +22,7 @@ from hami_kubesim.vendors.inventory import (
     AWS_INSTANCE_TYPE_LABEL,
     VendorDevices,
     device_ids,
+    kubelet_devices,
     node_inventory,
 )
 from hami_kubesim.vendors.profiles import profile_for
@@ -373,3 +374,11 @@ async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path
         )
         pod = await _running(cluster, "after")
         assert _given(pod) == {"c0": ("DCU", 0, listed.removesuffix(";"))}
+
+
+def test_an_unserved_resource_is_missing_from_what_the_kubelet_advertises() -> None:
+    memory = "cambricon.com/mlu.smlu.vmemory"
+    whole = VendorDevices(vendor="MLU", devices=2)
+    bare = VendorDevices(vendor="MLU", devices=2, unserved=frozenset({memory}))
+    assert memory in kubelet_devices(whole, "n")
+    assert set(kubelet_devices(bare, "n")) == set(kubelet_devices(whole, "n")) - {memory}

@@ -79,6 +79,9 @@ class VendorDevices:
     unhealthy: frozenset[int] = frozenset()
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Written as given instead of what the plugin would write (bad-input tests)."""
+    unserved: frozenset[str] = frozenset()
+    """Resources the plugin does not advertise though its vendor has them (bad-input tests: a
+    capacity vendor's count without its memory resource)."""
     report_interval: float = 30.0
     instance_type: str = "trn1.32xlarge"
     qos_policy: str = "best-effort"
@@ -230,7 +233,7 @@ def kubelet_devices(spec: VendorDevices, node: str) -> dict[str, list[tuple[str,
             served[profile.memory_resource] = _units(ids, spec, units, "mem")
         if profile.cores_resource:
             served[profile.cores_resource] = _units(ids, spec, spec.core_count, "core")
-    return served
+    return {name: ids for name, ids in served.items() if name not in spec.unserved}
 
 
 def _units(
