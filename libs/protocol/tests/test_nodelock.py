@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_protocol import keys
 from hami_protocol.errors import DecodeError, ValidationError
 from hami_protocol.node.lock import (
     DEFAULT_LOCK_TIMEOUT,
@@ -25,6 +26,13 @@ from hami_protocol.node.lock import (
     is_overdue,
     owner_state,
     owner_to_check,
+)
+from hami_protocol.node.lock_keys import (
+    CAMBRICON_LOCK,
+    MUTEX_LOCK,
+    decode_cambricon_lock,
+    encode_cambricon_lock,
+    lock_rule,
 )
 
 T0 = datetime(2024, 5, 14, 7, 7, 33, tzinfo=UTC)
@@ -240,3 +248,41 @@ def test_garbage_decodes_or_raises_decode_error_and_decisions_never_raise(value:
     action = decide_acquire(value, namespace="ns", pod="p", now=SOON, timeout=TIMEOUT)
     assert action in set(LockAction)
     assert decide_release(value, namespace="ns", pod="p") in set(ReleaseAction)
+
+
+# -- the vendors' lock keys (hami_protocol.node.lock_keys) ------------------------------------
+
+
+def test_cambricon_lock_is_a_bare_rfc3339_time_round_trip() -> None:
+    value = encode_cambricon_lock(T0)
+    assert value == "2024-05-14T07:07:33Z"
+    assert decode_cambricon_lock(value) == NodeLock(T0)
+    assert decode_cambricon_lock("2024-05-14T09:07:33+02:00").acquired == T0
+
+
+@pytest.mark.parametrize("value", ["2024-05-14T07:07:33Z,default,p", "yesterday", ""])
+def test_a_cambricon_lock_that_is_not_one_time_names_its_key(value: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        decode_cambricon_lock(value)
+    assert caught.value.key == keys.CAMBRICON_DSMLU_LOCK
+
+
+def test_lock_rules_per_key() -> None:
+    assert lock_rule(keys.NODE_LOCK) is MUTEX_LOCK
+    assert lock_rule(keys.CAMBRICON_DSMLU_LOCK) is CAMBRICON_LOCK
+    assert CAMBRICON_LOCK.timeout_or(TIMEOUT) == timedelta(minutes=2)
+    assert MUTEX_LOCK.timeout_or(TIMEOUT) == TIMEOUT
+    assert CAMBRICON_LOCK.encode(NodeLock(T0, "ns", "p")) == "2024-05-14T07:07:33Z"
+    assert MUTEX_LOCK.encode(NodeLock(T0, "ns", "p")) == "2024-05-14T07:07:33Z,ns,p"
+    assert CAMBRICON_LOCK.allocated({keys.CAMBRICON_DSMLU_ASSIGNED: "true"})
+    assert not CAMBRICON_LOCK.allocated({keys.BIND_PHASE: "success"})
+    assert MUTEX_LOCK.allocated({keys.BIND_PHASE: "failed"})
+    with pytest.raises(ValidationError):
+        lock_rule("example.com/other.lock")
+
+
+def test_owner_state_takes_the_vendors_own_done_marker_when_given() -> None:
+    bound = {"exists": True, "node": "n1", "bound_to": "n1", "bind_phase": "allocating"}
+    assert owner_state(**bound, allocated=True) is OwnerState.FINISHED  # type: ignore[arg-type]
+    success = {**bound, "bind_phase": "success"}
+    assert owner_state(**success, allocated=False) is OwnerState.WAITING  # type: ignore[arg-type]

@@ -11,18 +11,22 @@ and say why.
    nothing undone; to another → ``Error``, what it holds untouched;
 3. the node: from the node watch (a GET on a miss; gone → ``Error``).  Single mode: a
    decision for another node → ``Error`` (the device plugin there could not serve it);
-4. the node lock (:class:`~hami_scheduler.nodelock.locker.NodeLocker`) when the pod's app
-   containers ask a vendor that uses ``hami.io/mutex.lock``, or any container asks
-   ``koordinator.sh/rdma`` (the device plugin finds the pod through the lock for NICs too).
-   Binds needing a node's lock queue for it in arrival order
+4. the node locks (:class:`~hami_scheduler.nodelock.locker.NodeLocker`): the lock of every
+   vendor the pod's app containers ask that has one (``hami.io/mutex.lock``, shared by most;
+   Cambricon's ``cambricon.com/dsmlu.lock``), taken in the sorted order of the vendors' common
+   words as HAMi takes them, each key once; ``hami.io/mutex.lock`` too when any container asks
+   ``koordinator.sh/rdma`` (the device plugin finds the pod through the lock for NICs too).  A
+   lock that cannot be taken releases the ones this bind took before it, last first.
+   Binds needing a node's locks queue for them in arrival order
    (:class:`~hami_scheduler.nodelock.waits.LockWaits`); a lock another pod still needs is
    *waited for* — woken by the watch, never by polling — until ``--node-lock-wait`` (20 s;
    PodGroup members: ``--node-lock-retry-timeout`` if longer) has passed since the bind
    arrived, then ``Error`` naming the owner (``node n1 is locked by ns/pod, waiting for its
    device plugin since <time>; waited 20s``).  A lock found overdue is reported
-   (:class:`~hami_scheduler.upkeep.OverdueLocks`).  No lock at all on a node whose device
-   plugin says ``hami.io/node-allocate-identity: pod-resources``: it tells pods apart through
-   the kubelet's PodResources API, so binds there neither lock nor queue;
+   (:class:`~hami_scheduler.upkeep.OverdueLocks`).  No NVIDIA (or RDMA) lock on a node whose
+   device plugin says ``hami.io/node-allocate-identity: pod-resources``: it tells pods apart
+   through the kubelet's PodResources API, so binds there neither lock nor queue for it.  Only
+   our NVIDIA plugin writes that annotation: other vendors' locks are taken there all the same;
 5. no decision yet (``--filter-mode all``, or none kept): decide for this node now from the
    cache — HAMi's or the joint GPU + NIC one by the filter's own rule
    (:mod:`hami_scheduler.core.joint.route`) — and assume it;
@@ -36,7 +40,7 @@ and say why.
 API cost of a bind, nominally: two writes (the lock, the Binding) and no read; one write (the
 Binding) where the node's plugin identifies pods through PodResources.
 
-Every failure leaves nothing behind: the lock is released when this bind wrote it (not when it
+Every failure leaves nothing behind: each lock is released when this bind wrote it (not when it
 only re-entered its own), the decision's assumption is dropped (a Binding that failed on the
 wire but happened after all shows up in the watch and counts from there), ``BindingFailed`` is
 recorded and ``Error`` answered; a bind cancelled before its Binding was sent undoes the same.
@@ -62,7 +66,9 @@ from hami_protocol.durations import format_go_duration
 from hami_protocol.errors import DecodeError, ProtocolError
 from hami_protocol.keys import ALLOCATE_IDENTITY_POD_RESOURCES, NODE_ALLOCATE_IDENTITY
 from hami_protocol.node.lock import LockAction, decode_node_lock
+from hami_protocol.node.lock_keys import MUTEX_LOCK, LockRule, lock_rule
 from hami_protocol.request.containers import PodDeviceRequests
+from hami_protocol.vendor.table import NVIDIA
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import decide_on
@@ -262,14 +268,21 @@ class BindService:
         self._events.binding_failed(pod, message)
         return _BindError(message, reason)
 
-    def _needs_lock(self, requests: PodDeviceRequests, koord: KoordRequests) -> bool:
-        if wants_rdma(koord):
-            return True
+    def _lock_rules(self, node: str, asked: _Asked) -> tuple[LockRule, ...]:
+        """The locks this bind takes, in HAMi's order (the vendors' common words sorted)."""
+        requests, koord = asked
         words = {word for slot in requests.slots if not slot.is_init for word in slot.requests}
-        return any(
-            vendor.node_lock_key == keys.NODE_LOCK and vendor.common_word in words
-            for vendor in self._cache.vendors
-        )
+        by_word = [(v.common_word, v.node_lock_key) for v in self._cache.vendors]
+        if wants_rdma(koord):
+            words.add(NVIDIA)
+            by_word.append((NVIDIA, keys.NODE_LOCK))
+        if NVIDIA in words and self._identifies_without_lock(node):
+            words.discard(NVIDIA)
+        rules: dict[str, LockRule] = {}
+        for _word, key in sorted((w, k) for w, k in by_word if k is not None and w in words):
+            if key not in rules:
+                rules[key] = lock_rule(key)
+        return tuple(rules.values())
 
     def _identifies_without_lock(self, node: str) -> bool:
         """The node's device plugin tells pods apart through the kubelet's PodResources API
@@ -282,18 +295,26 @@ class BindService:
     async def _locked(
         self, node: str, pod: PodView, record: DecisionRecord | None, asked: _Asked, started: float
     ) -> None:
-        """Take the lock when the pod needs it (waiting in line), then finish the bind."""
-        if not self._needs_lock(*asked) or self._identifies_without_lock(node):
-            await self._finish(node, pod, record, asked, wrote_lock=False)
+        """Take the locks the pod needs (waiting in line), then finish the bind."""
+        rules = self._lock_rules(node, asked)
+        if not rules:
+            await self._finish(node, pod, record, asked, wrote=())
             return
         wait = self._group_wait_s if pod.labels.get(keys.POD_GROUP_LABEL) else self._lock_wait_s
         deadline = started + wait
         async with self._waits.turn(node, deadline=deadline) as turn:
             if turn is None:
                 raise self._failed(pod, self._queued(node, started), "lock_wait")
-            action = await self._lock(turn, node, pod, started, deadline)
-            wrote = action is not LockAction.REENTER
-            await self._finish(node, pod, record, asked, wrote_lock=wrote)
+            wrote: list[LockRule] = []
+            try:
+                for rule in rules:
+                    action = await self._lock(turn, node, pod, started, deadline, rule=rule)
+                    if action is not LockAction.REENTER:
+                        wrote.append(rule)
+            except BaseException:
+                await self._unlock(node, pod, tuple(wrote))
+                raise
+            await self._finish(node, pod, record, asked, wrote=tuple(wrote))
 
     def _queued(self, node: str, started: float) -> str:
         """Why a bind that never got its turn gave up."""
@@ -312,17 +333,28 @@ class BindService:
         return f"{describe_lock(node, lock, owner)}; {behind}"
 
     async def _lock(
-        self, turn: Turn, node: str, pod: PodView, started: float, deadline: float
+        self,
+        turn: Turn,
+        node: str,
+        pod: PodView,
+        started: float,
+        deadline: float,
+        *,
+        rule: LockRule,
     ) -> LockAction:
         loop = asyncio.get_running_loop()
         logged = False
         while True:
             turn.mark()
             try:
-                action = await self._locker.acquire(node, namespace=pod.namespace, pod=pod.name)
+                action = await self._locker.acquire(
+                    node, namespace=pod.namespace, pod=pod.name, rule=rule
+                )
             except LockContendedError as exc:
                 contention = exc.contention
-                if contention.overdue and self._overdue is not None:
+                # Only the mutex is walked by the periodic overdue check (waits.locks).
+                overdue = contention.overdue and rule is MUTEX_LOCK
+                if overdue and self._overdue is not None:
                     self._overdue.seen(node, contention.value, contention.lock)
                 now = loop.time()
                 if now >= deadline:
@@ -332,7 +364,11 @@ class BindService:
                 if not logged:
                     logged = True
                     log.info(
-                        "node_lock_waiting", node=node, pod=pod.key, owner=contention.owner_key
+                        "node_lock_waiting",
+                        node=node,
+                        key=rule.key,
+                        pod=pod.key,
+                        owner=contention.owner_key,
                     )
                 until = deadline
                 if contention.frees_at is not None:
@@ -355,7 +391,7 @@ class BindService:
         record: DecisionRecord | None,
         asked: _Asked,
         *,
-        wrote_lock: bool,
+        wrote: tuple[LockRule, ...],
     ) -> None:
         sent = False
         try:
@@ -368,32 +404,30 @@ class BindService:
             await self._post_binding(pod, node, annotations)
         except ConflictError as exc:
             if await self._bound_after_all(pod, node, record):
-                if wrote_lock:
-                    await self._unlock(node, pod)
+                await self._unlock(node, pod, wrote)
                 return
-            await self._undo(node, pod, wrote_lock)
+            await self._undo(node, pod, wrote)
             self._metrics.api_error("bind")
             raise self._failed(pod, f"binding failed: {exc}", "conflict") from exc
         except KubeError as exc:
-            await self._undo(node, pod, wrote_lock)
+            await self._undo(node, pod, wrote)
             self._metrics.api_error("bind")
             raise self._failed(pod, f"binding failed: {exc}", "api_error") from exc
         except _BindError as exc:
-            await self._undo(node, pod, wrote_lock)
+            await self._undo(node, pod, wrote)
             raise self._failed(pod, exc.message, exc.reason) from None
         except asyncio.CancelledError:
             if not sent:
                 # Cancelled (the extender stopping, kube-scheduler gone) before the Binding.
-                await self._undo(node, pod, wrote_lock)
+                await self._undo(node, pod, wrote)
             elif pod.uid:
                 self._cache.release(pod.uid)
             raise
 
-    async def _undo(self, node: str, pod: PodView, wrote_lock: bool) -> None:
+    async def _undo(self, node: str, pod: PodView, wrote: tuple[LockRule, ...]) -> None:
         if pod.uid:
             self._cache.release(pod.uid)
-        if wrote_lock:
-            await self._unlock(node, pod)
+        await self._unlock(node, pod, wrote)
 
     async def _post_binding(self, pod: PodView, node: str, annotations: dict[str, str]) -> None:
         meta: dict[str, object] = {
@@ -459,9 +493,11 @@ class BindService:
         self._cache.assume(pod.uid, pod.name, record.holding)
         return record
 
-    async def _unlock(self, node: str, pod: PodView) -> None:
-        try:
-            await self._locker.release(node, namespace=pod.namespace, pod=pod.name)
-        except LockError as exc:
-            self._metrics.api_error("unlock_node")
-            log.warning("unlock_failed", node=node, pod=pod.key, error=str(exc))
+    async def _unlock(self, node: str, pod: PodView, wrote: tuple[LockRule, ...]) -> None:
+        """Release the locks this bind wrote, last taken first."""
+        for rule in reversed(wrote):
+            try:
+                await self._locker.release(node, namespace=pod.namespace, pod=pod.name, rule=rule)
+            except LockError as exc:
+                self._metrics.api_error("unlock_node")
+                log.warning("unlock_failed", node=node, key=rule.key, pod=pod.key, error=str(exc))

@@ -113,13 +113,16 @@ def owner_state(
     phase: str = "",
     bind_phase: str = "",
     deleting: bool = False,
+    allocated: bool | None = None,
 ) -> OwnerState:
     """The :class:`OwnerState` of a lock owner read from the API (``exists=False``: NotFound).
 
     ``bound_to`` is its ``spec.nodeName``, ``phase`` its ``status.phase``, ``bind_phase`` its
-    ``hami.io/bind-phase``; ``node`` is the node whose lock this is.  A pod bound here without a
-    finished bind-phase is taken as waiting: being wrong there costs a wait, the other way costs
-    another pod's limits.
+    ``hami.io/bind-phase``; ``node`` is the node whose lock this is.  ``allocated``, when given,
+    says instead of ``bind_phase`` whether its Allocate is over (a vendor lock whose plugin marks
+    that its own way: :meth:`~hami_protocol.node.lock_keys.LockRule.allocated`).  A pod bound
+    here without a finished bind-phase is taken as waiting: being wrong there costs a wait, the
+    other way costs another pod's limits.
     """
     if not exists:
         return OwnerState.GONE
@@ -129,7 +132,8 @@ def owner_state(
         return OwnerState.BINDING
     if bound_to != node:
         return OwnerState.ELSEWHERE
-    if bind_phase in _FINISHED_PHASES:
+    finished = bind_phase in _FINISHED_PHASES if allocated is None else allocated
+    if finished:
         return OwnerState.FINISHED
     return OwnerState.WAITING
 

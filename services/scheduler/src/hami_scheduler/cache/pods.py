@@ -325,7 +325,7 @@ def _nic_allocation(
 
 
 _KEPT_META: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
-_KEPT_STATE: Final = (keys.BIND_PHASE, keys.BIND_TIME)
+_KEPT_STATE: Final = (keys.BIND_PHASE, keys.BIND_TIME, keys.CAMBRICON_DSMLU_ASSIGNED)
 """Read when the pod owns a node lock (:mod:`hami_scheduler.nodelock.owners`), not by the cache."""
 
 
@@ -341,7 +341,8 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     resourceVersion, ``hami.io/vgpu-node`` and the ``-devices-allocated`` annotations, the init
     containers (as empty entries, for their count), a terminal phase and the init containers'
     exit codes, and what the node lock's takeover rule reads of a lock owner (``spec.nodeName``,
-    ``metadata.deletionTimestamp``, ``hami.io/bind-phase`` and ``hami.io/bind-time``) —
+    ``metadata.deletionTimestamp``, ``hami.io/bind-phase``, ``hami.io/bind-time`` and Cambricon's
+    ``CAMBRICON_DSMLU_ASSIGNED``) —
     ``spec`` and ``status`` are left out entirely when they hold none of these.
     """
     pod = PodView(obj)

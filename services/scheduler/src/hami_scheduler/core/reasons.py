@@ -13,16 +13,21 @@ from typing import Final
 
 __all__ = [
     "ALLOCATED_CARDS_INSUFFICIENT_REQUEST",
+    "CARD_APP_CLASS_MISMATCH",
     "CARD_COMPUTE_UNITS_EXHAUSTED",
     "CARD_CORDONED",
     "CARD_INSUFFICIENT_CORE",
     "CARD_INSUFFICIENT_MEMORY",
     "CARD_MIG_TOPOLOGY_INFEASIBLE",
+    "CARD_NOT_FOUND_CUSTOM_FILTER_RULE",
     "CARD_NOT_HEALTH",
+    "CARD_QOS_POLICY_MISMATCH",
     "CARD_TIME_SLICING_EXHAUSTED",
     "CARD_TYPE_MISMATCH",
+    "CARD_UNHEALTHY",
     "CARD_UUID_MISMATCH",
     "EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT",
+    "MODE_NOT_FIT",
     "NODE_INSUFFICIENT_DEVICE",
     "NODE_UNREGISTERED",
     "NUMA_NOT_FIT",
@@ -49,6 +54,19 @@ NODE_INSUFFICIENT_DEVICE: Final = "NodeInsufficientDevice"
 """Reported bare (no counts) when a request names more devices than the node has."""
 NODE_UNREGISTERED: Final = "node unregistered"
 """A candidate node the scheduler has no devices for (HAMi's FailedNodes text)."""
+
+
+# Words only vendor fits use (core.vendors).
+MODE_NOT_FIT: Final = "ModeNotFit"
+"""Ascend: the pod's vNPU mode is not the node's; Enflame DRS: no profile serves the request."""
+CARD_NOT_FOUND_CUSTOM_FILTER_RULE: Final = "CardNotFoundCustomFilterRule"
+"""MetaX GPU, Moore Threads: the device is not the one the pod's earlier containers hold."""
+CARD_UNHEALTHY: Final = "CardUnhealthy"
+"""MetaX sGPU's own word for an unhealthy device."""
+CARD_QOS_POLICY_MISMATCH: Final = "CardQosPolicyMismatch"
+"""MetaX sGPU: the device's QoS policy is not the pod's."""
+CARD_APP_CLASS_MISMATCH: Final = "CardAppClassMismatch"
+"""MetaX sGPU: the device serves another app class than the pod's."""
 
 
 def format_reasons(counts: Mapping[str, int], cards: int) -> str:

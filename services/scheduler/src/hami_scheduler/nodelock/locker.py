@@ -23,6 +23,13 @@ business (:mod:`hami_scheduler.nodelock.waits`).  :meth:`NodeLocker.release` del
 when :func:`~hami_protocol.node.lock.decide_release` allows it (ours, or a legacy lock), with
 the same precondition and the same 409 rule.
 
+Every call names the lock's key by its :class:`~hami_protocol.node.lock_keys.LockRule`
+(``hami.io/mutex.lock`` when not given).  Cambricon's ``cambricon.com/dsmlu.lock`` names no pod
+and times out after 2 minutes; this process remembers whom it wrote each such value for, so the
+owner's state decides for it as for the mutex (``CAMBRICON_DSMLU_ASSIGNED: true`` is its
+*done*); a value it did not write (another scheduler's, or one from before a restart) is a lock
+naming no pod, freed by age as HAMi frees it, and is never released by a rollback of ours.
+
 Cost: one write per acquire or release, no read unless the caches miss or a write conflicts.
 """
 
@@ -46,7 +53,6 @@ from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol.durations import format_go_duration
 from hami_protocol.errors import DecodeError
-from hami_protocol.keys import NODE_LOCK
 from hami_protocol.node.lock import (
     LockAction,
     NodeLock,
@@ -54,12 +60,12 @@ from hami_protocol.node.lock import (
     ReleaseAction,
     decide_acquire,
     decide_release,
-    decode_node_lock,
     encode_node_lock,
     is_expired,
     is_overdue,
     owner_to_check,
 )
+from hami_protocol.node.lock_keys import MUTEX_LOCK, LockRule
 from hami_scheduler.nodelock.owners import LockOwners
 
 __all__ = ["Contention", "LockContendedError", "LockError", "NodeLocker", "describe_lock"]
@@ -81,6 +87,7 @@ class Contention:
     node: str
     value: str
     """The lock annotation as found."""
+    rule: LockRule
     lock: NodeLock
     owner: OwnerState | None
     """``None``: a legacy lock, which names no pod."""
@@ -95,15 +102,21 @@ class Contention:
     def message(self, waited_s: float) -> str:
         """Why the bind gave up, naming the owner (``waited_s``: how long it waited)."""
         waited = format_go_duration(float(round(waited_s)))
-        return f"{describe_lock(self.node, self.lock, self.owner)}; waited {waited}"
+        described = describe_lock(self.node, self.lock, self.owner, self.rule)
+        return f"{described}; waited {waited}"
 
 
-def describe_lock(node: str, lock: NodeLock, owner: OwnerState | None) -> str:
-    """``node n1 is locked by ns/pod, waiting for its device plugin since <time>``."""
+def describe_lock(
+    node: str, lock: NodeLock, owner: OwnerState | None, rule: LockRule = MUTEX_LOCK
+) -> str:
+    """``node n1 is locked by ns/pod, waiting for its device plugin since <time>``; another
+    key than ``hami.io/mutex.lock`` is named: ``node n1's cambricon.com/dsmlu.lock is held by
+    ...``."""
     since = encode_node_lock(NodeLock(lock.acquired))
+    locked = f"node {node} is locked" if rule is MUTEX_LOCK else f"node {node}'s {rule.key} is held"
     if lock.legacy:
-        return f"node {node} is locked since {since} by a lock that names no pod"
-    holder = f"node {node} is locked by {lock.namespace}/{lock.pod}"
+        return f"{locked} since {since} by a lock that names no pod"
+    holder = f"{locked} by {lock.namespace}/{lock.pod}"
     if owner is OwnerState.WAITING:
         return f"{holder}, waiting for its device plugin since {since}"
     if owner is OwnerState.BINDING:
@@ -115,7 +128,9 @@ class LockContendedError(LockError):
     """Another pod holds the lock and may still need it."""
 
     def __init__(self, contention: Contention) -> None:
-        super().__init__(describe_lock(contention.node, contention.lock, contention.owner))
+        super().__init__(
+            describe_lock(contention.node, contention.lock, contention.owner, contention.rule)
+        )
         self.contention = contention
 
 
@@ -151,6 +166,9 @@ class NodeLocker:
         self._on_action = on_action
         self._on_miss = on_miss
         self._written: dict[str, JsonObject] = {}
+        self._holders: dict[tuple[str, str], tuple[str, str, str]] = {}
+        """(node, key) → (value, namespace, pod) written by this process, for the keys whose
+        value names no pod."""
 
     @property
     def timeout(self) -> timedelta:
@@ -177,8 +195,10 @@ class NodeLocker:
             self._on_miss()
         return await self._client.get(NODES, name)
 
-    async def acquire(self, node_name: str, *, namespace: str, pod: str) -> LockAction:
-        """Take the lock for ``namespace/pod``; returns what was done.
+    async def acquire(
+        self, node_name: str, *, namespace: str, pod: str, rule: LockRule = MUTEX_LOCK
+    ) -> LockAction:
+        """Take the lock ``rule.key`` for ``namespace/pod``; returns what was done.
 
         Raises :class:`LockContendedError`, or :class:`LockError` (API failure, the node gone,
         too many conflicts).
@@ -189,16 +209,20 @@ class NodeLocker:
             try:
                 if current is None:
                     current = await self._read(node_name)
-                action = await self._decide(node_name, current, namespace=namespace, pod=pod)
+                action = await self._decide(
+                    node_name, current, namespace=namespace, pod=pod, rule=rule
+                )
                 if action is not LockAction.REENTER:
-                    value = encode_node_lock(NodeLock(self._now(), namespace, pod))
+                    value = rule.encode(NodeLock(self._now(), namespace, pod))
                     self._written[node_name] = await patch_metadata(
                         self._client,
                         NODES,
                         node_name,
-                        annotations={NODE_LOCK: value},
+                        annotations={rule.key: value},
                         resource_version=NodeView(current).resource_version or None,
                     )
+                    if not rule.names_owner:
+                        self._holders[node_name, rule.key] = (value, namespace, pod)
                 if self._on_action is not None:
                     self._on_action(action)
                 return action
@@ -214,40 +238,60 @@ class NodeLocker:
             except KubeError as exc:
                 raise LockError(f"cannot lock node {node_name}: {exc}") from exc
 
+    def _as_known(self, node_name: str, rule: LockRule, value: str | None) -> str | None:
+        """The value in the mutex's form, naming the pod this process wrote it for where the
+        key itself names none (``None``: no lock; unreadable values are passed on as found)."""
+        if value is None or rule.names_owner:
+            return value
+        holder = self._holders.get((node_name, rule.key))
+        if holder is not None and holder[0] != value:
+            del self._holders[node_name, rule.key]
+            holder = None
+        try:
+            lock = rule.decode(value)
+        except DecodeError:
+            return value
+        if holder is None:
+            return encode_node_lock(NodeLock(lock.acquired))
+        return encode_node_lock(NodeLock(lock.acquired, holder[1], holder[2]))
+
     async def _decide(
-        self, node_name: str, current: JsonObject, *, namespace: str, pod: str
+        self, node_name: str, current: JsonObject, *, namespace: str, pod: str, rule: LockRule
     ) -> LockAction:
-        value = NodeView(current).annotations.get(NODE_LOCK)
+        found = NodeView(current).annotations.get(rule.key)
+        value = self._as_known(node_name, rule, found)
         now = self._now()
-        owner = owner_to_check(value, namespace=namespace, pod=pod, now=now, timeout=self._timeout)
+        timeout = rule.timeout_or(self._timeout)
+        owner = owner_to_check(value, namespace=namespace, pod=pod, now=now, timeout=timeout)
         state: OwnerState | None = None
         lock: NodeLock | None = None
         if value is not None:
             try:
-                lock = decode_node_lock(value)
+                lock = MUTEX_LOCK.decode(value)
             except DecodeError:
                 lock = None
         if owner is not None and lock is not None:
-            state = await self._owners.state(*owner, node_name, lock)
+            state = await self._owners.state(*owner, node_name, lock, rule)
         action = decide_acquire(
-            value, namespace=namespace, pod=pod, now=now, timeout=self._timeout, owner=state
+            value, namespace=namespace, pod=pod, now=now, timeout=timeout, owner=state
         )
         if action is LockAction.CONTENDED and lock is not None:
-            overdue = state is not None and is_overdue(
-                value, now=now, timeout=self._timeout, owner=state
-            )
+            overdue = state is not None and is_overdue(value, now=now, timeout=timeout, owner=state)
             frees_at = None
             if lock.legacy or state is OwnerState.BINDING:
-                frees_at = lock.acquired + self._timeout
-                if is_expired(lock, now, self._timeout):
+                frees_at = lock.acquired + timeout
+                if is_expired(lock, now, timeout):
                     frees_at = now
             raise LockContendedError(
-                Contention(node_name, value or "", lock, state, overdue, frees_at)
+                Contention(node_name, found or "", rule, lock, state, overdue, frees_at)
             )
         return action
 
-    async def release(self, node_name: str, *, namespace: str, pod: str) -> bool:
-        """Delete the lock if it is ours (or legacy); returns whether one was deleted.
+    async def release(
+        self, node_name: str, *, namespace: str, pod: str, rule: LockRule = MUTEX_LOCK
+    ) -> bool:
+        """Delete the lock ``rule.key`` if it is ours (or legacy; a key naming no pod: only the
+        value this process wrote for this pod); returns whether one was deleted.
 
         Raises :class:`LockError` when the API keeps failing.
         """
@@ -256,16 +300,17 @@ class NodeLocker:
             try:
                 if current is None:
                     current = await self._read(node_name)
-                value = NodeView(current).annotations.get(NODE_LOCK)
-                if decide_release(value, namespace=namespace, pod=pod) is ReleaseAction.NOOP:
+                found = NodeView(current).annotations.get(rule.key)
+                if not self._releasable(node_name, rule, found, namespace=namespace, pod=pod):
                     return False
                 self._written[node_name] = await patch_metadata(
                     self._client,
                     NODES,
                     node_name,
-                    annotations={NODE_LOCK: None},
+                    annotations={rule.key: None},
                     resource_version=NodeView(current).resource_version or None,
                 )
+                self._holders.pop((node_name, rule.key), None)
                 return True
             except NotFoundError:
                 return False
@@ -278,3 +323,11 @@ class NodeLocker:
             except KubeError as exc:
                 raise LockError(f"cannot unlock node {node_name}: {exc}") from exc
         return False
+
+    def _releasable(
+        self, node_name: str, rule: LockRule, found: str | None, *, namespace: str, pod: str
+    ) -> bool:
+        if found is not None and not rule.names_owner:
+            return self._holders.get((node_name, rule.key)) == (found, namespace, pod)
+        action = decide_release(found, namespace=namespace, pod=pod)
+        return action is ReleaseAction.RELEASE

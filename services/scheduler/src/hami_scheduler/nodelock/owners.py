@@ -33,6 +33,7 @@ from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, OwnerState, owner_state
+from hami_protocol.node.lock_keys import MUTEX_LOCK, LockRule
 
 __all__ = ["LockOwners"]
 
@@ -41,14 +42,14 @@ _SLACK_S: Final = 2.0
 seconds, written one after the other by the same bind)."""
 
 
-def _state_of(pod: PodView, node: str) -> OwnerState:
+def _state_of(pod: PodView, node: str, rule: LockRule) -> OwnerState:
     return owner_state(
         exists=True,
         node=node,
         bound_to=pod.node_name,
         phase=pod.phase,
-        bind_phase=pod.annotations.get(keys.BIND_PHASE, ""),
         deleting=pod.deleting,
+        allocated=rule.allocated(pod.annotations),
     )
 
 
@@ -106,15 +107,18 @@ class LockOwners:
     def node_event(self, obj: JsonObject, *, deleted: bool) -> None:
         """Nodes do not change what is known of owners."""
 
-    def known(self, namespace: str, pod: str, node: str, lock: NodeLock) -> OwnerState | None:
-        """The owner's state from what this process knows (1–3 above); ``None``: unknown."""
+    def known(
+        self, namespace: str, pod: str, node: str, lock: NodeLock, rule: LockRule = MUTEX_LOCK
+    ) -> OwnerState | None:
+        """The owner's state from what this process knows (1–3 above); ``None``: unknown.
+        ``rule``: the lock's key, which says how its plugin marks the owner done."""
         key = key_for(namespace, pod)
         if key in self._binding:
             return OwnerState.BINDING
         cached = self._pods(key)
         if cached is not None:
             view = PodView(cached)
-            state = _state_of(view, node)
+            state = _state_of(view, node, rule)
             if not state.frees_the_lock:
                 return state
             bound_at = _bound_at(view)
@@ -129,9 +133,11 @@ class LockOwners:
                 return OwnerState.WAITING
         return None
 
-    async def state(self, namespace: str, pod: str, node: str, lock: NodeLock) -> OwnerState:
+    async def state(
+        self, namespace: str, pod: str, node: str, lock: NodeLock, rule: LockRule = MUTEX_LOCK
+    ) -> OwnerState:
         """The owner's state: :meth:`known`, else one GET."""
-        state = self.known(namespace, pod, node, lock)
+        state = self.known(namespace, pod, node, lock, rule)
         if state is not None:
             return state
         if self._on_miss is not None:
@@ -142,4 +148,4 @@ class LockOwners:
             return OwnerState.GONE
         except KubeError:
             return OwnerState.UNKNOWN
-        return _state_of(found, node)
+        return _state_of(found, node, rule)

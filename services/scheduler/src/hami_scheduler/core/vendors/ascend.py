@@ -31,7 +31,7 @@ from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult
 from hami_scheduler.core.usage import DeviceUsage
-from hami_scheduler.core.vendors.common import MODE_NOT_FIT, Tally
+from hami_scheduler.core.vendors.common import Tally
 from hami_scheduler.core.vendors.standard import Walk, standard_walk
 
 __all__ = [
@@ -64,7 +64,7 @@ def _mode_refused(devices: Sequence[DeviceUsage], ctx: FitContext) -> FitResult 
         mode == TEMPLATE_MODE and node_hami_core
     ):
         tally = Tally(len(devices))
-        tally.add(MODE_NOT_FIT)
+        tally.add(why.MODE_NOT_FIT)
         return tally.failure()
     return None
 

@@ -4,7 +4,6 @@ HAMi's loops (health, type, UUID) and the tally of refusal reasons."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
 
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
@@ -12,25 +11,10 @@ from hami_scheduler.core.fit import FitContext, FitResult
 from hami_scheduler.core.usage import DeviceUsage
 
 __all__ = [
-    "CARD_APP_CLASS_MISMATCH",
-    "CARD_NOT_FOUND_CUSTOM_FILTER_RULE",
-    "CARD_QOS_POLICY_MISMATCH",
-    "CARD_UNHEALTHY",
-    "MODE_NOT_FIT",
     "Tally",
     "selected_out",
     "type_refusal",
 ]
-
-# HAMi's words that only vendor fits use (the NVIDIA words live in core.reasons).
-MODE_NOT_FIT: Final = "ModeNotFit"
-"""Ascend: the pod's vNPU mode is not the node's; Enflame DRS: no profile serves the request."""
-CARD_NOT_FOUND_CUSTOM_FILTER_RULE: Final = "CardNotFoundCustomFilterRule"
-"""Metax-GPU, Mthreads: the device is not the one the pod's earlier containers hold."""
-CARD_UNHEALTHY: Final = "CardUnhealthy"
-"""Metax sGPU's own word for an unhealthy device."""
-CARD_QOS_POLICY_MISMATCH: Final = "CardQosPolicyMismatch"
-CARD_APP_CLASS_MISMATCH: Final = "CardAppClassMismatch"
 
 
 def type_refusal(dev: DeviceUsage, request: ContainerDeviceRequest, ctx: FitContext) -> str:

@@ -38,7 +38,7 @@ from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult
 from hami_scheduler.core.usage import DeviceUsage
-from hami_scheduler.core.vendors.common import MODE_NOT_FIT, Tally, selected_out, type_refusal
+from hami_scheduler.core.vendors.common import Tally, selected_out, type_refusal
 from hami_scheduler.core.vendors.context import DrsProfile
 
 __all__ = [
@@ -151,7 +151,7 @@ def fit(
     profiles = ctx.vendor.drs_profiles
     profile = choose_profile(profiles, request)
     if profile is None:
-        tally.add(MODE_NOT_FIT)
+        tally.add(why.MODE_NOT_FIT)
         return tally.failure()
     mem = profile.memory_gb * _MIB_PER_GB
     cores = core_percent(profile, profiles)

@@ -46,9 +46,6 @@ from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult, request_memory
 from hami_scheduler.core.usage import DeviceUsage
 from hami_scheduler.core.vendors.common import (
-    CARD_APP_CLASS_MISMATCH,
-    CARD_QOS_POLICY_MISMATCH,
-    CARD_UNHEALTHY,
     Tally,
     type_refusal,
 )
@@ -121,11 +118,11 @@ def _refusal(dev: DeviceUsage, request: ContainerDeviceRequest, ctx: FitContext)
     if refusal:
         return refusal
     if not dev.health:
-        return CARD_UNHEALTHY
+        return why.CARD_UNHEALTHY
     if not app_class_fits(app_class, dev, vendor.sgpu_tasks.get(dev.uuid, NO_SGPU_TASKS)):
-        return CARD_APP_CLASS_MISMATCH
+        return why.CARD_APP_CLASS_MISMATCH
     if app_class != ONLINE and not _qos_fits(dev, request, vendor):
-        return CARD_QOS_POLICY_MISMATCH
+        return why.CARD_QOS_POLICY_MISMATCH
     if ctx.selectors.filters_uuid and not ctx.selectors.uuid_ok(dev.uuid):
         return why.CARD_UUID_MISMATCH
     if dev.count <= dev.used:

@@ -25,7 +25,6 @@ from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult, clamped_cores, request_memory
 from hami_scheduler.core.usage import DeviceUsage
 from hami_scheduler.core.vendors.common import (
-    CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
     Tally,
     selected_out,
     type_refusal,
@@ -98,7 +97,7 @@ def standard_walk(
         total = dev.totalcore if total_core is None else total_core
         refusal = _refusal(dev, ctx, memreq, cores, total)
         if not refusal and custom_filter is not None and not custom_filter(dev):
-            refusal = CARD_NOT_FOUND_CUSTOM_FILTER_RULE
+            refusal = why.CARD_NOT_FOUND_CUSTOM_FILTER_RULE
         if refusal:
             walk.tally.add(refusal)
             continue
