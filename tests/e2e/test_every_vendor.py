@@ -191,6 +191,24 @@ async def test_ascend_hami_core_mode_soft_splits_on_a_node_that_allows_it(
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="core/vendors/ascend refuses a template-mode pod on a hami-vnpu-core node "
+    "(ModeNotFit), but the scheduler does not give it the node's mode yet (vendor context, "
+    "branch v-sched2): the pod is placed there",
+)
+async def test_ascend_template_mode_is_refused_on_a_hami_core_node(cluster: System) -> None:
+    pod = device_pod("template-on-core", {"huawei.com/Ascend910B4": 1}, namespace=NS)
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "ascend-core-node"}
+    await cluster.create(pod)
+    state = await cluster.wait_for(
+        settled([f"{NS}/template-on-core"]), within=30, what="template-on-core settles"
+    )
+    found = state.pod(NS, "template-on-core")
+    assert found is not None
+    assert "ModeNotFit" in "".join(failed_scheduling(state, found))
+
+
 async def test_hygon_dcu_slices_through_the_colon_register(cluster: System) -> None:
     limits = {"hygon.com/dcunum": 1, "hygon.com/dcumem": 6000, "hygon.com/dcucores": 30}
     pod = await _runs(cluster, "dcu-node", limits)
@@ -308,8 +326,8 @@ async def test_kunlun_vxpu_memory_rounds_to_a_slice(cluster: System) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="HAMi asks a vXPU for memory×100/98304 cores; the scheduler's registry does not route "
-    "XPU to core/vendors/kunlun yet and grants 0 cores (branch v-sched2)",
+    reason="HAMi asks a vXPU for memory×100/98304 cores; the scheduler's request does not derive "
+    "them from the memory yet and grants 0 cores (branch v-sched2)",
 )
 async def test_kunlun_vxpu_is_granted_its_share_of_cores(cluster: System) -> None:
     limits = {"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 49152}
