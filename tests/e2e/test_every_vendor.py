@@ -18,11 +18,12 @@ import pytest
 import pytest_asyncio
 
 from hami_kube.objects import PodView
+from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.objects import device_pod
+from hami_kubesim.stack.objects import device_pod, gpu_quota
 from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, vendor_node
-from hami_kubesim.stack.state import failed_scheduling
+from hami_kubesim.stack.state import Outcome, failed_scheduling, outcome
 from hami_kubesim.stack.system import System, running_system
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids
 from hami_protocol import keys
@@ -31,6 +32,9 @@ from hami_protocol.pod.devices import ContainerDevice, decode_pod_devices_canoni
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 NS = "every-vendor"
+QUOTA_NS = "dcu-quota"
+DCU_QUOTA_MIB = 10000
+DCU_MEMORY = "hygon.com/dcumem"
 ENABLE = ("--enable-ascend=true", "--enable-iluvatar=true")
 
 ASCEND = VendorDevices(vendor="Ascend910B3", devices=8)
@@ -76,7 +80,10 @@ NODES: Mapping[str, VendorDevices] = {
 async def cluster() -> AsyncIterator[System]:
     spec = SystemSpec(
         nodes=tuple(vendor_node(name, devices) for name, devices in NODES.items()),
-        namespaces=("default", "kube-system", "hami-system", NS),
+        namespaces=("default", "kube-system", "hami-system", NS, QUOTA_NS),
+        objects=(
+            gpu_quota(QUOTA_NS, memory_mib=DCU_QUOTA_MIB, memory_resource="hygon.com/dcumem"),
+        ),
         scheduler=SchedulerOptions(extra_args=ENABLE),
         webhook_args=ENABLE,
     )
@@ -215,6 +222,36 @@ async def test_hygon_dcu_slices_through_the_colon_register(cluster: System) -> N
     _hami_bound(pod, "dcu", DCU, "dcu-node")
     device = _granted(pod, keys.devices_allocated_key("dcu"))
     assert (device.usedmem, device.usedcores) == (6000, 30)
+
+
+async def test_hygon_dcu_memory_quota_holds_at_admission_and_at_filter(cluster: System) -> None:
+    """A ResourceQuota on ``limits.hygon.com/dcumem``: a pod over it alone is refused by the
+    webhook; two that each fit are admitted and the scheduler holds the second back."""
+    with pytest.raises(StatusError) as refused:
+        await cluster.create(
+            device_pod(
+                "greedy", {"hygon.com/dcunum": 1, "hygon.com/dcumem": 12000}, namespace=QUOTA_NS
+            )
+        )
+    assert "exceeding resource quota" in refused.value.message
+    limits = {"hygon.com/dcunum": 1, "hygon.com/dcumem": 6000}
+    for name in ("first", "second"):
+        await cluster.create(device_pod(name, limits, namespace=QUOTA_NS))
+    names = [f"{QUOTA_NS}/first", f"{QUOTA_NS}/second"]
+    try:
+        state = await cluster.wait_for(settled(names), within=30, what="both settle")
+        outcomes = {}
+        for name in ("first", "second"):
+            found = state.pod(QUOTA_NS, name)
+            assert found is not None
+            outcomes[name] = (outcome(state, found), failed_scheduling(state, found)[-1:])
+        ran = [o for o, _ in outcomes.values()]
+        assert sorted(ran) == sorted([Outcome.RUNNING, Outcome.UNSCHEDULABLE])
+        (message,) = next(m for o, m in outcomes.values() if o is Outcome.UNSCHEDULABLE)
+        assert "ResourceQuotaNotFit" in message
+        assert check_all(state) == ()
+    finally:
+        await cluster.clear_pods(QUOTA_NS)
 
 
 async def test_cambricon_mlu_from_capacity_with_its_own_lock_and_profile(
