@@ -33,6 +33,18 @@ from hami_scheduler.settings import Settings
 
 FAST_REFLECTOR = ReflectorConfig(backoff=BackoffPolicy(initial=0.02, factor=2.0, cap=0.5))
 T4 = "NVIDIA-Tesla T4"
+MLU_CAPACITY: Mapping[str, str] = {
+    "cambricon.com/vmlu": "200",
+    "cambricon.com/mlu.smlu.vcore": "200",
+    "cambricon.com/mlu.smlu.vmemory": "128",
+}
+"""Node capacity HAMi synthesises two Cambricon MLUs from (64 × 256 MiB each)."""
+MTHREADS_CAPACITY: Mapping[str, str] = {
+    "mthreads.com/vgpu": "4",
+    "mthreads.com/sgpu-core": "32",
+    "mthreads.com/sgpu-memory": "96",
+}
+"""Node capacity HAMi synthesises two Moore Threads GPUs from."""
 
 
 def gpus(

@@ -13,20 +13,16 @@ from hami_protocol.vendor.table import DEFAULT_VENDORS, METAX_GPU, MLU, MTHREADS
 from hami_scheduler.cache.nodes import slim_node
 from hami_scheduler.cache.view import SchedulerCache
 
-from .service_helpers import gpus, node_object, register_annotations
+from .service_helpers import (
+    MLU_CAPACITY,
+    MTHREADS_CAPACITY,
+    gpus,
+    node_object,
+    register_annotations,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
-MLU_CAPACITY = {
-    "cambricon.com/vmlu": "200",
-    "cambricon.com/mlu.smlu.vcore": "200",
-    "cambricon.com/mlu.smlu.vmemory": "128",
-}
-MTHREADS_CAPACITY = {
-    "mthreads.com/vgpu": "4",
-    "mthreads.com/sgpu-core": "32",
-    "mthreads.com/sgpu-memory": "96",
-}
 METAX_CAPACITY = {"metax-tech.com/gpu": "2"}
 
 

@@ -10,15 +10,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hami_kubesim.testing import eventually
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
 from hami_protocol.node.lock_keys import decode_cambricon_lock, encode_cambricon_lock
 
 from .service_helpers import (
+    MLU_CAPACITY,
+    MTHREADS_CAPACITY,
     Harness,
     annotations_of,
     container,
-    eventually,
     gpu_limits,
     gpus,
     harness,
@@ -27,16 +29,6 @@ from .service_helpers import (
 
 pytestmark = pytest.mark.timeout(60)
 
-MLU_CAPACITY = {
-    "cambricon.com/vmlu": "400",
-    "cambricon.com/mlu.smlu.vcore": "400",
-    "cambricon.com/mlu.smlu.vmemory": "256",
-}
-MTHREADS_CAPACITY = {
-    "mthreads.com/vgpu": "4",
-    "mthreads.com/sgpu-core": "32",
-    "mthreads.com/sgpu-memory": "96",
-}
 MLU = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "4"}
 MLU_LOCK = keys.CAMBRICON_DSMLU_LOCK
 

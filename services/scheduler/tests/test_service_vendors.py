@@ -4,12 +4,12 @@ vendor's plugin reads, and a vendor's bad input confined to that vendor."""
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from hami_kubesim.testing import eventually
 from hami_protocol import keys
 
 from .service_helpers import (
+    MLU_CAPACITY,
+    MTHREADS_CAPACITY,
     annotations_of,
     container,
     gpu_limits,
@@ -18,16 +18,6 @@ from .service_helpers import (
     pod_object,
 )
 
-MLU_CAPACITY = {
-    "cambricon.com/vmlu": "200",
-    "cambricon.com/mlu.smlu.vcore": "200",
-    "cambricon.com/mlu.smlu.vmemory": "128",
-}
-MTHREADS_CAPACITY = {
-    "mthreads.com/vgpu": "4",
-    "mthreads.com/sgpu-core": "32",
-    "mthreads.com/sgpu-memory": "96",
-}
 MLU_ALLOCATED = keys.devices_allocated_key("cambricon-mlu")
 MTHREADS_ALLOCATED = keys.devices_allocated_key("mthreads-vgpu")
 
@@ -86,26 +76,3 @@ async def test_capacity_without_memory_fails_that_vendor_by_key_and_other_pods_s
         assert "cambricon.com/mlu.smlu.vmemory" in event["message"]
         gpu = await h.add_pod(pod_object("gpu", container(limits=gpu_limits(1, mem=1000))))
         assert (await h.filter(gpu, ["n"]))["NodeNames"] == ["n"]
-
-
-async def test_capacity_devices_appear_in_the_device_metrics_with_their_vendor_type() -> None:
-    async with harness() as h:
-        await h.add_node("n", allocatable=MLU_CAPACITY)
-        await h.synced_node("n")
-        limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "4"}
-        pod = await h.add_pod(pod_object("mlu", container(limits=limits)))
-        assert (await h.schedule(pod, ["n"]))["NodeNames"] == ["n"]
-        url = f"http://127.0.0.1:{h.scheduler.metrics_port}/metrics"
-        async with h.http.get(url) as response:
-            text = await response.text()
-    limits_by_device = {
-        s.labels["device_uuid"]: (s.labels["device_type"], s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "hami_gpu_memory_limit_bytes"
-    }
-    mib = 1024 * 1024
-    assert limits_by_device == {
-        "n-cambricon-mlu-0": ("MLU", 64 * 256 * mib),
-        "n-cambricon-mlu-1": ("MLU", 64 * 256 * mib),
-    }

@@ -19,7 +19,9 @@ caches at scrape time (no bookkeeping on the request path):
 
 Ours: ``hami_scheduler_request_duration_seconds{verb,outcome}`` (filter/bind/prioritize
 latency), ``hami_scheduler_decisions_total{verb,outcome,reason}``,
-``hami_scheduler_node_rejections_total{reason}`` (per refused node and reason word),
+``hami_scheduler_node_rejections_total{reason}`` (per refused node and reason word — every
+vendor's words too; a free-text reason such as a vendor's undecodable annotation counts as
+``Other``),
 ``hami_scheduler_cache_objects{kind}``, ``hami_scheduler_cache_synced``,
 ``hami_scheduler_api_errors_total{operation}``, ``hami_scheduler_leader``,
 ``hami_scheduler_unavailable_vendors`` and ``hami_scheduler_tls_certificate_reloads``.
@@ -37,6 +39,7 @@ Memory is in bytes (MiB × 1048576), as HAMi exports it.
 
 from __future__ import annotations
 
+import re
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
@@ -47,6 +50,7 @@ from prometheus_client.registry import Collector
 
 from hami_runtime.service_metrics import ServiceMetrics
 from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.core.reasons import NODE_UNREGISTERED
 from hami_scheduler.events import reason_words
 
 __all__ = ["SchedulerMetrics"]
@@ -71,6 +75,10 @@ _BUCKETS: Final = (
     30.0,
 )
 _WAIT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0)
+_WORD: Final = re.compile(r"[A-Za-z]+")
+OTHER_REASON: Final = "Other"
+"""The rejection label of a free-text reason (a vendor's bad input, which names its key and may
+quote the value): the label stays bounded; the text is in FailedNodes and the node's Event."""
 _DEVICE_LABELS: Final = ("node", "device_uuid", "device_index", "device_type", "zone")
 
 
@@ -349,7 +357,8 @@ class SchedulerMetrics(ServiceMetrics):
         # Many nodes share one reason text: split each distinct text once.
         for reason, nodes in Tally(reasons).items():
             for word in reason_words(reason):
-                counts[word] = counts.get(word, 0) + nodes
+                label = word if _WORD.fullmatch(word) or word == NODE_UNREGISTERED else OTHER_REASON
+                counts[label] = counts.get(label, 0) + nodes
         for word, count in counts.items():
             self.rejections.labels(reason=word).inc(count)
 

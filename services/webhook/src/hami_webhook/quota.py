@@ -9,8 +9,9 @@ quota manager applies them:
 * several ResourceQuota objects in one namespace all apply, so the effective limit of a resource
   is the smallest one set; a resource no object names is unlimited;
 * an explicit ``0`` is a limit like any other and blocks every request;
-* the memory limit is multiplied by the vendor's ``memoryFactor`` when it is above 1, because
-  requests (and therefore usage) are counted after that factor;
+* the memory limit is counted in MiB like requests and usage are: multiplied by the vendor's
+  memory unit (Cambricon and Iluvatar 256, Moore Threads 512, MetaX sGPU 1024) and by its
+  ``memoryFactor`` when above 1 (:attr:`~hami_protocol.vendor.table.Vendor.memory_scale`);
 * a pod fits when ``used + requested <= limit`` for memory and for cores.
 
 :func:`check_quota` is the decision over a :class:`QuotaView`; what is used and what the limits
@@ -53,7 +54,7 @@ class QuotaViolation:
     quota: str
     resource: str
     limit: int
-    """Effective limit, after the memory factor."""
+    """Effective limit, in MiB for memory (after the vendor's unit and memory factor)."""
     used: int
     requested: int
 
@@ -85,7 +86,7 @@ def check_quota(
     if vendor.memory_resource:
         found = view.limit(namespace, vendor.memory_resource)
         if found is not None:
-            limit = found.limit * vendor.memory_factor if vendor.memory_factor > 1 else found.limit
+            limit = found.limit * vendor.memory_scale
             used = view.used(namespace, vendor.memory_resource)
             if used + memory > limit:
                 return QuotaViolation(

@@ -92,7 +92,7 @@ class Profile:
 
     @property
     def memory_unit_mib(self) -> int:
-        return self.row.memory_unit_mib * self.row.memory_factor
+        return self.row.memory_scale
 
     @property
     def register_key(self) -> str | None:

@@ -168,7 +168,7 @@ def _request(res: _Resources, vendor: Vendor) -> ContainerDeviceRequest | None:
     memreq = 0
     present, raw_mem = _whole(res, vendor.memory_resource, vendor)
     if present:
-        scale = vendor.memory_unit_mib * max(vendor.memory_factor, 1)
+        scale = vendor.memory_scale
         if raw_mem is None or not 0 <= raw_mem <= INT32_MAX // scale:
             return None
         memreq = raw_mem * scale

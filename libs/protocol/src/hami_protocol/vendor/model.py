@@ -175,6 +175,13 @@ class Vendor:
     legacy_nouse_uuid_key: str | None = None
 
     @property
+    def memory_scale(self) -> int:
+        """MiB per unit of :attr:`memory_resource` as requests and quota limits count it: the
+        vendor's unit times the memory factor (contract §0: HAMi scales quota limits by
+        ``MemoryFactor``; requests and usage are MiB, so the limit takes the unit too)."""
+        return self.memory_unit_mib * max(self.memory_factor, 1)
+
+    @property
     def supports_percentage(self) -> bool:
         return self.memory_percentage_resource is not None
 

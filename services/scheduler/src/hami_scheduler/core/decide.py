@@ -9,6 +9,9 @@ Containers are taken init containers first, then app containers (the order of
   the previous ones took;
 * within a container, every vendor request is fitted on that vendor's devices, sorted by the
   GPU policy with device scores computed once per container (:mod:`.score`);
+* every vendor's choice keeps the namespace quota (:mod:`.quota`): the standard loop checks
+  each device as HAMi's does, a vendor fit of its own has its whole choice checked
+  (``ResourceQuotaNotFit``);
 * a request for more devices than the node has of that vendor fails with
   ``NodeInsufficientDevice`` (unless the node has MIG GPUs, which may give one container several
   instances each); otherwise a failing container reports its fit's reason text;
@@ -39,7 +42,7 @@ from hami_protocol.pod.devices import (
 from hami_protocol.pod.mig import MigReservation
 from hami_protocol.request.containers import ContainerDeviceRequest, ContainerSlot
 from hami_scheduler.core import reasons as why
-from hami_scheduler.core.fit import FitContext, QuotaProbe
+from hami_scheduler.core.fit import FitContext, QuotaProbe, fit_request
 from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigChoice
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import PodQuotaTally, VendorQuota
@@ -184,9 +187,14 @@ def _fit_container(
             mig_gpus=layout.mig_gpus,
             mig=occupancy,
         )
-        result = strategy_for(word).fit(ordered, request, ctx)
+        strategy = strategy_for(word)
+        result = strategy.fit(ordered, request, ctx)
         if not result.ok:
             return result.reason
+        if strategy.fit is not fit_request and not _within_quota(ctx.quota, result.devices):
+            return why.format_reasons(
+                {why.RESOURCE_QUOTA_NOT_FIT: len(result.devices)}, len(ordered)
+            )
         chosen[word] = result.devices
         if result.instances:
             instances.extend(
@@ -225,6 +233,15 @@ def _node_order(
         return _order(node.vendor_devices(word), requests, plan, selectors)
     key = ("order", word, plan.gpu_policy.entries, selectors.numa_bind, plan.weights)
     return node.derived(key, lambda: tuple(_order(node.vendor_devices(word), (), plan, selectors)))
+
+
+def _within_quota(probe: QuotaProbe | None, devices: Sequence[ContainerDevice]) -> bool:
+    """Whether a vendor fit's whole choice keeps the namespace quota.  The standard loop asks
+    per device, as HAMi's does; a vendor's own fit has its own loop, so its choice is checked
+    once, whole (a namespace quota is a total: another choice of devices rarely changes it)."""
+    if probe is None or not devices:
+        return True
+    return probe(devices[:-1], devices[-1])
 
 
 def _quota_probe(

@@ -110,7 +110,7 @@ def limits_from_hard(hard: Mapping[str, object], vendor: Vendor) -> QuotaLimits:
     if vendor.memory_resource is not None:
         raw = _integer(hard.get(f"limits.{vendor.memory_resource}"))
         if raw is not None:
-            memory = raw * vendor.memory_unit_mib * max(vendor.memory_factor, 1)
+            memory = raw * vendor.memory_scale
     cores: int | None = None
     if vendor.cores_resource is not None:
         cores = _integer(hard.get(f"limits.{vendor.cores_resource}"))
