@@ -4,8 +4,9 @@ vendor rule applied), placed by the real extender over HTTP, bound, and Running 
 stand-in has read what the scheduler wrote; the annotations the vendor's plugin reads are
 checked value by value, and the invariants hold (``check_all``).
 
-One system for the whole module (one node per vendor, Ascend and Iluvatar enabled as the chart's
-``global.devices.*.enabled`` does); each test clears its pods so the next starts from idle.
+One system for the whole module (one node per vendor; Iluvatar enabled as the chart's
+``global.devices.iluvatar.enabled`` does, Ascend always is in the test bed); each test clears its
+pods so the next starts from idle.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ NS = "every-vendor"
 QUOTA_NS = "dcu-quota"
 DCU_QUOTA_MIB = 10000
 DCU_MEMORY = "hygon.com/dcumem"
-ENABLE = ("--enable-ascend=true", "--enable-iluvatar=true")
+ENABLE = ("--enable-iluvatar=true",)
 
 ASCEND = VendorDevices(vendor="Ascend910B3", devices=8)
 ASCEND_CORE = VendorDevices(
@@ -51,7 +52,7 @@ KUNLUN = VendorDevices(vendor="kunlun", devices=8)
 XPU = VendorDevices(vendor="XPU", devices=2)
 GCU = VendorDevices(vendor="GCU", devices=2)
 DRS = VendorDevices(vendor="Enflame", devices=2)
-NEURON = VendorDevices(vendor="AWSNeuron", devices=4)
+NEURON = VendorDevices(vendor="AWSNeuron", devices=8)
 AMD = VendorDevices(vendor="AMD", devices=2)
 BIREN = VendorDevices(vendor="Biren", devices=2)
 VASTAI = VendorDevices(vendor="Vastai", devices=4)
@@ -165,11 +166,6 @@ async def test_ascend_template_mode_rounds_memory_to_a_template_and_names_it(
     assert (record["UUID"], record["memory"]) == (uuid, 16384)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the scheduler writes huawei.com/<chip> with an empty temp: the Ascend plugin needs "
-    "the template name (vir05_1c_16g) to create the vNPU (branch v-sched2, Ascend placement)",
-)
 async def test_ascend_template_mode_names_the_template_for_the_plugin(cluster: System) -> None:
     limits = {"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 10000}
     pod = await _runs(cluster, "ascend-node", limits)
@@ -198,22 +194,28 @@ async def test_ascend_hami_core_mode_soft_splits_on_a_node_that_allows_it(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/vendors/ascend refuses a template-mode pod on a hami-vnpu-core node "
-    "(ModeNotFit), but the scheduler does not give it the node's mode yet (vendor context, "
-    "branch v-sched2): the pod is placed there",
+@pytest.mark.parametrize(
+    ("mode", "node", "chip"),
+    [("hami-core", "ascend-node", "Ascend910B3"), ("template", "ascend-core-node", "Ascend910B4")],
 )
-async def test_ascend_template_mode_is_refused_on_a_hami_core_node(cluster: System) -> None:
-    pod = device_pod("template-on-core", {"huawei.com/Ascend910B4": 1}, namespace=NS)
-    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "ascend-core-node"}
+async def test_an_ascend_pod_is_refused_by_a_node_of_the_other_mode(
+    cluster: System, mode: str, node: str, chip: str
+) -> None:
+    pod = device_pod(
+        "wrong-mode",
+        {f"huawei.com/{chip}": 1},
+        namespace=NS,
+        annotations={keys.ASCEND_VNPU_MODE: mode},
+    )
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     await cluster.create(pod)
     state = await cluster.wait_for(
-        settled([f"{NS}/template-on-core"]), within=30, what="template-on-core settles"
+        settled([f"{NS}/wrong-mode"]), within=30, what="wrong-mode settles"
     )
-    found = state.pod(NS, "template-on-core")
+    found = state.pod(NS, "wrong-mode")
     assert found is not None
-    assert "ModeNotFit" in "".join(failed_scheduling(state, found))
+    assert outcome(state, found) is Outcome.UNSCHEDULABLE
+    assert "ModeNotFit" in failed_scheduling(state, found)[-1]
 
 
 async def test_hygon_dcu_slices_through_the_colon_register(cluster: System) -> None:
@@ -297,12 +299,6 @@ async def test_moore_threads_one_card_gets_a_card_of_cores_and_memory(cluster: S
     assert annotations[keys.MTHREADS_GPU_INDEX] == uuid.rsplit("-", 1)[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the scheduler's registry does not split a Mthreads request per card yet "
-    "(core/vendors/mthreads.per_device is not wired): 2 cards ask each for 192×512 MiB, "
-    "CardInsufficientMemory",
-)
 async def test_moore_threads_two_cards_get_card_sizes_and_the_request_count(
     cluster: System,
 ) -> None:
@@ -320,12 +316,6 @@ async def test_metax_whole_gpu_from_capacity(cluster: System) -> None:
     assert uuid in device_ids(METAX, "metax-node")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="node unregistered: the scheduler does not read MetaX's own inventory annotation "
-    "metax-tech.com/node-gpu-devices yet, nor write metax-tech.com/gpu-devices-allocated "
-    "(branch v-sched2)",
-)
 async def test_metax_sgpu_gets_the_default_qos_and_its_vendor_list(cluster: System) -> None:
     limits = {"metax-tech.com/sgpu": 1, "metax-tech.com/vcore": 30, "metax-tech.com/vmemory": 8}
     pod = await _runs(cluster, "metax-s-node", limits)
@@ -337,11 +327,6 @@ async def test_metax_sgpu_gets_the_default_qos_and_its_vendor_list(cluster: Syst
     assert annotations[keys.METAX_PREDICATE_TIME].isdigit()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="node unregistered: the scheduler does not synthesise Kunlun XPUs from node capacity "
-    "(kunlunxin.com/xpu) yet, nor write BAIDU_COM_DEVICE_IDX (branch v-sched2)",
-)
 async def test_kunlun_whole_xpus_take_one_wing(cluster: System) -> None:
     pod = await _runs(cluster, "kunlun-node", {"kunlunxin.com/xpu": 2})
     uuids = _uuids(pod, keys.KUNLUN_ALLOCATED)
@@ -364,7 +349,7 @@ async def test_kunlun_vxpu_memory_rounds_to_a_slice(cluster: System) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="HAMi asks a vXPU for memory×100/98304 cores; the scheduler's request does not derive "
-    "them from the memory yet and grants 0 cores (branch v-sched2)",
+    "them from the memory and grants 0 cores",
 )
 async def test_kunlun_vxpu_is_granted_its_share_of_cores(cluster: System) -> None:
     limits = {"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 49152}
@@ -373,48 +358,53 @@ async def test_kunlun_vxpu_is_granted_its_share_of_cores(cluster: System) -> Non
     assert (device.usedmem, device.usedcores) == (49152, 50)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="node unregistered: the scheduler does not synthesise whole GCUs from node capacity "
-    "(enflame.com/gcu) yet (branch v-sched2)",
-)
 async def test_enflame_whole_gcu_from_capacity(cluster: System) -> None:
     pod = await _runs(cluster, "gcu-node", {"enflame.com/gcu": 1})
     (uuid,) = _uuids(pod, keys.ENFLAME_GCU_DEVICES_ALLOCATED)
     assert uuid in device_ids(GCU, "gcu-node")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="node unregistered: the scheduler does not read enflame.com/gcu-drs-capacity yet, "
-    "nor write the gcu-assigned-* annotations (branch v-sched2)",
-)
 async def test_enflame_drs_slices_from_the_capacity_annotation(cluster: System) -> None:
-    pod = await _runs(cluster, "drs-node", {"enflame.com/drs-gcu": 2})
+    pod = await _runs(cluster, "drs-node", {"enflame.com/drs-gcu": 1})
     annotations = PodView(pod).annotations
     assert annotations[keys.ENFLAME_GCU_ASSIGNED] == "true"
     (uuid,) = _uuids(pod, keys.ENFLAME_VGPU_DEVICES_ALLOCATED)
+    assert uuid in device_ids(DRS, "drs-node")
     index = uuid.rsplit("-", 1)[1]
     assert annotations[keys.ENFLAME_GCU_ASSIGNED_INDEX] == index
-    assert annotations[keys.ENFLAME_GCU_REQUEST_SIZE] == "2"
+    assert annotations[keys.ENFLAME_GCU_ASSIGNED_ID] == uuid
+    assert annotations[keys.ENFLAME_GCU_REQUEST_SIZE] == "1"
     containers = json.loads(annotations[keys.ENFLAME_ASSIGNED_CONTAINERS])
-    assert containers["app"]["request"] == 2
-    assert containers["app"]["profileName"].startswith("2g.")
+    assert containers["app"] == {
+        "allocated": False,
+        "request": 1,
+        "profileID": "0",
+        "profileName": "1g.8gb",
+    }
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="node unregistered: the scheduler does not synthesise Neuron devices from node capacity "
-    "(aws.amazon.com/neuron, neuroncore) yet, nor write AWS_NEURON_IDS (branch v-sched2)",
+    reason="a direct request of 2 DRS slices (enflame.com/drs-gcu: 2) is granted the 1-slice "
+    "profile (1g.8gb, gcu-request-size 1) instead of the exact 2-slice one (2g.16gb)",
 )
+async def test_enflame_drs_two_slices_get_the_two_slice_profile(cluster: System) -> None:
+    pod = await _runs(cluster, "drs-node", {"enflame.com/drs-gcu": 2})
+    annotations = PodView(pod).annotations
+    assert annotations[keys.ENFLAME_GCU_REQUEST_SIZE] == "2"
+    containers = json.loads(annotations[keys.ENFLAME_ASSIGNED_CONTAINERS])
+    assert containers["app"]["profileName"] == "2g.16gb"
+
+
 async def test_aws_neuron_devices_from_capacity_with_their_ids(cluster: System) -> None:
-    pod = await _runs(cluster, "neuron-node", {"aws.amazon.com/neuron": 2})
+    # A trn1 instance takes 1, 4, 8 or 16 devices at aligned starts.
+    pod = await _runs(cluster, "neuron-node", {"aws.amazon.com/neuron": 4})
     annotations = PodView(pod).annotations
     assert annotations[keys.AWS_NEURON_ALLOCATED] == "true"
     assert annotations[keys.AWS_NEURON_PREDICATE_NODE] == "neuron-node"
     uuids = _uuids(pod, keys.AWS_NEURON_DEVICES_ALLOCATED)
     indices = sorted(int(uuid.rsplit("-", 1)[1]) for uuid in uuids)
-    assert indices in ([0, 1], [2, 3])
+    assert indices in ([0, 1, 2, 3], [4, 5, 6, 7])
     assert annotations[keys.AWS_NEURON_IDS] == ",".join(str(i) for i in indices)
 
 
@@ -426,12 +416,6 @@ async def test_amd_gpu_memory_through_the_json_register(cluster: System) -> None
     assert device.usedmem == 10000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HAMi grants AMD cores in compute units (50 % of 304 CUs = 152) and names the product "
-    "type; the scheduler's registry does not route AMD to core/vendors/amd.fit yet: it grants "
-    "the percentage, type AMD",
-)
 async def test_amd_grants_compute_units_and_the_product_type(cluster: System) -> None:
     limits = {"amd.com/gpu": 1, "amd.com/gpumem": 10000, "amd.com/gpucores": 50}
     pod = await _runs(cluster, "amd-node", limits)

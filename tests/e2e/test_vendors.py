@@ -188,11 +188,6 @@ async def test_capacity_without_the_memory_resource_fails_only_that_vendor_of_th
     assert "cambricon.com/mlu.smlu.vmemory" in warning
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the scheduler does not read MetaX's metax-tech.com/node-gpu-devices yet (branch "
-    "v-sched2): the node is refused NodeInsufficientDevice for sGPU, not for the key",
-)
 async def test_a_metax_inventory_missing_fields_fails_only_metax_on_the_node(
     cluster: System,
 ) -> None:

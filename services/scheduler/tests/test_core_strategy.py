@@ -1,4 +1,5 @@
-"""The vendor strategy registry: standard unless a vendor module is there, by family."""
+"""The vendor strategy registry: standard unless a row names a vendor module, by family; a row
+naming what does not exist fails at load."""
 
 from __future__ import annotations
 
@@ -18,12 +19,26 @@ from hami_scheduler.core.quick import quick_plan
 from hami_scheduler.core.strategy import (
     FIT_MODULES,
     STANDARD,
+    STRATEGIES,
     FitModule,
+    ScoreArgs,
+    StrategyError,
     family_of,
     load_strategy,
     strategy_for,
 )
-from hami_scheduler.core.vendors import awsneuron, kunlun
+from hami_scheduler.core.vendors import (
+    amd,
+    ascend,
+    awsneuron,
+    biren,
+    enflame,
+    kunlun,
+    metax_gpu,
+    metax_sgpu,
+    mthreads,
+    vastai,
+)
 
 from .core_helpers import dev, node
 
@@ -43,7 +58,7 @@ def test_words_map_to_their_family(word: str, family: str) -> None:
     assert family_of(word) == family
 
 
-@pytest.mark.parametrize("word", ["NVIDIA", "DCU", "MLU", "MR-V100", "Mthreads", "AMD", "Biren"])
+@pytest.mark.parametrize("word", ["NVIDIA", "DCU", "MLU", "MR-V100", "BI-V150"])
 def test_vendors_without_rules_of_their_own_walk_the_standard_loop(word: str) -> None:
     strategy = strategy_for(word)
     assert strategy.fit is fit_request
@@ -51,9 +66,48 @@ def test_vendors_without_rules_of_their_own_walk_the_standard_loop(word: str) ->
     assert strategy.standard
 
 
-def test_a_row_whose_module_is_missing_falls_back_to_the_standard_loop() -> None:
-    assert load_strategy("X", FitModule("no_such_vendor_module")) is STANDARD
+@pytest.mark.parametrize(
+    ("word", "module", "fit"),
+    [
+        ("AMD", amd, amd.fit),
+        ("Biren", biren, biren.fit),
+        ("Mthreads", mthreads, mthreads.fit),
+        ("Metax-GPU", metax_gpu, metax_gpu.fit),
+        ("Metax-SGPU", metax_sgpu, metax_sgpu.fit),
+        ("Ascend910B3", ascend, ascend.fit),
+        ("Enflame", enflame, enflame.fit),
+        ("GCU", enflame, enflame.fit_gcu),
+        ("XPU", kunlun, kunlun.fit_vxpu),
+        ("Vastai", vastai, vastai.fit),
+    ],
+)
+def test_vendors_with_rules_of_their_own_get_their_module_fit(
+    word: str, module: object, fit: object
+) -> None:
+    assert strategy_for(word).fit is fit
+
+
+def test_a_row_naming_a_missing_module_fails_at_load() -> None:
+    with pytest.raises(StrategyError, match="no_such_vendor_module"):
+        load_strategy("X", FitModule("no_such_vendor_module"))
     assert load_strategy("X", None) is STANDARD
+
+
+def test_a_row_naming_a_missing_function_fails_at_load() -> None:
+    with pytest.raises(StrategyError, match="fitt"):
+        load_strategy("X", FitModule("kunlun", fit="fitt"))
+    with pytest.raises(StrategyError, match="scor"):
+        load_strategy("X", FitModule("kunlun", score="scor"))
+
+
+def test_a_row_naming_an_unknown_score_shape_fails_at_load() -> None:
+    with pytest.raises(StrategyError, match="shape"):
+        load_strategy("X", FitModule("kunlun", score="score", score_shape="policy"))
+
+
+def test_every_row_is_loaded_at_import() -> None:
+    assert set(STRATEGIES) == set(FIT_MODULES)
+    assert all(not strategy.standard for strategy in STRATEGIES.values())
 
 
 def test_a_row_plugs_in_the_named_fit_and_score() -> None:
@@ -69,7 +123,7 @@ def test_kunlun_plugs_in_its_module_fit_and_score() -> None:
     assert strategy.fit == kunlun.fit
     assert strategy.score is not None
     # An empty node and an empty pod: bubble delta 0 → HAMi's 2000.
-    assert strategy.score((), (), "binpack") == 2000.0
+    assert strategy.score(ScoreArgs("kunlun", node("n", []), ())) == 2000.0
     assert strategy_for("XPU").fit == kunlun.fit_vxpu
 
 
@@ -78,10 +132,6 @@ def test_aws_neuron_plugs_in_its_module_fit_without_a_score() -> None:
     assert strategy.fit == awsneuron.fit
     assert strategy.score is None
     assert not strategy.standard
-
-
-def test_every_row_names_a_module_of_the_vendors_package() -> None:
-    assert all("." not in row.module for row in FIT_MODULES.values())
 
 
 def kunlun_node(used: Sequence[int] = (), *, nvidia: int = 2) -> NodeUsage:

@@ -13,7 +13,7 @@ real ports with generated TLS certificates, on four simulated GPU nodes (fake de
   at the placements the scheduler reserves), tainted ``nvidia.com/mig=true:NoSchedule`` so only
   pods that ask for MIG land there.
 
-and six nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
+and nine nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
 
 * ``npu-node-a``: 8 × Ascend 910B3 (64 GiB), JSON register with NetworkIDs and Ascend's
   handshake (template mode);
@@ -22,10 +22,13 @@ and six nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_k
 * ``dcu-node-a``: 4 × Hygon DCU Z100 (32 GiB), colon register and handshake;
 * ``mlu-node-a``: 4 × Cambricon MLU (24 GiB), from node capacity (``cambricon.com/vmlu`` …);
 * ``metax-node-a``: 2 × MetaX GPU, from node capacity (``metax-tech.com/gpu``);
-* ``xpu-node-a``: 4 × Kunlunxin P800 vXPU, JSON register and handshake.
+* ``xpu-node-a``: 4 × Kunlunxin P800 vXPU, JSON register and handshake;
+* ``kunlun-node-a``: 8 whole Kunlunxin XPUs (two wings of 4), from node capacity;
+* ``neuron-node-a``: 8 × AWS Neuron on a ``trn1.32xlarge``, from node capacity;
+* ``sgpu-node-a``: 2 × MetaX sGPU (MXC500), from MetaX's ``metax-tech.com/node-gpu-devices``.
 
-Ascend is enabled in the scheduler and the webhook (``--enable-ascend``), as the chart's
-``global.devices.ascend.enabled`` does.
+The test bed enables Ascend in the scheduler and the webhook (``--enable-ascend``), as the
+chart's ``global.devices.ascend.enabled`` does.
 
 It then submits the example pods of ``deploy/examples/*.yaml`` and
 ``deploy/examples/vendors/*.yaml`` one after another (in file order;
@@ -63,7 +66,6 @@ from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.spec import (
     REPO_ROOT,
-    SchedulerOptions,
     SystemSpec,
     gpu_model_node,
     mig_node,
@@ -98,9 +100,10 @@ DEMO_NODES = (
     vendor_node("mlu-node-a", VendorDevices(vendor="MLU", devices=4, memory_mib=24576)),
     vendor_node("metax-node-a", VendorDevices(vendor="Metax-GPU", devices=2)),
     vendor_node("xpu-node-a", VendorDevices(vendor="XPU", devices=4)),
+    vendor_node("kunlun-node-a", VendorDevices(vendor="kunlun", devices=8)),
+    vendor_node("neuron-node-a", VendorDevices(vendor="AWSNeuron", devices=8)),
+    vendor_node("sgpu-node-a", VendorDevices(vendor="Metax-SGPU", devices=2)),
 )
-_ENABLE_ASCEND = ("--enable-ascend=true",)
-"""As the chart's ``global.devices.ascend.enabled`` does, for the scheduler and the webhook."""
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 VENDOR_EXAMPLES = "vendors"
 """The examples dir's sub-folder of pods for the other vendors' nodes (the demo's own: the
@@ -112,13 +115,7 @@ next pass)."""
 
 
 def demo_spec(work_dir: Path | None = None) -> SystemSpec:
-    return SystemSpec(
-        nodes=DEMO_NODES,
-        work_dir=work_dir,
-        vgpu_monitor=True,
-        scheduler=SchedulerOptions(extra_args=_ENABLE_ASCEND),
-        webhook_args=_ENABLE_ASCEND,
-    )
+    return SystemSpec(nodes=DEMO_NODES, work_dir=work_dir, vgpu_monitor=True)
 
 
 def load_examples(directory: Path) -> list[dict[str, Any]]:

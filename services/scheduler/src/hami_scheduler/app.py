@@ -188,7 +188,12 @@ def _deciders(
     now: Callable[[], datetime],
 ) -> _Deciders:
     """What answers ``/filter``, ``/prioritize`` and ``/bind``, and what looks after them."""
-    planner = Planner(settings.vendors, settings.node_policy, settings.gpu_policy)
+    planner = Planner(
+        settings.vendors,
+        settings.node_policy,
+        settings.gpu_policy,
+        device_config=settings.device_config,
+    )
     filters = FilterService(
         cache=watcher.cache,
         planner=planner,

@@ -472,7 +472,9 @@ class BindService:
         requests, koord = asked
         self._cache.release(pod.uid)
         try:
-            plan = self._planner.plan(pod, requests, quota=self._cache.quota_view)
+            plan = self._planner.plan(
+                pod, requests, quota=self._cache.quota_view, sgpu_state=self._cache.sgpu_state
+            )
             request = joint_request(pod, plan, koord)
         except ProtocolError as exc:
             raise _BindError(str(exc), "bad_annotation") from None
@@ -489,6 +491,7 @@ class BindService:
             pod=pod,
             cache=self._cache,
             now_unix=int(self._now().timestamp()),
+            device_config=self._planner.device_config,
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
         return record

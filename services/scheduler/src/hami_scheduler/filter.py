@@ -168,7 +168,10 @@ class FilterService:
     def _plan(self, pod: PodView, requests: PodDeviceRequests, *, quota: bool) -> PodPlan:
         try:
             return self._planner.plan(
-                pod, requests, quota=self._cache.quota_view if quota else None
+                pod,
+                requests,
+                quota=self._cache.quota_view if quota else None,
+                sgpu_state=self._cache.sgpu_state,
             )
         except ProtocolError as exc:
             raise _Refused(str(exc), "bad_annotation") from None
@@ -221,6 +224,7 @@ class FilterService:
             pod=pod,
             cache=self._cache,
             now_unix=int(self._clock()),
+            device_config=self._planner.device_config,
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
         self.pending.put(pod, record)
@@ -258,7 +262,7 @@ class FilterService:
         joint: JointRequest,
     ) -> FilterReply:
         plan = self._plan(pod, requests, quota=True)
-        given = self._cache.simulated(node_objects, exclude_uid=pod.uid)
+        given = self._cache.simulated(node_objects, exclude_uid=pod.uid, words=plan.vendors)
         selection = choose(plan, joint, given.fleet, list(given.objects))
         failed = {**given.failed, **resolved(selection.failed)}
         if selection.node is None:

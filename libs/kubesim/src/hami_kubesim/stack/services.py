@@ -115,13 +115,15 @@ def _common(spec: SystemSpec, api_url: str, metrics_port: int) -> list[str]:
 
 def _https(port: int, tls_dir: Path, spec: SystemSpec) -> list[str]:
     """The flags the webhook and the extender share: where and how they serve, which
-    scheduler name they stand for and the device configuration."""
+    scheduler name they stand for and the device configuration (Ascend enabled, as the chart's
+    ``global.devices.ascend.enabled`` does: the test bed runs Ascend nodes)."""
     return [
         f"--http_bind=127.0.0.1:{port}",
         f"--cert_file={tls_dir / 'tls.crt'}",
         f"--key_file={tls_dir / 'tls.key'}",
         f"--scheduler-name={SCHEDULER_NAME}",
         f"--device-config-file={spec.device_config}",
+        "--enable-ascend=true",
     ]
 
 

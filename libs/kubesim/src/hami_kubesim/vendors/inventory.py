@@ -117,8 +117,12 @@ class VendorDevices:
 def device_ids(spec: VendorDevices, node: str) -> tuple[str, ...]:
     """The IDs the scheduler will know the devices by (synthesized ones for capacity vendors)."""
     profile = spec.profile
-    if profile.inventory == "capacity" or spec.vendor == "Enflame":
+    if profile.inventory == "capacity":
         return tuple(profile.device_id(node, i) for i in range(spec.devices))
+    if spec.vendor == "Enflame":
+        # DRS devices are named by the scheduler from the capacity annotation's indices.
+        key = profile.register_key or ""
+        return tuple(d.id for d in decode_inventory(key, node, _enflame_drs(spec)))
     if spec.vendor == "Metax-SGPU":
         return tuple(_uuid("GPU", node, spec.vendor, i) for i in range(spec.devices))
     return tuple(_uuid(spec.vendor, node, spec.vendor, i) for i in range(spec.devices))

@@ -4,11 +4,15 @@ annotations reported once.
 :class:`NodeHealth` is owned by :class:`~hami_scheduler.cache.view.SchedulerCache`, which hands
 it each node's :class:`~hami_scheduler.cache.nodes.NodeFacts`.  Per node it keeps
 
-* the vendors **marked unavailable**: a handshake ``Requesting_<ts>`` older than
-  ``--handshake-timeout`` while the node no longer advertises the vendor's count resource
+* the vendors **marked unavailable**, by the row's :attr:`~hami_protocol.vendor.model.Vendor.health`
+  rule: ``handshake`` — a handshake ``Requesting_<ts>`` older than ``--handshake-timeout`` while
+  the node no longer advertises the vendor's count resource
   (:func:`~hami_protocol.node.handshake.check_handshake`, HAMi's ``CheckHealth``), or — at once,
   without waiting for the timeout — a count resource the node advertised before and no longer
-  does (the vendor's device plugin is gone and the kubelet would refuse the pod);
+  does (the vendor's device plugin is gone and the kubelet would refuse the pod); ``capacity``
+  — the node's ``status.capacity`` of the count resource is absent or 0 (AMD, Enflame GCU, MetaX
+  whole GPUs); ``always`` and ``reported`` vendors are never marked (``reported``: each device's
+  own ``healthy`` field already says it);
 * the vendors whose count resource it has ever advertised (for the rule above);
 * the bad annotation values already reported, so each distinct bad value is reported once.
 
@@ -28,6 +32,7 @@ from hami_protocol.durations import format_go_duration
 from hami_protocol.node.handshake import check_handshake
 from hami_protocol.vendor.table import Vendor
 from hami_scheduler.cache.nodes import NodeFacts
+from hami_scheduler.cache.vendor_facts import vendor_note_problems
 
 __all__ = ["BadAnnotation", "HandshakeWrite", "HealthChange", "NodeHealth"]
 
@@ -107,6 +112,11 @@ class NodeHealth:
                 return registration.error
             if registration.word in self._unhealthy.get(facts.name, ()):
                 vendor = self._vendor[registration.word]
+                if vendor.health == "capacity":
+                    return (
+                        f"{registration.word} devices unavailable: the node's capacity of "
+                        f"{vendor.count_resource} is 0"
+                    )
                 if self._withdrawn(facts, registration.word):
                     return (
                         f"{registration.word} devices unavailable: the node stopped advertising "
@@ -130,6 +140,8 @@ class NodeHealth:
             problems.append((keys.NVIDIA_SCORE, facts.pair_error, facts.pair_raw))
         if facts.rdma_error:
             problems.append((keys.RDMA_REGISTER, facts.rdma_error, facts.rdma_raw))
+        if facts.vendor_notes:
+            problems += vendor_note_problems(facts)
         current = {key for key, _, _ in problems}
         for key in [key for key in reported if key not in current]:
             del reported[key]
@@ -154,7 +166,16 @@ class NodeHealth:
         for registration in facts.registrations:
             vendor = self._vendor[registration.word]
             key = vendor.handshake_key
-            if key is None or registration.error or not registration.devices:
+            if vendor.health == "capacity" and not registration.error:
+                if registration.word in facts.capacity:
+                    marks.discard(registration.word)
+                else:
+                    marks.add(registration.word)
+                continue
+            if vendor.health != "handshake" or key is None:
+                marks.discard(registration.word)
+                continue
+            if registration.error or not registration.devices:
                 marks.discard(registration.word)
                 continue
             if self._withdrawn(facts, registration.word):

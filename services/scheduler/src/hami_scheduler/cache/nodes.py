@@ -1,10 +1,21 @@
 """What a Node object says about its devices, read once per distinct annotation value.
 
-:func:`read_node` turns a Node (decoded JSON) into :class:`NodeFacts`: per vendor the register
-annotation (``hami.io/node-<x>-register``, JSON or colon encoding) decoded into devices — or the
-reason it could not be decoded — plus the RDMA NICs of ``hami.io/node-rdma-register`` (or why
-they cannot be read), the device cordon, the GPU pair scores, each vendor's handshake value and
-whether the node advertises the vendor's count resource.
+:func:`read_node` turns a Node (decoded JSON) into :class:`NodeFacts`: per vendor its devices —
+or the reason they cannot be read — from where the vendor's row says they are
+(:attr:`Vendor.inventory <hami_protocol.vendor.model.Vendor.inventory>`):
+
+* ``register-json`` / ``register-colon``: the register annotation
+  (``hami.io/node-<x>-register``, :func:`~hami_protocol.node.registry.decode_node_devices`);
+* ``capacity``: synthesised from ``status.capacity``
+  (:func:`hami_protocol.vendor.capacity.synthesize`, HAMi's ids);
+* ``vendor-annotation``: the vendor's own node annotation :attr:`Vendor.inventory_key`
+  (:func:`hami_protocol.vendor.annotations.decode_inventory`: Enflame DRS, MetaX sGPU);
+
+plus the RDMA NICs of ``hami.io/node-rdma-register`` (or why they cannot be read), the device
+cordon, the GPU pair scores, each vendor's handshake value, whether the node advertises the
+vendor's count resource (allocatable, and capacity for the ``capacity`` health rule) and the
+node annotations vendor fits read (:data:`VENDOR_NODE_KEYS`).  A vendor whose input is bad has
+an ``error`` naming the annotation or capacity resource; the node's other vendors are unaffected.
 
 Decoding is the only costly part and annotations rarely change (a device plugin rewrites the
 same value every 30 s), so a previous :class:`NodeFacts` can be passed in and its decoded
@@ -16,21 +27,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from hami_kube.objects import NodeView
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
-from hami_protocol.node.capacity_devices import CapacitySynth
 from hami_protocol.node.pairscore import decode_pair_scores
 from hami_protocol.node.registry import DeviceInfo, DevicePairScore, decode_node_devices
 from hami_protocol.pod.policy import parse_device_cordon
 from hami_protocol.request.quantity import parse_quantity
 from hami_protocol.topology.layout import RdmaNic, decode_rdma_register
+from hami_protocol.vendor.annotations import decode_inventory
+from hami_protocol.vendor.capacity import synthesize
 from hami_protocol.vendor.table import Vendor
-from hami_scheduler.cache.inventory import capacity_synth
 
-__all__ = ["NodeFacts", "VendorRegistration", "read_node", "slim_node"]
+__all__ = [
+    "VENDOR_NODE_KEYS",
+    "NodeFacts",
+    "VendorRegistration",
+    "capacity_resources",
+    "read_node",
+    "slim_node",
+]
+
+VENDOR_NODE_KEYS: Final = (
+    keys.ASCEND_NODE_VNPU_CORE,
+    keys.METAX_GPU_TOPOLOGY_LOSSES,
+    keys.METAX_GPU_TOPOLOGY_SCORES,
+)
+"""Node annotations that vendor fits and scores read (Ascend's ``hami-vnpu-core``, MetaX's
+topology losses and scores): kept by :func:`slim_node`, part of :attr:`NodeFacts.layout_key`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +86,10 @@ class NodeFacts:
     """Vendor word → handshake value (``None`` when absent), for vendors with a handshake key."""
     allocatable: frozenset[str] = frozenset()
     """Vendor words whose count resource the node advertises as allocatable (> 0)."""
+    capacity: frozenset[str] = frozenset()
+    """Vendor words whose count resource the node's ``status.capacity`` holds (> 0)."""
+    vendor_notes: tuple[tuple[str, str], ...] = ()
+    """The :data:`VENDOR_NODE_KEYS` annotations the node carries, ``(key, value)``."""
     rdma_raw: str = ""
     """``hami.io/node-rdma-register`` as written (``""``: absent)."""
     nics: tuple[RdmaNic, ...] = ()
@@ -72,6 +102,13 @@ class NodeFacts:
                 return registration
         return None
 
+    def note(self, key: str) -> str | None:
+        """The value of vendor node annotation ``key`` (one of :data:`VENDOR_NODE_KEYS`)."""
+        for name, value in self.vendor_notes:
+            if name == key:
+                return value
+        return None
+
     @property
     def layout_key(self) -> tuple[object, ...]:
         """What the node's device layout depends on (compared to skip rebuilds)."""
@@ -79,6 +116,7 @@ class NodeFacts:
             tuple((r.word, r.raw) for r in self.registrations),
             self.cordon,
             self.pair_raw,
+            self.vendor_notes,
         )
 
     @property
@@ -97,11 +135,27 @@ def _decode(vendor: Vendor, key: str, raw: str) -> VendorRegistration:
         devices = decode_node_devices(raw, key=key)
     except (ProtocolError, ValueError, RecursionError, TypeError) as exc:
         return VendorRegistration(vendor.common_word, key, raw, error=_problem(key, exc))
-    if len({device.id for device in devices}) != len(devices):
-        return VendorRegistration(
-            vendor.common_word, key, raw, error=f"node annotation {key} lists a device twice"
-        )
-    return VendorRegistration(vendor.common_word, key, raw, devices=devices)
+    return _unique(VendorRegistration(vendor.common_word, key, raw, devices=devices))
+
+
+def _unique(registration: VendorRegistration) -> VendorRegistration:
+    devices = registration.devices
+    if len({device.id for device in devices}) == len(devices):
+        return registration
+    return VendorRegistration(
+        registration.word,
+        registration.key,
+        registration.raw,
+        error=f"node annotation {registration.key} lists a device twice",
+    )
+
+
+def _decode_vendor_annotation(vendor: Vendor, key: str, node: str, raw: str) -> VendorRegistration:
+    try:
+        devices = decode_inventory(key, node, raw)
+    except (ProtocolError, ValueError, RecursionError, TypeError) as exc:
+        return VendorRegistration(vendor.common_word, key, raw, error=_problem(key, exc))
+    return _unique(VendorRegistration(vendor.common_word, key, raw, devices=devices))
 
 
 def _decode_rdma(raw: str) -> tuple[tuple[RdmaNic, ...], str]:
@@ -111,31 +165,38 @@ def _decode_rdma(raw: str) -> tuple[tuple[RdmaNic, ...], str]:
         return (), _problem(keys.RDMA_REGISTER, exc)
 
 
-def _capacity_units(capacity: Mapping[str, Any], names: Sequence[str]) -> dict[str, int]:
-    """The named resources of ``capacity`` as integers (an unreadable quantity reads as 0)."""
-    units: dict[str, int] = {}
-    for name in names:
-        raw = capacity.get(name)
-        if raw is None:
-            continue
-        try:
-            units[name] = int(parse_quantity(str(raw)))
-        except ProtocolError:
-            units[name] = 0
-    return units
+def capacity_resources(vendor: Vendor) -> tuple[str, ...]:
+    """The ``status.capacity`` resources the vendor's devices or health are read from."""
+    names: list[str] = []
+    spec = vendor.capacity
+    if vendor.inventory == "capacity" and spec is not None:
+        names += [spec.units_resource, spec.memory_resource or "", spec.cores_resource or ""]
+    if vendor.health == "capacity":
+        names.append(vendor.count_resource)
+    return tuple(dict.fromkeys(name for name in names if name))
 
 
 def _synthesised(
-    vendor: Vendor, synth: CapacitySynth, node: str, capacity: Mapping[str, Any]
+    vendor: Vendor,
+    node: str,
+    capacity: Mapping[str, Any],
+    labels: Mapping[str, str],
+    previous: VendorRegistration | None,
 ) -> VendorRegistration | None:
-    """The devices HAMi derives from the node's capacity, when it lists the count resource."""
-    if vendor.count_resource not in capacity:
+    """The devices HAMi derives from the node's capacity; ``None`` when it lists none of the
+    vendor's resources."""
+    names = capacity_resources(vendor)
+    present = [name for name in names if name in capacity]
+    if not present:
         return None
-    units = _capacity_units(capacity, vendor.managed_resources)
-    raw = ",".join(f"{name}={units[name]}" for name in sorted(units))
-    key = vendor.count_resource
+    raw = ",".join(f"{name}={capacity[name]}" for name in present)
+    if vendor.capacity is not None and vendor.capacity.strategy == "awsneuron":
+        raw += f",{keys.AWS_INSTANCE_TYPE_LABEL}={labels.get(keys.AWS_INSTANCE_TYPE_LABEL, '')}"
+    if previous is not None and previous.raw == raw:
+        return previous
+    key = vendor.capacity.units_resource if vendor.capacity is not None else vendor.count_resource
     try:
-        devices = synth(node, units)
+        devices = synthesize(vendor, node, capacity, labels)
     except ProtocolError as exc:
         bad = exc.key or key
         return VendorRegistration(
@@ -144,10 +205,10 @@ def _synthesised(
     return VendorRegistration(vendor.common_word, key, raw, devices=devices)
 
 
-def _allocatable(allocatable: Mapping[str, Any], vendors: Sequence[Vendor]) -> frozenset[str]:
+def _advertised(counts: Mapping[str, Any], vendors: Sequence[Vendor]) -> frozenset[str]:
     found: set[str] = set()
     for vendor in vendors:
-        raw = allocatable.get(vendor.count_resource)
+        raw = counts.get(vendor.count_resource)
         if raw is None:
             continue
         try:
@@ -156,6 +217,27 @@ def _allocatable(allocatable: Mapping[str, Any], vendors: Sequence[Vendor]) -> f
         except ProtocolError:
             continue
     return frozenset(found)
+
+
+def _inventory(
+    vendor: Vendor,
+    node: NodeView,
+    annotations: Mapping[str, str],
+    known: VendorRegistration | None,
+) -> VendorRegistration | None:
+    """The vendor's devices on ``node`` from where its row says they are (module doc)."""
+    source = vendor.inventory
+    if source == "capacity":
+        return _synthesised(vendor, node.name, node.capacity, node.labels, known)
+    key = vendor.inventory_key if source == "vendor-annotation" else vendor.register_key
+    if key is None or key not in annotations:
+        return None
+    raw = annotations[key]
+    if known is not None and known.raw == raw and known.key == key:
+        return known
+    if source == "vendor-annotation":
+        return _decode_vendor_annotation(vendor, key, node.name, raw)
+    return _decode(vendor, key, raw)
 
 
 def read_node(
@@ -167,22 +249,12 @@ def read_node(
     registrations: list[VendorRegistration] = []
     handshakes: dict[str, str | None] = {}
     for vendor in vendors:
-        key = vendor.register_key
         if vendor.handshake_key is not None:
             handshakes[vendor.common_word] = annotations.get(vendor.handshake_key)
-        if key is None:
-            synth = capacity_synth(vendor)
-            if synth is not None:
-                found = _synthesised(vendor, synth, node.name, node.capacity)
-                if found is not None:
-                    known = previous.registration(vendor.common_word) if previous else None
-                    registrations.append(known if known and known.raw == found.raw else found)
-            continue
-        if key not in annotations:
-            continue
-        raw = annotations[key]
         known = previous.registration(vendor.common_word) if previous is not None else None
-        registrations.append(known if known and known.raw == raw else _decode(vendor, key, raw))
+        found = _inventory(vendor, node, annotations, known)
+        if found is not None:
+            registrations.append(found)
     pair_raw = annotations.get(keys.NVIDIA_SCORE, "")
     pair_scores: tuple[DevicePairScore, ...] = ()
     pair_error = ""
@@ -209,7 +281,9 @@ def read_node(
         pair_scores=pair_scores,
         pair_error=pair_error,
         handshakes=handshakes,
-        allocatable=_allocatable(node.allocatable, vendors),
+        allocatable=_advertised(node.allocatable, vendors),
+        capacity=_advertised(node.capacity, vendors),
+        vendor_notes=tuple((k, annotations[k]) for k in VENDOR_NODE_KEYS if k in annotations),
         rdma_raw=rdma_raw,
         nics=nics,
         rdma_error=rdma_error,
@@ -222,8 +296,7 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     Real nodes carry kilobytes of status (images, conditions, addresses) the scheduler never
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
     the device annotations, the node locks (every vendor's key: bind decides on the cached
-    copy) and
-    ``status.allocatable``.
+    copy) and ``status.allocatable``.
     """
     node = NodeView(obj)
     wanted = {
@@ -232,9 +305,15 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         keys.RDMA_REGISTER,
         keys.NODE_LOCK,
         keys.NODE_ALLOCATE_IDENTITY,
+        *VENDOR_NODE_KEYS,
     }
     for vendor in vendors:
-        own = (vendor.register_key, vendor.handshake_key, vendor.node_lock_key)
+        own = (
+            vendor.register_key,
+            vendor.handshake_key,
+            vendor.inventory_key,
+            vendor.node_lock_key,
+        )
         wanted.update(k for k in own if k is not None)
     meta = node.meta
     slim_meta: dict[str, Any] = {
@@ -242,12 +321,7 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     }
     slim_meta["annotations"] = {k: v for k, v in node.annotations.items() if k in wanted}
     allocatable = dict(node.allocatable)
-    synthesised = {
-        name
-        for vendor in vendors
-        if vendor.register_key is None and capacity_synth(vendor) is not None
-        for name in vendor.managed_resources
-    }
+    synthesised = {name for vendor in vendors for name in capacity_resources(vendor)}
     capacity = {k: v for k, v in node.capacity.items() if k in synthesised}
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     obj.clear()

@@ -48,7 +48,7 @@ from hami_protocol.pod.mig import (
     encode_mig_reservations,
 )
 from hami_protocol.topology.koordinator import decode_device_allocated
-from hami_protocol.vendor.table import Vendor
+from hami_protocol.vendor.table import METAX_SGPU, Vendor
 from hami_scheduler.core import pod_usage
 from hami_scheduler.core.mig import MigHold, mig_holds
 
@@ -174,6 +174,10 @@ class Holding:
     """The MIG slices its reservations hold (``hami.io/vgpu-mig-allocations``)."""
     reservations: tuple[MigReservation, ...] = ()
     """Those reservations as written, runtime ids included once the plugin has added them."""
+    sgpu_class: str = ""
+    """MetaX sGPU pods only: ``metax-tech.com/sgpu-app-class`` (``online``/``offline``/``""``)."""
+    sgpu_qos: str = ""
+    """MetaX sGPU pods only: ``metax-tech.com/sgpu-qos-policy``."""
 
     def pod_devices(self) -> PodDevices:
         """The written GPU device lists, decoded (undecodable ones left out)."""
@@ -263,6 +267,7 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     if reservations:
         written[MIG_KEY_WORD] = mig_key_value(reservations)
     node = sys.intern(node)
+    sgpu = METAX_SGPU in decoded
     holding = Holding(
         node,
         namespace,
@@ -271,6 +276,8 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
         nics,
         mig=mig_holds(f"{namespace}/{name}", reservations),
         reservations=reservations,
+        sgpu_class=sys.intern(annotations.get(keys.METAX_SGPU_APP_CLASS, "")) if sgpu else "",
+        sgpu_qos=sys.intern(annotations.get(keys.METAX_SGPU_QOS_POLICY, "")) if sgpu else "",
     )
     return PodFacts(uid, namespace, name, holding, problems=tuple(problems))
 
@@ -347,7 +354,14 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     """
     pod = PodView(obj)
     meta, annotations = pod.meta, pod.annotations
-    wanted = [keys.VGPU_NODE, keys.NVIDIA_MIG_ALLOCATIONS, *NIC_ANNOTATIONS, *_KEPT_STATE]
+    wanted = [
+        keys.VGPU_NODE,
+        keys.NVIDIA_MIG_ALLOCATIONS,
+        keys.METAX_SGPU_APP_CLASS,
+        keys.METAX_SGPU_QOS_POLICY,
+        *NIC_ANNOTATIONS,
+        *_KEPT_STATE,
+    ]
     wanted += [v.devices_allocated_key for v in vendors if v.devices_allocated_key]
     slim_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if "namespace" in slim_meta:

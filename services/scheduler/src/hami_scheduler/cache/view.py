@@ -39,7 +39,7 @@ The cache performs no I/O; callbacks report bad annotations and health changes t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,12 +48,13 @@ from hami_kube.objects import NodeView, PodView
 from hami_kube.resources import JsonObject
 from hami_kube.timefmt import utc_now
 from hami_protocol.selectors import EVERYTHING, LabelSelector
-from hami_protocol.vendor.table import Vendor
+from hami_protocol.vendor.table import METAX_SGPU, Vendor
 from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
 from hami_scheduler.cache.nics import NicCache
 from hami_scheduler.cache.nodes import NodeFacts, read_node
 from hami_scheduler.cache.pods import AllocationKey, Holding, read_pod
 from hami_scheduler.cache.quotas import QuotaLimitCache
+from hami_scheduler.cache.vendor_facts import node_vendor_facts
 from hami_scheduler.core import (
     NodeUsage,
     QuotaLedger,
@@ -64,6 +65,12 @@ from hami_scheduler.core import (
 )
 from hami_scheduler.core.joint.nics import NicUsage
 from hami_scheduler.core.joint.route import Fleet
+from hami_scheduler.core.vendors.context import (
+    NO_SGPU_STATE,
+    NO_SGPU_TASKS,
+    SgpuNodeState,
+    SgpuTasks,
+)
 
 __all__ = ["HandshakeWrite", "PodRecord", "SchedulerCache", "Simulation"]
 
@@ -82,11 +89,13 @@ class Simulation:
     """Node name → why its object cannot be used (no name, a malformed register annotation)."""
 
 
-def _unreadable(facts: NodeFacts) -> str | None:
+def _unreadable(facts: NodeFacts, words: Collection[str] | None) -> str | None:
+    """Why the node object cannot serve a pod asking vendors ``words`` (``None``: any vendor):
+    no name, or bad input of one of those vendors (the node's other vendors stay usable)."""
     if not facts.name:
         return "node object has no name"
     for registration in facts.registrations:
-        if registration.error:
+        if registration.error and (words is None or registration.word in words):
             return registration.error
     return None
 
@@ -240,19 +249,56 @@ class SchedulerCache:
             pair_scores=facts.pair_scores,
             usages=[summary for holding in held.values() for summary in holding.usage],
             mig=[hold for holding in held.values() for hold in holding.mig],
+            vendor=node_vendor_facts(facts),
         )
 
-    def simulated(self, objs: Iterable[JsonObject], *, exclude_uid: str = "") -> Simulation:
+    def sgpu_state(self, name: str) -> SgpuNodeState:
+        """What the pods held on node ``name`` say about its MetaX sGPU devices: per device the
+        app classes of the pods on it, and the QoS of placements not yet observed (HAMi's
+        just-assigned QoS cache: the node's own ``QosPolicy`` report lags them; an exclusive
+        placement — 100 cores — clears it).  O(pods on the node); asked for sGPU pods only."""
+        node = self.nodes.get(name)
+        if node is None or METAX_SGPU not in node.layout.vendor_positions:
+            return NO_SGPU_STATE
+        uuids = {dev.uuid for dev in node.vendor_devices(METAX_SGPU)}
+        tasks: dict[str, SgpuTasks] = {}
+        pending: dict[str, str] = {}
+        for uid, holding in self._node_pods.get(name, {}).items():
+            record = self._pods.get(uid)
+            unobserved = record is not None and record.assumed is holding
+            for summary in holding.usage:
+                if summary.uuid not in uuids:
+                    continue
+                if holding.sgpu_class in ("online", "offline"):
+                    known = tasks.get(summary.uuid, NO_SGPU_TASKS)
+                    online = known.online + (holding.sgpu_class == "online")
+                    offline = known.offline + (holding.sgpu_class == "offline")
+                    tasks[summary.uuid] = SgpuTasks(online, offline)
+                if unobserved:
+                    exclusive = summary.usedcores >= 100
+                    pending[summary.uuid] = "" if exclusive else holding.sgpu_qos
+        if not tasks and not pending:
+            return NO_SGPU_STATE
+        return SgpuNodeState(tasks, pending)
+
+    def simulated(
+        self,
+        objs: Iterable[JsonObject],
+        *,
+        exclude_uid: str = "",
+        words: Collection[str] | None = None,
+    ) -> Simulation:
         """The nodes of Node objects given in a request (the autoscaler's simulation path), with
-        the usage this cache knows for those names, leaving out pod ``exclude_uid``.  Changes
-        nothing."""
+        the usage this cache knows for those names, leaving out pod ``exclude_uid``; a node
+        whose input for one of ``words`` (the pod's vendors; ``None``: any) is bad is failed.
+        Changes nothing."""
         gpus: dict[str, NodeUsage] = {}
         nics: dict[str, NicUsage] = {}
         objects: dict[str, JsonObject] = {}
         failed: dict[str, str] = {}
         for obj in objs:
             facts = read_node(obj, self.vendors)
-            problem = _unreadable(facts)
+            problem = _unreadable(facts, words)
             if problem is not None:
                 failed[facts.name] = problem
                 continue
@@ -277,6 +323,7 @@ class SchedulerCache:
                         if uid != exclude_uid
                         for m in holding.mig
                     ],
+                    vendor=node_vendor_facts(facts),
                 )
             usage = self.nic.simulated(facts, exclude_uid=exclude_uid)
             if usage is not None:

@@ -47,8 +47,9 @@ from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigChoice
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import PodQuotaTally, VendorQuota
 from hami_scheduler.core.score import device_score, sort_devices
-from hami_scheduler.core.strategy import strategy_for
+from hami_scheduler.core.strategy import ScoreArgs, strategy_for
 from hami_scheduler.core.usage import DeviceUsage, NodeUsage, pod_usage
+from hami_scheduler.core.vendors.context import NO_VENDOR_CONTEXT, VendorContext, vendor_context
 
 __all__ = ["NodeDecision", "decide_node", "decision_usage"]
 
@@ -139,8 +140,25 @@ def _vendor_scores(
     for word, taken in segments.items():
         score = strategy_for(word).score
         if score is not None:
-            total += score(node.devices, taken, plan.node_policy)
+            args = ScoreArgs(word, node, taken, plan.node_policy, _context(node, plan, word, ()))
+            total += score(args)
     return total
+
+
+def _context(
+    node: NodeUsage, plan: PodPlan, word: str, earlier: Sequence[ContainerDevices]
+) -> VendorContext:
+    """The vendor context of ``word`` (only vendors with rules of their own read one)."""
+    if strategy_for(word).standard:
+        return NO_VENDOR_CONTEXT
+    return vendor_context(
+        word,
+        plan.vendor,
+        node.layout.vendor,
+        node_name=node.name,
+        earlier=earlier,
+        sgpu_state=plan.sgpu_state,
+    )
 
 
 def decision_usage(decision: NodeDecision, plan: PodPlan) -> tuple[DeviceUsageSummary, ...]:
@@ -186,6 +204,7 @@ def _fit_container(
             quota=None if quota is None else _quota_probe(quota, segments[word], plan),
             mig_gpus=layout.mig_gpus,
             mig=occupancy,
+            vendor=_context(node, plan, word, segments[word]),
         )
         strategy = strategy_for(word)
         result = strategy.fit(ordered, request, ctx)

@@ -26,6 +26,7 @@ from hami_protocol.pod.policy import (
 from hami_protocol.request.containers import ContainerDeviceRequest, PodDeviceRequests
 from hami_protocol.vendor.table import NVIDIA
 from hami_scheduler.core.quota import VendorQuota
+from hami_scheduler.core.vendors.context import NO_POD_FACTS, SgpuStateLookup, VendorPodFacts
 
 __all__ = ["NO_SELECTORS", "DeviceSelectors", "PodPlan", "pod_plan"]
 
@@ -99,6 +100,12 @@ class PodPlan:
     """Vendor word → selectors; vendors not listed accept any device."""
     quota: tuple[tuple[str, VendorQuota], ...] = ()
     """Vendor word → the namespace quota; vendors not listed are unlimited."""
+    vendor: VendorPodFacts = NO_POD_FACTS
+    """The pod's vendor annotations (Ascend vNPU mode, MetaX sGPU QoS and app class)."""
+    sgpu_state: SgpuStateLookup | None = field(default=None, compare=False, repr=False)
+    """Node name → what the pods held there say about its MetaX sGPU devices (set by the
+    selection layer for pods asking them; not part of :attr:`key`: that state changes only
+    with the node's holdings, which change its ``NodeUsage``)."""
     key: Hashable = field(init=False, compare=False, repr=False)
     """Everything a per-node result depends on (not the node policy), for memoisation."""
     shape_key: Hashable = field(init=False, compare=False, repr=False)
@@ -111,7 +118,7 @@ class PodPlan:
             (slot.is_init, tuple(_request_key(r) for r in slot.requests.values()))
             for slot in self.requests.slots
         )
-        shape = (slots, self.gpu_policy.entries, self.weights, self.selectors)
+        shape = (slots, self.gpu_policy.entries, self.weights, self.selectors, self.vendor)
         object.__setattr__(self, "shape_key", shape)
         object.__setattr__(self, "key", (shape, self.quota))
         vendors: dict[str, None] = {}
@@ -144,6 +151,8 @@ def pod_plan(
     *,
     quota: Mapping[str, VendorQuota] | None = None,
     selectors: Mapping[str, DeviceSelectors] | None = None,
+    vendor: VendorPodFacts = NO_POD_FACTS,
+    sgpu_state: SgpuStateLookup | None = None,
 ) -> PodPlan:
     """A plan from parsed requests and policy annotations.
 
@@ -163,4 +172,6 @@ def pod_plan(
             sorted(((w, s) for w, s in chosen.items() if s != NO_SELECTORS), key=_word)
         ),
         quota=tuple(sorted((quota or {}).items(), key=_word)),
+        vendor=vendor,
+        sgpu_state=sgpu_state,
     )

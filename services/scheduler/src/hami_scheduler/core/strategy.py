@@ -3,20 +3,31 @@
 Most vendors walk HAMi's standard fit loop (:func:`~hami_scheduler.core.fit.fit_request`) and
 add nothing to the node score, so the default strategy is exactly that and costs NVIDIA nothing
 but one dictionary lookup per request.  A vendor with its own rules gets a row in
-:data:`FIT_MODULES`: the module ``hami_scheduler.core.vendors.<module>`` and the names of its
-``fit`` and (optional) ``score`` functions.  Modules are imported on first use; a row whose module
-is not there (yet) falls back to the standard loop, so a vendor's rules plug in by adding one
-module and one row.
+:data:`FIT_MODULES`: the module ``hami_scheduler.core.vendors.<module>``, the name of its
+``fit``, and — when it scores nodes — the name of its ``score`` and the *shape* of that
+function's arguments (:data:`SCORE_SHAPES`).  Every row is loaded when this module is imported:
+a row naming a module or function that does not exist, or a score shape nobody knows, raises
+:class:`StrategyError` then, so a typo can never silently turn a vendor into a standard one.
 
 Contract of a vendor ``fit``: the same arguments and result as :func:`fit_request` — devices of
 that vendor already sorted by the GPU policy (walk them from the end, as HAMi does), the
-container's request of that vendor, the :class:`~hami_scheduler.core.fit.FitContext`.
+container's request of that vendor, the :class:`~hami_scheduler.core.fit.FitContext` (whose
+``vendor`` carries the pod and node facts of :mod:`.vendors.context`).
 
-Contract of a vendor ``score``: ``score(node_devices, pod_devices)`` with every device of the node
-(all vendors) *before* the pod and the pod's devices of that vendor per container (init first);
-a row with ``score_policy`` also passes ``policy=`` the node policy (``binpack``/``spread``).  The
-value is added to the node's usage score (HAMi adds every device vendor's ``ScoreNode``).
+Each vendor module's ``score`` keeps its own signature; the registry adapts it to one
+:data:`NodeScore` over :class:`ScoreArgs` (the vendor word, the node before the pod, the pod's
+devices of that vendor per container, the node policy and the vendor context):
 
+* ``devices`` — ``score(node_devices, pod_devices)`` with every device of the node (Kunlun,
+  Vastai);
+* ``ascend`` — ``score(vendor, node_devices, pod_devices)``, the chip's common word first;
+* ``metax-gpu`` — ``score(node_policy, requested, losses, scores)``: the GPUs the pod asks in
+  all and the node's ``metax-tech.com/gpu.topology.losses``/``.scores`` maps
+  (:attr:`NodeVendorFacts.metax_losses <.vendors.context.NodeVendorFacts.metax_losses>`);
+* ``metax-sgpu`` — ``score(node_policy, node_devices, pod_devices, vendor_ctx)`` with the node's
+  devices of that vendor.
+
+The value is added to the node's usage score (HAMi adds every device vendor's ``ScoreNode``).
 Ascend's common words are per chip (``Ascend910B3``...), so a word is looked up exactly first and
 then by its family prefix (:data:`FAMILY_PREFIXES`).
 """
@@ -34,15 +45,20 @@ from hami_protocol.pod.devices import ContainerDevices
 from hami_protocol.pod.policy import NodePolicy
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core.fit import FitContext, FitResult, fit_request
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage import DeviceUsage, NodeUsage
+from hami_scheduler.core.vendors.context import NO_VENDOR_CONTEXT, VendorContext
 
 __all__ = [
     "FAMILY_PREFIXES",
     "FIT_MODULES",
+    "SCORE_SHAPES",
     "STANDARD",
+    "STRATEGIES",
     "Fit",
     "FitModule",
     "NodeScore",
+    "ScoreArgs",
+    "StrategyError",
     "VendorStrategy",
     "family_of",
     "load_strategy",
@@ -50,9 +66,28 @@ __all__ = [
 ]
 
 Fit = Callable[[Sequence[DeviceUsage], ContainerDeviceRequest, FitContext], FitResult]
-NodeScore = Callable[[Sequence[DeviceUsage], Sequence[ContainerDevices], NodePolicy], float]
 
 VENDORS_PACKAGE: Final = "hami_scheduler.core.vendors"
+
+
+class StrategyError(Exception):
+    """A :data:`FIT_MODULES` row names something that does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreArgs:
+    """What a vendor's node score may read."""
+
+    word: str
+    node: NodeUsage
+    """The node before the pod."""
+    pod_devices: Sequence[ContainerDevices]
+    """The pod's devices of :attr:`word`, one entry per container (init first)."""
+    node_policy: NodePolicy = "binpack"
+    vendor: VendorContext = NO_VENDOR_CONTEXT
+
+
+NodeScore = Callable[[ScoreArgs], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,27 +109,65 @@ STANDARD: Final = VendorStrategy("standard")
 
 @dataclass(frozen=True, slots=True)
 class FitModule:
-    """A vendor's own rules: ``hami_scheduler.core.vendors.<module>.<fit>`` (and ``<score>``)."""
+    """A vendor's own rules: ``hami_scheduler.core.vendors.<module>.<fit>`` (and ``<score>``,
+    called as its :attr:`score_shape` says)."""
 
     module: str
     fit: str = "fit"
     score: str | None = None
-    score_policy: bool = False
-    """Whether ``score`` takes the node policy as ``policy=``."""
+    score_shape: str = "devices"
+
+
+def _requested(args: ScoreArgs) -> int:
+    return sum(len(container) for container in args.pod_devices)
+
+
+def _shape_devices(score: Callable[..., float]) -> NodeScore:
+    return lambda args: score(args.node.devices, args.pod_devices)
+
+
+def _shape_ascend(score: Callable[..., float]) -> NodeScore:
+    return lambda args: score(args.word, args.node.devices, args.pod_devices)
+
+
+def _shape_metax_gpu(score: Callable[..., float]) -> NodeScore:
+    def adapted(args: ScoreArgs) -> float:
+        facts = args.node.layout.vendor
+        return score(args.node_policy, _requested(args), facts.metax_losses, facts.metax_scores)
+
+    return adapted
+
+
+def _shape_metax_sgpu(score: Callable[..., float]) -> NodeScore:
+    return lambda args: score(
+        args.node_policy, args.node.vendor_devices(args.word), args.pod_devices, args.vendor
+    )
+
+
+SCORE_SHAPES: Final[Mapping[str, Callable[[Callable[..., float]], NodeScore]]] = MappingProxyType(
+    {
+        "devices": _shape_devices,
+        "ascend": _shape_ascend,
+        "metax-gpu": _shape_metax_gpu,
+        "metax-sgpu": _shape_metax_sgpu,
+    }
+)
+"""Score shape word → the adapter from the module's signature to :data:`NodeScore`."""
 
 
 FIT_MODULES: Final[Mapping[str, FitModule]] = MappingProxyType(
     {
-        # Node scores whose signatures need node or pod facts the registry does not pass yet
-        # (Ascend's chip word, MetaX's node annotations and pod context) are left out for now.
-        "Ascend": FitModule("ascend"),
+        "AMD": FitModule("amd"),
+        "Ascend": FitModule("ascend", score="score", score_shape="ascend"),
         "AWSNeuron": FitModule("awsneuron"),
+        "Biren": FitModule("biren"),
         "Enflame": FitModule("enflame"),
         "GCU": FitModule("enflame", fit="fit_gcu"),
         "kunlun": FitModule("kunlun", score="score"),
         "XPU": FitModule("kunlun", fit="fit_vxpu"),
-        "Metax-GPU": FitModule("metax_gpu"),
-        "Metax-SGPU": FitModule("metax_sgpu"),
+        "Metax-GPU": FitModule("metax_gpu", score="score", score_shape="metax-gpu"),
+        "Metax-SGPU": FitModule("metax_sgpu", score="score", score_shape="metax-sgpu"),
+        "Mthreads": FitModule("mthreads"),
         "Vastai": FitModule("vastai", score="score"),
     }
 )
@@ -114,39 +187,43 @@ def family_of(word: str) -> str:
     return word
 
 
-def _attribute(module: object, name: str | None) -> object | None:
-    return None if name is None else getattr(module, name, None)
+def _function(module: object, path: str, name: str) -> Callable[..., object]:
+    found = getattr(module, name, None)
+    if not callable(found):
+        raise StrategyError(f"{path} has no function {name!r}")
+    return cast("Callable[..., object]", found)
 
 
 def load_strategy(family: str, row: FitModule | None) -> VendorStrategy:
     """The strategy ``row`` names (a dotted ``module`` is taken as a full module path); the
-    standard one when there is no row or its module does not exist."""
+    standard one when there is no row.  Raises :class:`StrategyError` when the row names a
+    module, function or score shape that does not exist."""
     if row is None:
         return STANDARD
     path = row.module if "." in row.module else f"{VENDORS_PACKAGE}.{row.module}"
     try:
         module = importlib.import_module(path)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and path.startswith(exc.name):
-            return STANDARD
-        raise
-    fit = _attribute(module, row.fit)
-    score = _attribute(module, row.score)
-    return VendorStrategy(
-        family,
-        fit=cast("Fit", fit) if callable(fit) else fit_request,
-        score=_node_score(score, policy=row.score_policy) if callable(score) else None,
-    )
+        raise StrategyError(f"vendor family {family!r}: no module {path}") from exc
+    fit = _function(module, path, row.fit)
+    score: NodeScore | None = None
+    if row.score is not None:
+        shape = SCORE_SHAPES.get(row.score_shape)
+        if shape is None:
+            raise StrategyError(
+                f"vendor family {family!r}: unknown score shape {row.score_shape!r}"
+            )
+        score = shape(cast("Callable[..., float]", _function(module, path, row.score)))
+    return VendorStrategy(family, fit=cast("Fit", fit), score=score)
 
 
-def _node_score(score: Callable[..., float], *, policy: bool) -> NodeScore:
-    if policy:
-        return lambda devices, pod, node_policy: score(devices, pod, policy=node_policy)
-    return lambda devices, pod, node_policy: score(devices, pod)
+STRATEGIES: Final[Mapping[str, VendorStrategy]] = MappingProxyType(
+    {family: load_strategy(family, row) for family, row in FIT_MODULES.items()}
+)
+"""Every :data:`FIT_MODULES` row, loaded (at import: a bad row fails the scheduler's start)."""
 
 
 @cache
 def strategy_for(word: str) -> VendorStrategy:
     """The strategy of vendor ``word`` (cached: the lookup is on every fit)."""
-    family = family_of(word)
-    return load_strategy(family, FIT_MODULES.get(family))
+    return STRATEGIES.get(family_of(word), STANDARD)

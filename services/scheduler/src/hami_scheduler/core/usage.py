@@ -27,16 +27,24 @@ that left the registry holds nothing any more); :func:`unknown_devices` lists th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, TypeVar, cast
 
 from hami_protocol.node.registry import DeviceInfo, DevicePairScore
-from hami_protocol.pod.devices import DeviceUsageSummary, PodDevices, collapse_device_usage
+from hami_protocol.pod.devices import (
+    DeviceUsageSummary,
+    PodDevices,
+    collapse_device_usage,
+)
 from hami_scheduler.core.mig import GpuOccupancy, HeldSlices, MigGpu, MigHold
+from hami_scheduler.core.vendors.context import NO_NODE_FACTS, NodeVendorFacts
 
 __all__ = [
+    "DRS_SLICE_KEY",
+    "DRS_WORD",
     "MIG_MODE",
     "NO_CUSTOM",
     "NO_MIG",
@@ -47,7 +55,9 @@ __all__ = [
     "UsageTotals",
     "apply_usage",
     "build_node_usage",
+    "custom_text",
     "device_usage",
+    "drs_slices",
     "node_layout",
     "pod_usage",
     "remove_usage",
@@ -71,6 +81,11 @@ NO_CUSTOM: Final[Mapping[str, str]] = MappingProxyType({})
 
 _WEIGHT: Final = 10.0
 """HAMi's score multiplier (``util.Weight``)."""
+
+DRS_WORD: Final = "Enflame"
+"""Enflame DRS: a grant holds its profile's slices, not one slot (:func:`drs_slices`)."""
+DRS_SLICE_KEY: Final = "maxSlice"
+"""custominfo of a DRS device: the slices of its largest profile."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +132,37 @@ class DeviceUsage:
         )
 
 
+def _text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def custom_text(info: Mapping[str, object]) -> Mapping[str, str]:
+    """A registration's ``custominfo`` as text: strings as they are, numbers and booleans as
+    Go prints them, anything else (DRS ``profiles``) as compact JSON."""
+    if not info:
+        return NO_CUSTOM
+    return MappingProxyType({key: _text(value) for key, value in info.items()})
+
+
+def drs_slices(usedcores: int, max_slice: int) -> int:
+    """The slices an Enflame DRS grant of ``usedcores`` percent holds on a GCU of ``max_slice``
+    slices: its profile's ``S`` (``usedcores = ceil(S × 100 / max_slice)``, so
+    ``usedcores × max_slice // 100 = S`` exactly for ``max_slice ≤ 100``); at least 1.
+
+    A pod's usage of one device is a sum over its containers (``slots`` grants); it is charged
+    ``slots × drs_slices(usedcores // slots)`` — exact when those containers hold one profile,
+    as a DRS pod's containers asking alike do."""
+    if max_slice <= 0:
+        return 1
+    return max(usedcores * max_slice // 100, 1)
+
+
 def device_usage(info: DeviceInfo, vendor: str) -> DeviceUsage:
     """An idle :class:`DeviceUsage` for a registered device of ``vendor``."""
     return DeviceUsage(
@@ -130,6 +176,7 @@ def device_usage(info: DeviceInfo, vendor: str) -> DeviceUsage:
         count=info.count,
         totalmem=info.devmem,
         totalcore=info.devcore,
+        custom=custom_text(info.custom_info) if info.custom_info else NO_CUSTOM,
     )
 
 
@@ -234,6 +281,11 @@ class NodeLayout:
     """UUID → peer UUID → link score (``hami.io/node-nvidia-score``)."""
     mig_gpus: Mapping[str, MigGpu] = field(default_factory=lambda: NO_MIG_GPUS)
     """UUID → the MIG-mode GPU's profiles, for every device registered in ``mig`` mode."""
+    vendor: NodeVendorFacts = NO_NODE_FACTS
+    """The node's own vendor facts (:mod:`.vendors.context`)."""
+    slice_charged: Mapping[int, int] = field(default_factory=dict)
+    """Position → slices of the largest profile, for every Enflame DRS device: a grant there
+    holds :func:`drs_slices` slots (empty on every other node: no per-device work)."""
 
     def pair_score(self, uuid: str, peer: str) -> int:
         """The reported score from ``uuid`` towards ``peer``; 0 when none is reported."""
@@ -247,6 +299,8 @@ def node_layout(
     cordon: Iterable[str] = (),
     pair_scores: Iterable[DevicePairScore] = (),
     mig_gpus: Iterable[MigGpu] = (),
+    vendor: NodeVendorFacts = NO_NODE_FACTS,
+    slice_charged: Mapping[int, int] | None = None,
 ) -> NodeLayout:
     """A layout for devices listed per vendor (``[(word, [uuid, ...]), ...]``)."""
     uuids: list[str] = []
@@ -267,6 +321,8 @@ def node_layout(
         vendor_positions=vendor_positions,
         pair_scores={entry.uuid: dict(entry.scores) for entry in pair_scores},
         mig_gpus={gpu.uuid: gpu for gpu in mig_gpus} or NO_MIG_GPUS,
+        vendor=vendor,
+        slice_charged=dict(slice_charged or {}),
     )
 
 
@@ -358,6 +414,7 @@ def build_node_usage(
     pair_scores: Iterable[DevicePairScore] = (),
     usages: Iterable[DeviceUsageSummary] = (),
     mig: Iterable[MigHold] = (),
+    vendor: NodeVendorFacts = NO_NODE_FACTS,
 ) -> NodeUsage:
     """A node from its registry (vendor word → devices) with ``usages`` already applied.
 
@@ -365,6 +422,15 @@ def build_node_usage(
     they are summed first, so the cost is O(summaries + devices), not one rebuild per pod.
     ``mig`` are the MIG slices the node's pods hold.
     """
+    idle = tuple(device_usage(info, word) for word, group in devices.items() for info in group)
+    slice_charged: dict[int, int] = {}
+    if DRS_WORD in devices:
+        for position, dev in enumerate(idle):
+            if dev.vendor == DRS_WORD:
+                try:
+                    slice_charged[position] = int(dev.custom.get(DRS_SLICE_KEY, "0"))
+                except ValueError:
+                    slice_charged[position] = 0
     layout = node_layout(
         name,
         [(word, [info.id for info in group]) for word, group in devices.items()],
@@ -376,8 +442,9 @@ def build_node_usage(
             for info in group
             if info.mode == MIG_MODE
         ],
+        vendor=vendor,
+        slice_charged=slice_charged,
     )
-    idle = tuple(device_usage(info, word) for word, group in devices.items() for info in group)
     return _shifted(NodeUsage(layout, idle), usages, 1, mig)
 
 
@@ -431,16 +498,21 @@ def _shifted(
 ) -> NodeUsage:
     held = _moved_mig(node.mig, mig, sign)
     positions = node.layout.positions
+    charged = node.layout.slice_charged
     deltas: dict[int, list[int]] = {}
     for summary in usages:
         position = positions.get(summary.uuid)
         if position is None:
             continue
+        slots = summary.slots
+        if charged and position in charged:
+            times = max(slots, 1)
+            slots = times * drs_slices(summary.usedcores // times, charged[position])
         delta = deltas.get(position)
         if delta is None:
-            deltas[position] = [summary.slots, summary.usedmem, summary.usedcores]
+            deltas[position] = [slots, summary.usedmem, summary.usedcores]
         else:
-            delta[0] += summary.slots
+            delta[0] += slots
             delta[1] += summary.usedmem
             delta[2] += summary.usedcores
     if not deltas:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from hami_kube.objects import PodView
+from hami_protocol.config.device import DeviceConfig
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import NodeDecision, PodPlan, build_node_usage
 from hami_scheduler.core.joint.decide import JointDecision
@@ -43,6 +44,7 @@ def record_of(
     pod: PodView,
     cache: SchedulerCache,
     now_unix: int,
+    device_config: DeviceConfig | None = None,
 ) -> DecisionRecord:
     """The annotations and the holding to assume for a fitting decision."""
     if isinstance(decision, NodeDecision):
@@ -53,6 +55,9 @@ def record_of(
             vendors=cache.vendors,
             now_unix=now_unix,
             name=pod.name,
+            pod=pod,
+            node_usage=cache.nodes.get(decision.node),
+            device_config=device_config,
         )
     fleet: Fleet = cache.fleet
     name = decision.node
