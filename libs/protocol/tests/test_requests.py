@@ -525,3 +525,63 @@ def test_nvidia_rules_as_a_property(
         assert request.mem_percentagereq == PERCENTAGE_UNSET
     else:
         assert request.mem_percentagereq == 100
+
+
+# --- vendors whose requests HAMi shapes differently -----------------------------------------
+
+
+def _shaped(limits: dict[str, str]) -> dict[str, tuple[int, int, int, int]]:
+    found = container_requests(
+        {"name": "c", "resources": {"limits": limits}}, vendors=DEFAULT_VENDORS
+    )
+    return {w: (r.nums, r.memreq, r.mem_percentagereq, r.coresreq) for w, r in found.items()}
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"aws.amazon.com/neuron": "2"}, (2, 0, 100, 0)),
+        ({"aws.amazon.com/neuroncore": "1"}, (1, 0, 100, 1)),
+        ({"aws.amazon.com/neuroncore": "2"}, (1, 0, 100, 2)),
+        ({"aws.amazon.com/neuroncore": "3"}, (2, 0, 100, 0)),
+        ({"aws.amazon.com/neuroncore": "8"}, (4, 0, 100, 0)),
+        ({"aws.amazon.com/neuron": "1", "aws.amazon.com/neuroncore": "1"}, (1, 0, 100, 0)),
+    ],
+)
+def test_aws_neuron_requests_devices_or_cores(
+    limits: dict[str, str], expected: tuple[int, int, int, int]
+) -> None:
+    assert _shaped(limits) == {"AWSNeuron": expected}
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"enflame.com/drs-gcu": "3"}, (1, 3, 0, 0)),
+        ({"enflame.com/gcu-memory": "20", "enflame.com/gcu-core": "50"}, (1, 20, -1, 50)),
+        ({"enflame.com/gcu-memory": "20"}, (1, 20, -1, 0)),
+    ],
+)
+def test_enflame_drs_requests_one_gcu_direct_or_by_spec(
+    limits: dict[str, str], expected: tuple[int, int, int, int]
+) -> None:
+    assert _shaped(limits) == {"Enflame": expected}
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "24576"}, (1, 24576, 101, 25)),
+        ({"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "49152"}, (1, 49152, 101, 50)),
+        ({"kunlunxin.com/vxpu": "2"}, (2, 98304, 101, 100)),
+    ],
+)
+def test_kunlun_vxpu_cores_are_the_memory_share_of_a_whole_xpu(
+    limits: dict[str, str], expected: tuple[int, int, int, int]
+) -> None:
+    assert _shaped(limits) == {"XPU": expected}
+
+
+def test_a_core_or_memory_resource_alone_asks_nothing_of_other_vendors() -> None:
+    assert _shaped({"hygon.com/dcumem": "1000"}) == {}
+    assert _shaped({"enflame.com/gcu-core": "50"}) == {}

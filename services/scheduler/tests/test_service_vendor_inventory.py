@@ -117,3 +117,153 @@ def test_a_bad_register_annotation_of_one_vendor_leaves_the_other_usable() -> No
     assert keys.node_register_key("dcu") in problem
     assert c.node_problem("n", [NVIDIA]) is None
     assert len(c.nodes["n"].vendor_devices(NVIDIA)) == 1
+
+
+# --- the vendors' own node annotations, health per row -----------------------------------------
+
+DRS = (
+    '{"devices":[{"index":"0","minor":"0","capacity":4},{"index":"1","minor":"1","capacity":4}],'
+    '"profiles":{"1g.8gb":"0","2g.16gb":"1","4g.32gb":"2"}}'
+)
+SGPU = (
+    '[{"uuid":"GPU-a","model":"MXC500","totalDevCount":8,"totalCompute":100,"totalVRam":65536,'
+    '"healthy":true,"qosPolicy":"fixed-share","linkZone":1},'
+    '{"uuid":"GPU-b","model":"MXC500","totalDevCount":8,"totalCompute":100,"totalVRam":65536,'
+    '"healthy":false}]'
+)
+
+
+def test_vendor_annotation_inventories_are_decoded_with_their_custom_info() -> None:
+    c = cache()
+    annotations = {keys.ENFLAME_DRS_CAPACITY: DRS, keys.METAX_SGPU_DEVICES: SGPU}
+    c.upsert_node(node_object("n", annotations))
+    usage = c.nodes["n"]
+    drs = usage.vendor_devices("Enflame")
+    assert [(d.uuid, d.count, d.totalmem) for d in drs] == [
+        ("n-enflame-drs-0", 4, 32768),
+        ("n-enflame-drs-1", 4, 32768),
+    ]
+    assert drs[0].custom["maxSlice"] == "4"
+    assert [p.name for p in usage.layout.vendor.drs_profiles] == ["1g.8gb", "2g.16gb", "4g.32gb"]
+    sgpu = usage.vendor_devices("Metax-SGPU")
+    assert [(d.uuid, d.health) for d in sgpu] == [("GPU-a", True), ("GPU-b", False)]
+    assert sgpu[0].custom["QosPolicy"] == "fixed-share"
+    assert sgpu[0].custom["LinkZone"] == "1"
+
+
+def test_a_metax_annotation_missing_fields_fails_that_vendor_only_naming_the_key() -> None:
+    reported: list[tuple[str, str]] = []
+    c = cache(on_bad_annotation=lambda n, k, problem, raw: reported.append((k, problem)))
+    annotations = {
+        **register_annotations(gpus("n", 1)),
+        keys.METAX_SGPU_DEVICES: '[{"uuid":"GPU-a","totalDevCount":8}]',
+        keys.ENFLAME_DRS_CAPACITY: DRS,
+    }
+    for _ in range(2):
+        c.upsert_node(node_object("n", annotations, allocatable={"nvidia.com/gpu": "10"}))
+    ((key, problem),) = reported
+    assert key == keys.METAX_SGPU_DEVICES
+    assert "totalCompute" in problem
+    assert keys.METAX_SGPU_DEVICES in (c.node_problem("n", ["Metax-SGPU"]) or "")
+    assert c.node_problem("n", [NVIDIA, "Enflame"]) is None
+    assert len(c.nodes["n"].vendor_devices("Enflame")) == 2
+
+
+def test_amd_is_healthy_only_while_its_capacity_count_is_positive() -> None:
+    from hami_kubesim.vendors.inventory import VendorDevices, node_annotations
+
+    annotations = node_annotations(VendorDevices("AMD", 2), "n", NOW)
+    c = cache()
+    c.upsert_node(node_object("n", annotations, allocatable={"amd.com/gpu": "2"}))
+    assert len(c.nodes["n"].vendor_devices("AMD")) == 2
+    assert c.node_problem("n", ["AMD"]) is None
+    c.upsert_node(node_object("n", annotations, allocatable={"amd.com/gpu": "0"}))
+    assert "n" not in c.nodes
+    assert c.node_problem("n", ["AMD"]) == (
+        "AMD devices unavailable: the node's capacity of amd.com/gpu is 0"
+    )
+    c.upsert_node(node_object("n", annotations, allocatable={"amd.com/gpu": "2"}))
+    assert len(c.nodes["n"].vendor_devices("AMD")) == 2
+
+
+def test_aws_neuron_devices_are_always_healthy_without_a_handshake() -> None:
+    c = cache()
+    capacity = {"aws.amazon.com/neuron": "2", "aws.amazon.com/neuroncore": "4"}
+    labels = {keys.AWS_INSTANCE_TYPE_LABEL: "inf2.48xlarge"}
+    c.upsert_node(node_object("n", allocatable=capacity, labels=labels))
+    devices = c.nodes["n"].vendor_devices("AWSNeuron")
+    assert [(d.uuid, d.count, d.totalcore) for d in devices] == [
+        ("n-AWSNeuron-0", 2, 3),
+        ("n-AWSNeuron-1", 2, 3),
+    ]
+    assert devices[0].custom["AWSNodeType"] == "inf2.48xlarge"
+    assert c.node_problem("n", ["AWSNeuron"]) is None
+
+
+def test_vendor_node_annotations_rebuild_the_layout_and_a_bad_topology_map_is_reported() -> None:
+    reported: list[str] = []
+    c = cache(on_bad_annotation=lambda n, k, problem, raw: reported.append(k))
+    c.upsert_node(node_object("n", allocatable=METAX_CAPACITY))
+    first = c.nodes["n"]
+    notes = {
+        keys.METAX_GPU_TOPOLOGY_LOSSES: '{"1": 10, "2": 30}',
+        keys.ASCEND_NODE_VNPU_CORE: "true",
+    }
+    c.upsert_node(node_object("n", notes, allocatable=METAX_CAPACITY))
+    second = c.nodes["n"]
+    assert second is not first
+    assert dict(second.layout.vendor.metax_losses) == {1: 10.0, 2: 30.0}
+    assert second.layout.vendor.ascend_hami_core is True
+    assert reported == []
+    bad = {keys.METAX_GPU_TOPOLOGY_SCORES: '{"two": 1}'}
+    c.upsert_node(node_object("n", bad, allocatable=METAX_CAPACITY))
+    assert reported == [keys.METAX_GPU_TOPOLOGY_SCORES]
+    assert dict(c.nodes["n"].layout.vendor.metax_scores) == {}
+
+
+def test_slimming_keeps_what_the_vendor_inventories_read() -> None:
+    annotations = {
+        keys.ENFLAME_DRS_CAPACITY: DRS,
+        keys.METAX_SGPU_DEVICES: SGPU,
+        keys.ASCEND_NODE_VNPU_CORE: "true",
+        "unrelated": "x",
+    }
+    capacity = {"aws.amazon.com/neuron": "2", "aws.amazon.com/neuroncore": "4", "amd.com/gpu": "1"}
+    obj = node_object("n", annotations, allocatable=capacity)
+    slim_node(obj, DEFAULT_VENDORS)
+    kept = obj["metadata"]["annotations"]
+    assert set(kept) == {
+        keys.ENFLAME_DRS_CAPACITY,
+        keys.METAX_SGPU_DEVICES,
+        keys.ASCEND_NODE_VNPU_CORE,
+    }
+    assert obj["status"]["capacity"] == capacity
+
+
+def _sgpu_pod(name: str, uuid: str, app_class: str, qos: str = "best-effort") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "annotations": {
+                keys.VGPU_NODE: "n",
+                keys.devices_allocated_key("metax-sgpu"): f"{uuid},Metax-SGPU,1024,10:;",
+                keys.METAX_SGPU_APP_CLASS: app_class,
+                keys.METAX_SGPU_QOS_POLICY: qos,
+            },
+        },
+        "spec": {"containers": [{"name": "c"}]},
+    }
+
+
+def test_sgpu_state_counts_the_app_classes_of_the_pods_held_on_each_device() -> None:
+    c = cache()
+    c.upsert_node(node_object("n", {keys.METAX_SGPU_DEVICES: SGPU}))
+    c.upsert_pod(_sgpu_pod("a", "GPU-a", "online"))
+    c.upsert_pod(_sgpu_pod("b", "GPU-a", "offline"))
+    c.upsert_pod(_sgpu_pod("c", "GPU-b", ""))
+    state = c.sgpu_state("n")
+    assert {uuid: (t.online, t.offline) for uuid, t in state.tasks.items()} == {"GPU-a": (1, 1)}
+    assert dict(state.qos_pending) == {}
+    assert c.sgpu_state("elsewhere").tasks == {}

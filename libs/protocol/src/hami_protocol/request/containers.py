@@ -22,6 +22,19 @@ Rules, for every vendor row (see :mod:`hami_protocol.vendor.table`):
   unless given; a non-whole value is ignored, a negative or >2³¹−1 value drops the request.  The
   raw value is kept: clamping to 100 is the fit's job.
 
+Vendors whose requests HAMi shapes differently (:data:`TRIGGERS` and :func:`_normalised`):
+
+* AWS Neuron (``AWSNeuron``): ``aws.amazon.com/neuron: n`` asks ``n`` whole devices (cores 0:
+  every core of each); ``aws.amazon.com/neuroncore: c`` alone asks one device and ``c`` cores
+  when ``c`` ≤ 2 (HAMi's cores per device, cached from its first node; 2 on every Trainium and
+  Inferentia2), else ``ceil(c / 2)`` whole devices; no memory.
+* Enflame DRS (``Enflame``): one GCU always; ``enflame.com/drs-gcu: S`` asks the profile of ``S``
+  slices (``memreq`` S, percentage 0: *direct*), else ``enflame.com/gcu-memory`` (GB) and
+  ``enflame.com/gcu-core`` (percent) ask the first profile covering both (percentage −1:
+  *spec*).
+* Kunlun vXPU (``XPU``): cores = ``memory × 100 / 98304`` (a whole XPU's share); no memory asks a
+  whole XPU (98304 MiB, 100 cores).
+
 Values are compared as exact numbers, not spellings, because the API server stores quantities in
 canonical form (``2000m`` becomes ``2``).  :class:`RequestError` is raised only for input that is
 not a pod at all: wrong JSON types, or a managed resource whose value is not a quantity.
@@ -196,11 +209,79 @@ def _request(res: _Resources, vendor: Vendor) -> ContainerDeviceRequest | None:
     )
 
 
+AWS_NEURON: Final = "AWSNeuron"
+ENFLAME_DRS: Final = "Enflame"
+KUNLUN_VXPU: Final = "XPU"
+AWS_CORES_PER_DEVICE: Final = 2
+"""HAMi's NeuronCores per device when a request is parsed (it caches the first node's figure)."""
+DRS_DIRECT: Final = 0
+DRS_SPEC: Final = -1
+XPU_MEMORY_MIB: Final = 98304
+
+
+_MORE_TRIGGERS: Final = frozenset((AWS_NEURON, ENFLAME_DRS))
+"""Vendors a container may ask without naming their count resource."""
+
+
+def _triggers(vendor: Vendor) -> tuple[str, ...]:
+    """The resources whose presence makes a container ask ``vendor``'s devices."""
+    if vendor.common_word == AWS_NEURON:
+        return tuple(name for name in (vendor.count_resource, vendor.cores_resource) if name)
+    if vendor.common_word == ENFLAME_DRS:
+        return tuple(name for name in (vendor.count_resource, vendor.memory_resource) if name)
+    return (vendor.count_resource,)
+
+
+def _awsneuron(res: _Resources, vendor: Vendor) -> ContainerDeviceRequest | None:
+    present, devices = _whole(res, vendor.count_resource, vendor)
+    if present:
+        if devices is None or not 0 < devices <= INT32_MAX:
+            return None
+        return ContainerDeviceRequest(devices, vendor.common_word, 0, FULL_PERCENTAGE, 0)
+    _, cores = _whole(res, vendor.cores_resource, vendor)
+    if cores is None or not 0 < cores <= INT32_MAX:
+        return None
+    if cores <= AWS_CORES_PER_DEVICE:
+        return ContainerDeviceRequest(1, vendor.common_word, 0, FULL_PERCENTAGE, cores)
+    devices = -(-cores // AWS_CORES_PER_DEVICE)
+    return ContainerDeviceRequest(devices, vendor.common_word, 0, FULL_PERCENTAGE, 0)
+
+
+def _enflame_drs(res: _Resources, vendor: Vendor) -> ContainerDeviceRequest | None:
+    present, slices = _whole(res, vendor.count_resource, vendor)
+    if present:
+        if slices is None or not 0 < slices <= INT32_MAX:
+            return None
+        return ContainerDeviceRequest(1, vendor.common_word, slices, DRS_DIRECT, 0)
+    _, memory = _whole(res, vendor.memory_resource, vendor)
+    if memory is None or not 0 < memory <= INT32_MAX:
+        return None
+    _, cores = _whole(res, vendor.cores_resource, vendor)
+    if cores is not None and not 0 <= cores <= INT32_MAX:
+        return None
+    return ContainerDeviceRequest(1, vendor.common_word, memory, DRS_SPEC, cores or 0)
+
+
+def _normalised(res: _Resources, vendor: Vendor) -> ContainerDeviceRequest | None:
+    word = vendor.common_word
+    if word == AWS_NEURON:
+        return _awsneuron(res, vendor)
+    if word == ENFLAME_DRS:
+        return _enflame_drs(res, vendor)
+    request = _request(res, vendor)
+    if request is not None and word == KUNLUN_VXPU:
+        memory = request.memreq if request.memreq > 0 else XPU_MEMORY_MIB
+        return ContainerDeviceRequest(
+            request.nums, word, memory, PERCENTAGE_UNSET, memory * 100 // XPU_MEMORY_MIB
+        )
+    return request
+
+
 def vendor_request(
     container: Mapping[str, object], vendor: Vendor
 ) -> ContainerDeviceRequest | None:
     """The container's request of ``vendor``, or ``None`` when it asks for none."""
-    return _request(_resources(_as_container(container)), vendor)
+    return _normalised(_resources(_as_container(container)), vendor)
 
 
 def container_requests(
@@ -216,9 +297,16 @@ def _container_requests(
     found: dict[str, ContainerDeviceRequest] = {}
     for vendor in vendors:
         count = vendor.count_resource
-        if count not in res.limits and (vendor.limits_only or count not in res.requests):
+        if (
+            count not in res.limits
+            and (vendor.limits_only or count not in res.requests)
+            and (
+                vendor.common_word not in _MORE_TRIGGERS
+                or not any(name in res.limits or name in res.requests for name in _triggers(vendor))
+            )
+        ):
             continue
-        request = _request(res, vendor)
+        request = _normalised(res, vendor)
         if request is not None:
             found[vendor.common_word] = request
     return MappingProxyType(found)

@@ -16,7 +16,9 @@ masks being disjoint — of the masks they were granted, so ``usedcores`` *is* H
   (``CardTimeSlicingExhausted``), mutex and ``used > 0`` (``ExclusiveDeviceAllocateConflict``),
   free core bits fewer than ``coresreq`` (``CardInsufficientCore``); the first device passing
   all is granted the lowest ``coresreq`` free bits as its core mask (first user of a two-core
-  device asking one core: ``0b01``, the second: the complement ``0b10``) and no memory.
+  device asking one core: ``0b01``, the second: the complement ``0b10``) and no memory.  A
+  request of 0 cores (``aws.amazon.com/neuron: 1``: a whole device) asks every core of the
+  device, as HAMi's request of the device's core count does.
 
 HAMi matches its runs' list positions to device indices; this module reads the registered
 ``index`` directly, which is what HAMi's positions stand for.
@@ -111,9 +113,9 @@ def fit(
             tally.add(why.CARD_TIME_SLICING_EXHAUSTED)
         elif ctx.mutex and dev.used > 0:
             tally.add(why.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT)
-        elif free_core_bits(dev) < request.coresreq:
+        elif free_core_bits(dev) < (cores := request.coresreq or dev.count):
             tally.add(why.CARD_INSUFFICIENT_CORE)
         else:
-            mask = core_mask(dev, request.coresreq)
+            mask = core_mask(dev, cores)
             return FitResult(ok=True, devices=(ContainerDevice(dev.uuid, request.type, 0, mask),))
     return tally.failure()
