@@ -351,12 +351,21 @@ async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path
         assert kubelet.registrations["hygon.com/dcunum"] == 1
         await kubelet.restart()
         agent = cluster.vendor_agents["dcu-node"]
+
         # The agent counts a re-registration once the kubelet's answer is back, a moment after
-        # the kubelet recorded it: wait for both.
+        # the kubelet recorded it, and the devices arrive later still (ListAndWatch): wait for
+        # all three, or the pod below may find none to allocate.
+        def registered_again() -> bool:
+            devices = kubelet.resources().get("hygon.com/dcunum")
+            return (
+                kubelet.registrations.get("hygon.com/dcunum") == 2
+                and agent.reregistrations == 1
+                and devices is not None
+                and devices.allocatable > 0
+            )
+
         await eventually(
-            lambda: (
-                kubelet.registrations.get("hygon.com/dcunum") == 2 and agent.reregistrations == 1
-            ),
+            registered_again,
             within=10,
             what="the DCU plugin registered again",
         )
