@@ -301,7 +301,7 @@ async def test_a_pod_no_scheduler_placed_is_rejected_by_the_vendor_plugin(tmp_pa
 
         def rejected() -> bool:
             status = server.get("pods", "stray", namespace="default")["status"]
-            return status.get("phase") == "Failed"
+            return bool(status.get("phase") == "Failed")
 
         await eventually(rejected, within=10, what="the stray pod rejected")
         status = server.get("pods", "stray", namespace="default")["status"]
