@@ -55,7 +55,7 @@ DRS = VendorDevices(vendor="Enflame", devices=2)
 NEURON = VendorDevices(vendor="AWSNeuron", devices=8)
 AMD = VendorDevices(vendor="AMD", devices=2)
 BIREN = VendorDevices(vendor="Biren", devices=2)
-VASTAI = VendorDevices(vendor="Vastai", devices=4)
+VASTAI = VendorDevices(vendor="Vastai", devices=4, split=1)
 
 NODES: Mapping[str, VendorDevices] = {
     "ascend-node": ASCEND,
@@ -99,10 +99,11 @@ async def _runs(
     *,
     annotations: Mapping[str, str] | None = None,
     containers: int = 1,
+    name: str = "",
 ) -> dict[str, Any]:
     """Create a pod pinned to nothing, wait until it settles, and return it once it is Running on
     ``node`` with the invariants clean (its pods are cleared by the caller's ``finally``)."""
-    name = node.removesuffix("-node") + "-pod"
+    name = name or node.removesuffix("-node") + "-pod"
     pod = device_pod(name, limits, namespace=NS, annotations=annotations, containers=containers)
     await cluster.create(pod)
     state = await cluster.wait_for(settled([f"{NS}/{name}"]), within=30, what=f"{name} settles")
@@ -412,7 +413,13 @@ async def test_biren_whole_cards_through_the_json_register(cluster: System) -> N
     _hami_bound(pod, "Biren", BIREN, "biren-node")
 
 
-async def test_vastai_dies_through_the_json_register(cluster: System) -> None:
-    pod = await _runs(cluster, "vastai-node", {"vastaitech.com/va": 2})
-    uuids = _hami_bound(pod, "Vastai", VASTAI, "vastai-node")
-    assert len(uuids) == 2
+async def test_vastai_dies_of_one_card_through_the_json_register(cluster: System) -> None:
+    # Die mode (the plugin's --device-strategy=die): dies are taken from the card (AIC) with the
+    # most free dies, so after one die is used a pair comes whole from the other card (cards
+    # are dies 0-1 and 2-3 in the stand-in).
+    ids = device_ids(VASTAI, "vastai-node")
+    one = await _runs(cluster, "vastai-node", {"vastaitech.com/va": 1}, name="one-die")
+    (single,) = _hami_bound(one, "Vastai", VASTAI, "vastai-node")
+    pair = await _runs(cluster, "vastai-node", {"vastaitech.com/va": 2}, name="two-dies")
+    cards = {ids.index(uuid) // 2 for uuid in _hami_bound(pair, "Vastai", VASTAI, "vastai-node")}
+    assert cards == {1 - ids.index(single) // 2}

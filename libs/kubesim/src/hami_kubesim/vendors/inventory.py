@@ -5,9 +5,10 @@
 
 * :func:`node_annotations` — the register annotation (HAMi's JSON, with ``custominfo`` where the
   plugin writes one: Ascend's ``NetworkID`` (0 for NPUs 0–3, 1 above; 910C always 0), Vastai's
-  ``AIC``; or the colon form) plus the handshake ``Reported …``; or the vendor's own annotation
-  (Enflame's ``gcu-drs-capacity``, MetaX's ``node-gpu-devices``).  ``annotations`` in the entry
-  replace what would be written (a garbage register, for tests);
+  ``AIC`` and ``DeviceStrategy: die``; or the colon form) plus the handshake ``Reported …``;
+  or the vendor's own annotation (Enflame's ``gcu-drs-capacity``, MetaX's
+  ``node-gpu-devices``).  ``annotations`` in the entry replace what would be written (a
+  garbage register, for tests);
 * :func:`kubelet_devices` — the device IDs each kubelet resource advertises: the count resource
   has ``split`` replicas per device; capacity vendors also serve their memory (in the vendor's
   unit) and core resources, one ID per unit, so node capacity says what HAMi synthesizes from;
@@ -155,7 +156,8 @@ def _custom_info(spec: VendorDevices, index: int) -> dict[str, Any] | None:
     if spec.vendor.startswith("Ascend910"):
         return {"NetworkID": 0 if spec.vendor == _ASCEND_910C or index <= 3 else 1}
     if spec.vendor == "Vastai":
-        return {"AIC": str(index // 2)}
+        # The plugin runs with --device-strategy=die: each device is one die of a two-die card.
+        return {"AIC": str(index // 2), "DeviceStrategy": "die"}
     return None
 
 
