@@ -23,6 +23,7 @@ from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.spec import SystemSpec, gpu_model_node, vendor_node
 from hami_kubesim.stack.state import ClusterState, Outcome, failed_scheduling, outcome
 from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids
 from hami_protocol import keys
 from hami_protocol.pod.devices import decode_pod_devices_canonical
@@ -129,6 +130,15 @@ def _warnings(state: ClusterState, node: str) -> list[str]:
     ]
 
 
+def _log_lines(cluster: System, node: str) -> list[str]:
+    """The scheduler's ``invalid_node_annotation`` log lines about ``node``."""
+    (scheduler,) = (p for p in cluster.services() if p.name.startswith("scheduler"))
+    text = scheduler.spec.log_file.read_text(errors="replace")
+    return [
+        line for line in text.splitlines() if "invalid_node_annotation" in line and node in line
+    ]
+
+
 async def _only_that_vendor_fails(
     cluster: System,
     node: str,
@@ -139,7 +149,7 @@ async def _only_that_vendor_fails(
 ) -> tuple[str, str]:
     """A pod asking ``bad`` pinned to ``node`` is refused while one asking ``beside`` there runs
     (and, with ``elsewhere``, an unpinned ``bad`` pod runs on that node): the refused pod's last
-    FailedScheduling message and the node's one InvalidDeviceAnnotation Warning."""
+    FailedScheduling message and the node's one InvalidDeviceAnnotation Warning (logged once)."""
     pods = [_pinned("there", bad, node), _pinned("beside", beside, node)]
     if elsewhere is not None:
         pods.append(device_pod("elsewhere", bad, namespace=NS))
@@ -156,6 +166,8 @@ async def _only_that_vendor_fails(
         assert outcome(state, refused) is Outcome.UNSCHEDULABLE
         (message,) = failed_scheduling(state, refused)[-1:]
         (warning,) = _warnings(state, node)
+        await eventually(lambda: bool(_log_lines(cluster, node)), what="the problem is logged")
+        assert len(_log_lines(cluster, node)) == 1
         assert check_all(state) == ()
         return message, warning
     finally:
