@@ -1,11 +1,16 @@
-"""A heterogeneous cluster end to end: vendor plugin stand-ins register the devices the way each
-vendor's plugin does, the scheduling loop asks the extender (over HTTP) to place vendor pods,
-and the stand-ins give the containers what the annotations say."""
+"""A heterogeneous cluster end to end: mixed nodes, pods asking two vendors, and bad vendor input.
+
+Vendor plugin stand-ins register the devices the way each vendor's plugin does, the scheduling
+loop asks the extender (over HTTP) to place the pods, and the stand-ins give the containers what
+the annotations say.  What a node says that cannot be read (a register that does not decode,
+node capacity without the vendor's memory resource, a MetaX inventory missing fields) fails
+only that vendor on that node: FailedNodes names the key, one Warning Event is recorded on the
+node, and the node's other vendors and the other nodes keep working.  Each vendor on its own:
+``test_every_vendor.py``."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +23,7 @@ from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.spec import SystemSpec, gpu_model_node, vendor_node
 from hami_kubesim.stack.state import ClusterState, Outcome, failed_scheduling, outcome
 from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids
 from hami_protocol import keys
 from hami_protocol.pod.devices import decode_pod_devices_canonical
@@ -26,12 +32,13 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 NS = "vendors"
 DCU = VendorDevices(vendor="DCU", devices=2, memory_mib=16000, split=4)
-NPU = VendorDevices(vendor="Ascend910B3", devices=8, memory_mib=65536)
-NPU_CORE = VendorDevices(
-    vendor="Ascend910B3",
-    devices=2,
-    memory_mib=65536,
-    annotations={keys.ASCEND_NODE_VNPU_CORE: "true"},
+MLU = VendorDevices(vendor="MLU", devices=2, memory_mib=24576)
+MLU_NO_MEMORY = VendorDevices(
+    vendor="MLU", devices=2, unserved=frozenset({"cambricon.com/mlu.smlu.vmemory"})
+)
+METAX_S_MISSING = VendorDevices(
+    vendor="Metax-SGPU",
+    annotations={keys.METAX_SGPU_DEVICES: '[{"uuid": "GPU-1", "bdf": "0000:10:00.0"}]'},
 )
 T4 = gpu_model_node("mixed-node", "Tesla T4", count=2, memory_mib=15360)
 GARBAGE_DCU = VendorDevices(
@@ -39,11 +46,10 @@ GARBAGE_DCU = VendorDevices(
 )
 NODES = (
     vendor_node("dcu-node", DCU),
-    vendor_node("npu-node", NPU),
-    vendor_node("npu-core-node", NPU_CORE),
     vendor_node("mixed-node", DCU, gpus=T4.gpus),
-    vendor_node("mlu-node", VendorDevices(vendor="MLU", devices=2, memory_mib=24576)),
-    vendor_node("mt-node", VendorDevices(vendor="Mthreads", devices=2)),
+    vendor_node("mlu-node", MLU),
+    vendor_node("mlu-bare-node", MLU_NO_MEMORY, VendorDevices(vendor="Mthreads", devices=1)),
+    vendor_node("metax-bad-node", METAX_S_MISSING, DCU),
     vendor_node(
         "garbage-node",
         GARBAGE_DCU,
@@ -86,7 +92,7 @@ async def test_dcu_pods_run_on_dcu_nodes_with_their_plugin_reading_the_annotatio
         pod = _pod(state, f"dcu-{i}")
         view = PodView(pod)
         assert view.phase == "Running", (view.phase, failed_scheduling(state, pod))
-        assert view.node_name in {"dcu-node", "mixed-node"}
+        assert view.node_name in {"dcu-node", "mixed-node", "metax-bad-node"}
         assert set(_dcu_devices(pod)) <= set(device_ids(DCU, view.node_name))
         assert view.annotations[keys.BIND_PHASE] == keys.BIND_PHASE_SUCCESS
         assert view.annotations[keys.devices_to_allocate_key("dcu")].strip(";") == ""
@@ -108,96 +114,100 @@ async def test_a_pod_asking_nvidia_and_dcu_lands_on_the_mixed_node(cluster: Syst
     await cluster.clear_pods(NS)
 
 
+def _pinned(name: str, limits: Mapping[str, str | int], node: str) -> dict[str, Any]:
+    pod = device_pod(name, limits, namespace=NS)
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return pod
+
+
+def _warnings(state: ClusterState, node: str) -> list[str]:
+    """The InvalidDeviceAnnotation Warning Events recorded on ``node``."""
+    return [
+        str(event.get("message", ""))
+        for event in state.events
+        if event.get("reason") == "InvalidDeviceAnnotation"
+        and (event.get("involvedObject") or {}).get("name") == node
+    ]
+
+
+def _log_lines(cluster: System, node: str) -> list[str]:
+    """The scheduler's ``invalid_node_annotation`` log lines about ``node``."""
+    (scheduler,) = (p for p in cluster.services() if p.name.startswith("scheduler"))
+    text = scheduler.spec.log_file.read_text(errors="replace")
+    return [
+        line for line in text.splitlines() if "invalid_node_annotation" in line and node in line
+    ]
+
+
+async def _only_that_vendor_fails(
+    cluster: System,
+    node: str,
+    bad: Mapping[str, str | int],
+    beside: Mapping[str, str | int],
+    *,
+    elsewhere: str | None = None,
+) -> tuple[str, str]:
+    """A pod asking ``bad`` pinned to ``node`` is refused while one asking ``beside`` there runs
+    (and, with ``elsewhere``, an unpinned ``bad`` pod runs on that node): the refused pod's last
+    FailedScheduling message and the node's one InvalidDeviceAnnotation Warning (logged once)."""
+    pods = [_pinned("there", bad, node), _pinned("beside", beside, node)]
+    if elsewhere is not None:
+        pods.append(device_pod("elsewhere", bad, namespace=NS))
+    try:
+        for pod in pods:
+            await cluster.create(pod)
+        names = [f"{NS}/{pod['metadata']['name']}" for pod in pods]
+        state = await cluster.wait_for(settled(names), within=60, what=f"{names} settle")
+        assert PodView(_pod(state, "beside")).phase == "Running"
+        if elsewhere is not None:
+            placed = PodView(_pod(state, "elsewhere"))
+            assert (placed.phase, placed.node_name) == ("Running", elsewhere)
+        refused = _pod(state, "there")
+        assert outcome(state, refused) is Outcome.UNSCHEDULABLE
+        (message,) = failed_scheduling(state, refused)[-1:]
+        (warning,) = _warnings(state, node)
+        await eventually(lambda: bool(_log_lines(cluster, node)), what="the problem is logged")
+        assert len(_log_lines(cluster, node)) == 1
+        assert check_all(state) == ()
+        return message, warning
+    finally:
+        await cluster.clear_pods(NS)
+
+
 async def test_a_garbage_dcu_register_fails_only_that_vendor_of_the_node(cluster: System) -> None:
-    pinned = {"kubernetes.io/hostname": "garbage-node"}
-    dcu = device_pod("dcu-there", {"hygon.com/dcunum": 1}, namespace=NS)
-    gpu = device_pod("gpu-there", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}, namespace=NS)
-    for pod in (dcu, gpu):
-        pod["spec"]["nodeSelector"] = pinned
-        await cluster.create(pod)
-    keys_ = [f"{NS}/dcu-there", f"{NS}/gpu-there"]
-    state = await cluster.wait_for(settled(keys_), within=60, what="both settle")
-    assert PodView(_pod(state, "gpu-there")).phase == "Running"
-    refused = _pod(state, "dcu-there")
-    assert outcome(state, refused) is Outcome.UNSCHEDULABLE
-    assert "garbage-node" not in PodView(refused).node_name
-    (message,) = failed_scheduling(state, refused)[-1:]
+    message, warning = await _only_that_vendor_fails(
+        cluster,
+        "garbage-node",
+        {"hygon.com/dcunum": 1},
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000},
+        elsewhere="dcu-node",
+    )
     assert "1 node annotation hami.io/node-dcu-register is invalid" in message
-    await cluster.clear_pods(NS)
+    assert "hami.io/node-dcu-register" in warning
 
 
-async def test_cambricon_and_moore_threads_pods_run_from_capacity_devices(cluster: System) -> None:
-    mlu = {
-        "cambricon.com/vmlu": 1,
-        "cambricon.com/mlu.smlu.vmemory": 20,
-        "cambricon.com/mlu.smlu.vcore": 25,
-    }
-    await cluster.create(device_pod("mlu", mlu, namespace=NS))
-    await cluster.create(device_pod("mt", {"mthreads.com/vgpu": 1}, namespace=NS))
-    names = [f"{NS}/mlu", f"{NS}/mt"]
-    state = await cluster.wait_for(settled(names), within=60, what="MLU and MT pods settle")
-    mlu_pod, mt_pod = PodView(_pod(state, "mlu")), PodView(_pod(state, "mt"))
-    assert (mlu_pod.phase, mlu_pod.node_name) == ("Running", "mlu-node")
-    assert mlu_pod.annotations[keys.CAMBRICON_DSMLU_ASSIGNED] == "true"
-    assert mlu_pod.annotations[keys.devices_allocated_key("cambricon-mlu")].startswith(
-        "mlu-node-cambricon-mlu-"
-    )
-    node = state.node("mlu-node")
-    assert node is not None
-    assert keys.CAMBRICON_DSMLU_LOCK not in PodView(node).annotations
-    assert (mt_pod.phase, mt_pod.node_name) == ("Running", "mt-node")
-    assert mt_pod.annotations[keys.devices_allocated_key("mthreads-vgpu")].startswith(
-        "mt-node-mthreads-"
-    )
-    assert check_all(state) == ()
-    await cluster.clear_pods(NS)
-
-
-def _ascend_record(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    record = json.loads(PodView(pod).annotations["huawei.com/Ascend910B3"])
-    assert isinstance(record, list)
-    return record
-
-
-async def test_an_ascend_template_pod_runs_on_the_npu_node_with_its_template(
+async def test_capacity_without_the_memory_resource_fails_only_that_vendor_of_the_node(
     cluster: System,
 ) -> None:
-    limits = {"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 16384}
-    mode = {keys.ASCEND_VNPU_MODE: "template"}
-    await cluster.create(device_pod("npu", limits, namespace=NS, annotations=mode))
-    try:
-        state = await cluster.wait_for(settled([f"{NS}/npu"]), within=10, what="npu settles")
-        pod = _pod(state, "npu")
-        view = PodView(pod)
-        assert view.phase == "Running", failed_scheduling(state, pod)
-        assert view.node_name == "npu-node"
-        allocated = view.annotations[keys.devices_allocated_key("Ascend910B3")]
-        assert allocated.split(",")[0] in device_ids(NPU, "npu-node")
-        (entry,) = _ascend_record(pod)
-        assert entry["temp"] == "vir05_1c_16g"
-        assert entry["memory"] == 16384
-        assert entry["UUID"] == allocated.split(",")[0]
-        assert int(view.annotations[keys.ASCEND_PREDICATE_TIME]) > 0
-        assert check_all(state) == ()
-    finally:
-        await cluster.clear_pods(NS)
+    message, warning = await _only_that_vendor_fails(
+        cluster,
+        "mlu-bare-node",
+        {"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 4},
+        {"mthreads.com/vgpu": 1},
+        elsewhere="mlu-node",
+    )
+    assert "node capacity cambricon.com/mlu.smlu.vmemory is invalid" in message
+    assert "cambricon.com/mlu.smlu.vmemory" in warning
 
 
-async def test_an_ascend_hami_core_pod_runs_only_on_the_hami_core_node(cluster: System) -> None:
-    limits = {"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 8192}
-    mode = {keys.ASCEND_VNPU_MODE: "hami-core"}
-    await cluster.create(device_pod("npu-soft", limits, namespace=NS, annotations=mode))
-    try:
-        state = await cluster.wait_for(
-            settled([f"{NS}/npu-soft"]), within=10, what="npu-soft settles"
-        )
-        pod = _pod(state, "npu-soft")
-        view = PodView(pod)
-        assert view.phase == "Running", failed_scheduling(state, pod)
-        assert view.node_name == "npu-core-node"
-        (entry,) = _ascend_record(pod)
-        assert entry["temp"] == ""
-        assert entry["memory"] == 8192
-        assert check_all(state) == ()
-    finally:
-        await cluster.clear_pods(NS)
+async def test_a_metax_inventory_missing_fields_fails_only_metax_on_the_node(
+    cluster: System,
+) -> None:
+    message, warning = await _only_that_vendor_fails(
+        cluster,
+        "metax-bad-node",
+        {"metax-tech.com/sgpu": 1, "metax-tech.com/vcore": 10, "metax-tech.com/vmemory": 1},
+        {"hygon.com/dcunum": 1},
+    )
+    assert f"node annotation {keys.METAX_SGPU_DEVICES} is invalid" in message
+    assert "missing field" in warning

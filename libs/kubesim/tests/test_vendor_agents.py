@@ -22,6 +22,7 @@ from hami_kubesim.vendors.inventory import (
     AWS_INSTANCE_TYPE_LABEL,
     VendorDevices,
     device_ids,
+    kubelet_devices,
     node_inventory,
 )
 from hami_kubesim.vendors.profiles import profile_for
@@ -300,7 +301,7 @@ async def test_a_pod_no_scheduler_placed_is_rejected_by_the_vendor_plugin(tmp_pa
 
         def rejected() -> bool:
             status = server.get("pods", "stray", namespace="default")["status"]
-            return status.get("phase") == "Failed"
+            return bool(status.get("phase") == "Failed")
 
         await eventually(rejected, within=10, what="the stray pod rejected")
         status = server.get("pods", "stray", namespace="default")["status"]
@@ -349,12 +350,12 @@ async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path
         kubelet = cluster.kubelet("dcu-node")
         assert kubelet.registrations["hygon.com/dcunum"] == 1
 
-        def listed() -> int:
+        def serving() -> int:
             found = kubelet.resources().get("hygon.com/dcunum")
             return 0 if found is None else found.allocatable
 
-        await eventually(lambda: listed() > 0, what="the DCU devices listed")
-        served = listed()
+        await eventually(lambda: serving() > 0, what="the DCU devices listed")
+        served = serving()
         await kubelet.restart()
         agent = cluster.vendor_agents["dcu-node"]
 
@@ -365,7 +366,7 @@ async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path
             return (
                 kubelet.registrations.get("hygon.com/dcunum") == 2
                 and agent.reregistrations == 1
-                and listed() == served
+                and serving() == served
             )
 
         await eventually(served_again, within=10, what="the DCU plugin registered again")
@@ -383,3 +384,11 @@ async def test_after_a_kubelet_restart_the_plugins_register_again(tmp_path: Path
         )
         pod = await _running(cluster, "after")
         assert _given(pod) == {"c0": ("DCU", 0, listed.removesuffix(";"))}
+
+
+def test_an_unserved_resource_is_missing_from_what_the_kubelet_advertises() -> None:
+    memory = "cambricon.com/mlu.smlu.vmemory"
+    whole = VendorDevices(vendor="MLU", devices=2)
+    bare = VendorDevices(vendor="MLU", devices=2, unserved=frozenset({memory}))
+    assert memory in kubelet_devices(whole, "n")
+    assert set(kubelet_devices(bare, "n")) == set(kubelet_devices(whole, "n")) - {memory}

@@ -26,6 +26,9 @@ WITH_CORES = [v for v in ALL_VENDORS if v.cores_resource and v.devices_allocated
 # (limit, used, fits, over) in memory units: the vendors whose admission rules take only some
 # memory sizes (Moore Threads' slices, Kunlun vXPU's rounding) get sizes they keep.
 MEMORY_AMOUNTS = {"Mthreads": (8, 4, 4, 8), "XPU": (98304, 49152, 49152, 98304)}
+# HAMi shapes a request naming these vendors' count resource by devices (AWS Neuron) or slices
+# (Enflame DRS) alone; their memory and cores count only in a request without it.
+SHAPED_BY_COUNT = frozenset({"AWSNeuron", "Enflame"})
 
 
 def _id(vendor: Vendor) -> str:
@@ -49,6 +52,11 @@ def placed(vendor: Vendor, memory_mib: int, cores: int) -> dict[str, Any]:
     }
 
 
+def counted(vendor: Vendor) -> dict[str, str]:
+    """The count part of a request whose memory and cores the quota counts."""
+    return {} if vendor.common_word in SHAPED_BY_COUNT else {vendor.count_resource: "1"}
+
+
 def allowed(vendors: tuple[Vendor, ...], limits: dict[str, str], cache: QuotaCache) -> bool:
     rules = MutationRules(vendors=vendors)
     decision = admit_pod(
@@ -59,8 +67,16 @@ def allowed(vendors: tuple[Vendor, ...], limits: dict[str, str], cache: QuotaCac
     return decision.allowed
 
 
-@pytest.mark.parametrize("vendor", WITH_MEMORY, ids=_id)
-@pytest.mark.parametrize("factor", [1, 2])
+# HAMi's enflame block has no memoryFactor: its spec requests ask GB as written.
+FACTORED = [
+    pytest.param(vendor, factor, id=f"{factor}-{vendor.common_word}")
+    for factor in (1, 2)
+    for vendor in WITH_MEMORY
+    if factor == 1 or vendor.common_word != "Enflame"
+]
+
+
+@pytest.mark.parametrize(("vendor", "factor"), FACTORED)
 def test_a_memory_limit_counts_in_the_vendors_unit_and_factor(vendor: Vendor, factor: int) -> None:
     row = replace(vendor, memory_factor=factor)
     vendors = tuple(row if v.common_word == row.common_word else v for v in ALL_VENDORS)
@@ -68,7 +84,7 @@ def test_a_memory_limit_counts_in_the_vendors_unit_and_factor(vendor: Vendor, fa
     limit, used, fits, over = MEMORY_AMOUNTS.get(row.common_word, (8, 3, 5, 6))
     cache = quota(vendors, {f"limits.{memory}": str(limit)})
     cache.set_pod(placed(row, used * row.memory_scale, 0))
-    count = {row.count_resource: "1"}
+    count = counted(row)
     assert allowed(vendors, {**count, memory: str(fits)}, cache)
     assert not allowed(vendors, {**count, memory: str(over)}, cache)
 
@@ -78,7 +94,7 @@ def test_a_cores_limit_counts_the_vendors_core_units(vendor: Vendor) -> None:
     cores = vendor.cores_resource or ""
     cache = quota(ALL_VENDORS, {f"limits.{cores}": "2"})
     cache.set_pod(placed(vendor, 0, 1))
-    count = {vendor.count_resource: "1"}
+    count = counted(vendor)
     if vendor.memory_resource:  # Moore Threads sets 16 cores on a pod naming no memory
         count[vendor.memory_resource] = "4"
     assert allowed(ALL_VENDORS, {**count, cores: "1"}, cache)

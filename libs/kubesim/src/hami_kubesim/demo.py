@@ -13,13 +13,22 @@ real ports with generated TLS certificates, on four simulated GPU nodes (fake de
   at the placements the scheduler reserves), tainted ``nvidia.com/mig=true:NoSchedule`` so only
   pods that ask for MIG land there.
 
-and four nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
+and nine nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
 
 * ``npu-node-a``: 8 × Ascend 910B3 (64 GiB), JSON register with NetworkIDs and Ascend's
-  handshake;
+  handshake (template mode);
+* ``npu-node-b``: 4 × Ascend 910B4 with the node annotation ``hami-vnpu-core: "true"``
+  (hami-core mode);
 * ``dcu-node-a``: 4 × Hygon DCU Z100 (32 GiB), colon register and handshake;
 * ``mlu-node-a``: 4 × Cambricon MLU (24 GiB), from node capacity (``cambricon.com/vmlu`` …);
-* ``metax-node-a``: 2 × MetaX GPU, from node capacity (``metax-tech.com/gpu``).
+* ``metax-node-a``: 2 × MetaX GPU, from node capacity (``metax-tech.com/gpu``);
+* ``xpu-node-a``: 4 × Kunlunxin P800 vXPU, JSON register and handshake;
+* ``kunlun-node-a``: 8 whole Kunlunxin XPUs (two wings of 4), from node capacity;
+* ``neuron-node-a``: 8 × AWS Neuron on a ``trn1.32xlarge``, from node capacity;
+* ``sgpu-node-a``: 2 × MetaX sGPU (MXC500), from MetaX's ``metax-tech.com/node-gpu-devices``.
+
+The test bed enables Ascend in the scheduler and the webhook (``--enable-ascend``), as the
+chart's ``global.devices.ascend.enabled`` does.
 
 It then submits the example pods of ``deploy/examples/*.yaml`` and
 ``deploy/examples/vendors/*.yaml`` one after another (in file order;
@@ -66,6 +75,7 @@ from hami_kubesim.stack.spec import (
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system import System, running_system
 from hami_kubesim.vendors.inventory import VendorDevices
+from hami_protocol import keys
 from hami_runtime.logs import configure_logging
 
 __all__ = ["DEMO_NODES", "VENDOR_EXAMPLES", "demo_spec", "load_examples", "main"]
@@ -80,9 +90,19 @@ DEMO_NODES = (
         taints=({"key": "nvidia.com/mig", "value": "true", "effect": "NoSchedule"},),
     ),
     vendor_node("npu-node-a", VendorDevices(vendor="Ascend910B3", devices=8, memory_mib=65536)),
+    vendor_node(
+        "npu-node-b",
+        VendorDevices(
+            vendor="Ascend910B4", devices=4, annotations={keys.ASCEND_NODE_VNPU_CORE: "true"}
+        ),
+    ),
     vendor_node("dcu-node-a", VendorDevices(vendor="DCU", devices=4, memory_mib=32768, split=4)),
     vendor_node("mlu-node-a", VendorDevices(vendor="MLU", devices=4, memory_mib=24576)),
     vendor_node("metax-node-a", VendorDevices(vendor="Metax-GPU", devices=2)),
+    vendor_node("xpu-node-a", VendorDevices(vendor="XPU", devices=4)),
+    vendor_node("kunlun-node-a", VendorDevices(vendor="kunlun", devices=8)),
+    vendor_node("neuron-node-a", VendorDevices(vendor="AWSNeuron", devices=8)),
+    vendor_node("sgpu-node-a", VendorDevices(vendor="Metax-SGPU", devices=2)),
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 VENDOR_EXAMPLES = "vendors"

@@ -76,14 +76,21 @@ def mutating_webhook_configuration(
 
 
 def gpu_quota(
-    namespace: str, *, memory_mib: int | None = None, cores: int | None = None, name: str = ""
+    namespace: str,
+    *,
+    memory_mib: int | None = None,
+    cores: int | None = None,
+    name: str = "",
+    memory_resource: str = "nvidia.com/gpumem",
+    cores_resource: str = "nvidia.com/gpucores",
 ) -> dict[str, Any]:
-    """A ResourceQuota capping a namespace's GPU memory and/or cores (HAMi's ``limits.`` keys)."""
+    """A ResourceQuota capping a namespace's device memory and/or cores (HAMi's ``limits.``
+    keys; NVIDIA's resources unless another vendor's are named)."""
     hard: dict[str, str] = {}
     if memory_mib is not None:
-        hard["limits.nvidia.com/gpumem"] = str(memory_mib)
+        hard[f"limits.{memory_resource}"] = str(memory_mib)
     if cores is not None:
-        hard["limits.nvidia.com/gpucores"] = str(cores)
+        hard[f"limits.{cores_resource}"] = str(cores)
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",

@@ -5,9 +5,10 @@
 
 * :func:`node_annotations` — the register annotation (HAMi's JSON, with ``custominfo`` where the
   plugin writes one: Ascend's ``NetworkID`` (0 for NPUs 0–3, 1 above; 910C always 0), Vastai's
-  ``AIC``; or the colon form) plus the handshake ``Reported …``; or the vendor's own annotation
-  (Enflame's ``gcu-drs-capacity``, MetaX's ``node-gpu-devices``).  ``annotations`` in the entry
-  replace what would be written (a garbage register, for tests);
+  ``AIC`` and ``DeviceStrategy: die``; or the colon form) plus the handshake ``Reported …``;
+  or the vendor's own annotation (Enflame's ``gcu-drs-capacity``, MetaX's
+  ``node-gpu-devices``).  ``annotations`` in the entry replace what would be written (a
+  garbage register, for tests);
 * :func:`kubelet_devices` — the device IDs each kubelet resource advertises: the count resource
   has ``split`` replicas per device; capacity vendors also serve their memory (in the vendor's
   unit) and core resources, one ID per unit, so node capacity says what HAMi synthesizes from;
@@ -79,6 +80,9 @@ class VendorDevices:
     unhealthy: frozenset[int] = frozenset()
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Written as given instead of what the plugin would write (bad-input tests)."""
+    unserved: frozenset[str] = frozenset()
+    """Resources the plugin does not advertise though its vendor has them (bad-input tests: a
+    capacity vendor's count without its memory resource)."""
     report_interval: float = 30.0
     instance_type: str = "trn1.32xlarge"
     qos_policy: str = "best-effort"
@@ -114,8 +118,12 @@ class VendorDevices:
 def device_ids(spec: VendorDevices, node: str) -> tuple[str, ...]:
     """The IDs the scheduler will know the devices by (synthesized ones for capacity vendors)."""
     profile = spec.profile
-    if profile.inventory == "capacity" or spec.vendor == "Enflame":
+    if profile.inventory == "capacity":
         return tuple(profile.device_id(node, i) for i in range(spec.devices))
+    if spec.vendor == "Enflame":
+        # DRS devices are named by the scheduler from the capacity annotation's indices.
+        key = profile.register_key or ""
+        return tuple(d.id for d in decode_inventory(key, node, _enflame_drs(spec)))
     if spec.vendor == "Metax-SGPU":
         return tuple(_uuid("GPU", node, spec.vendor, i) for i in range(spec.devices))
     return tuple(_uuid(spec.vendor, node, spec.vendor, i) for i in range(spec.devices))
@@ -148,7 +156,8 @@ def _custom_info(spec: VendorDevices, index: int) -> dict[str, Any] | None:
     if spec.vendor.startswith("Ascend910"):
         return {"NetworkID": 0 if spec.vendor == _ASCEND_910C or index <= 3 else 1}
     if spec.vendor == "Vastai":
-        return {"AIC": str(index // 2)}
+        # The plugin runs with --device-strategy=die: each device is one die of a two-die card.
+        return {"AIC": str(index // 2), "DeviceStrategy": "die"}
     return None
 
 
@@ -230,7 +239,7 @@ def kubelet_devices(spec: VendorDevices, node: str) -> dict[str, list[tuple[str,
             served[profile.memory_resource] = _units(ids, spec, units, "mem")
         if profile.cores_resource:
             served[profile.cores_resource] = _units(ids, spec, spec.core_count, "core")
-    return served
+    return {name: ids for name, ids in served.items() if name not in spec.unserved}
 
 
 def _units(

@@ -36,7 +36,6 @@ HandshakeStyle = Literal["reported", "ascend"]
 ``Reported_<2006.01.02 15:04:05>``."""
 
 ASCEND_FAMILY: Final = "Ascend"
-_ENFLAME_DRS: Final = "Enflame"
 
 
 class VendorUnknownError(ValueError):
@@ -117,10 +116,7 @@ class Profile:
         return self.row.node_lock_key
 
     def device_id(self, node: str, index: int) -> str:
-        """What a capacity-synthesised device is called (``<node>-<infix>-<i>``); Enflame DRS
-        devices are ``<node>-enflame-drs-<index>`` (the protocol's DRS decoder)."""
-        if self.word == _ENFLAME_DRS:
-            return f"{node}-enflame-drs-{index}"
+        """What a capacity-synthesised device is called (``<node>-<infix>-<i>``)."""
         infix = self.row.capacity.id_infix if self.row.capacity else self.word
         return f"{node}-{infix}-{index}"
 

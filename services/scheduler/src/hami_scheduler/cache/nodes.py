@@ -296,8 +296,7 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     Real nodes carry kilobytes of status (images, conditions, addresses) the scheduler never
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
     the device annotations, the node locks (every vendor's key: bind decides on the cached
-    copy) and
-    ``status.allocatable``.
+    copy) and ``status.allocatable``.
     """
     node = NodeView(obj)
     wanted = {
@@ -309,16 +308,13 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         *VENDOR_NODE_KEYS,
     }
     for vendor in vendors:
-        wanted.update(
-            k
-            for k in (
-                vendor.register_key,
-                vendor.handshake_key,
-                vendor.inventory_key,
-                vendor.node_lock_key,
-            )
-            if k is not None
+        own = (
+            vendor.register_key,
+            vendor.handshake_key,
+            vendor.inventory_key,
+            vendor.node_lock_key,
         )
+        wanted.update(k for k in own if k is not None)
     meta = node.meta
     slim_meta: dict[str, Any] = {
         k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta
