@@ -63,6 +63,14 @@ def get_str(data: Mapping[str, object], key: str, path: str, default: str) -> st
     return value
 
 
+def get_required_str(data: Mapping[str, object], key: str, path: str, default: str) -> str:
+    """A text field that may not be empty (a resource name, say)."""
+    value = get_str(data, key, path, default)
+    if not value:
+        raise ConfigError(join(path, key), value, "must not be empty")
+    return value
+
+
 def get_name(data: Mapping[str, object], key: str, path: str, default: str | None) -> str | None:
     """A resource name; an empty string means "not configured" (``None``)."""
     value = get_str(data, key, path, default or "")

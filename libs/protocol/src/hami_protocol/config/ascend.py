@@ -54,13 +54,6 @@ class AscendConfig:
     configs: tuple[AscendChipConfig, ...] = ()
 
 
-def _required_name(data: Mapping[str, object], key: str, path: str, default: str) -> str:
-    value = f.get_str(data, key, path, default)
-    if not value:
-        raise ConfigError(f.join(path, key), value, "must not be empty")
-    return value
-
-
 _ASCEND_KEYS: Final = (
     "chipName",
     "commonWord",
@@ -101,14 +94,14 @@ def _parse_ascend_chips(
         path = f.join(where, index)
         data = f.as_mapping(item, path)
         warnings += f.unknown_keys(data, _ASCEND_KEYS, path)
-        word = _required_name(data, "commonWord", path, "")
+        word = f.get_required_str(data, "commonWord", path, "")
         if any(chip.common_word == word for chip in chips):
             raise ConfigError(f.join(path, "commonWord"), word, "another chip has this common word")
         chip = AscendChipConfig(
             chip_name=f.get_str(data, "chipName", path, ""),
             common_word=word,
-            resource_name=_required_name(data, "resourceName", path, f"huawei.com/{word}"),
-            resource_memory_name=_required_name(
+            resource_name=f.get_required_str(data, "resourceName", path, f"huawei.com/{word}"),
+            resource_memory_name=f.get_required_str(
                 data, "resourceMemoryName", path, f"huawei.com/{word}-memory"
             ),
             resource_core_name=f.get_name(data, "resourceCoreName", path, None),
@@ -157,7 +150,7 @@ def _parse_templates(data: Mapping[str, object], path: str) -> tuple[AscendTempl
     for index, item in enumerate(f.as_list(data.get("templates"), where)):
         item_path = f.join(where, index)
         entry = f.as_mapping(item, item_path)
-        name = _required_name(entry, "name", item_path, "")
+        name = f.get_required_str(entry, "name", item_path, "")
         if any(template.name == name for template in templates):
             raise ConfigError(f.join(item_path, "name"), name, "another template has this name")
         templates.append(

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from hami_protocol import _fields as f
-from hami_protocol.errors import ConfigError
 
 __all__ = [
     "BIREN_DEFAULTS",
@@ -69,13 +68,6 @@ class EnflameConfig:
     """Legacy; read and kept, used by nothing (as in HAMi)."""
 
 
-def _required_name(data: Mapping[str, object], key: str, path: str, default: str) -> str:
-    value = f.get_str(data, key, path, default)
-    if not value:
-        raise ConfigError(f.join(path, key), value, "must not be empty")
-    return value
-
-
 def parse_single_resource(
     top: Mapping[str, object],
     name: str,
@@ -85,7 +77,7 @@ def parse_single_resource(
     data = f.as_mapping(top.get(name), name)
     warnings += f.unknown_keys(data, ("resourceCountName",), name)
     return SingleResourceConfig(
-        _required_name(data, "resourceCountName", name, defaults.resource_count_name)
+        f.get_required_str(data, "resourceCountName", name, defaults.resource_count_name)
     )
 
 
@@ -95,7 +87,7 @@ def parse_awsneuron(top: Mapping[str, object], warnings: list[str]) -> AwsNeuron
     warnings += f.unknown_keys(data, ("resourceCountName", "resourceCoreName"), path)
     base = AwsNeuronConfig()
     return AwsNeuronConfig(
-        resource_count_name=_required_name(
+        resource_count_name=f.get_required_str(
             data, "resourceCountName", path, base.resource_count_name
         ),
         resource_core_name=f.get_name(data, "resourceCoreName", path, base.resource_core_name),
@@ -109,10 +101,10 @@ def parse_kunlun(top: Mapping[str, object], warnings: list[str]) -> KunlunConfig
     warnings += f.unknown_keys(data, known, path)
     base = KunlunConfig()
     return KunlunConfig(
-        resource_count_name=_required_name(
+        resource_count_name=f.get_required_str(
             data, "resourceCountName", path, base.resource_count_name
         ),
-        resource_vcount_name=_required_name(
+        resource_vcount_name=f.get_required_str(
             data, "resourceVCountName", path, base.resource_vcount_name
         ),
         resource_vmemory_name=f.get_name(
@@ -141,7 +133,7 @@ def parse_enflame(top: Mapping[str, object], warnings: list[str]) -> EnflameConf
     vgcu = f.get_name(data, "resourceNameVGCU", path, None)
     drs = f.get_name(data, "resourceNameDRSGCU", path, None)
     return EnflameConfig(
-        resource_name_gcu=_required_name(data, "resourceNameGCU", path, base.resource_name_gcu),
+        resource_name_gcu=f.get_required_str(data, "resourceNameGCU", path, base.resource_name_gcu),
         resource_name_drs_gcu=drs or vgcu or base.resource_name_drs_gcu,
         resource_name_gcu_memory=f.get_name(
             data, "resourceNameGCUMemory", path, base.resource_name_gcu_memory

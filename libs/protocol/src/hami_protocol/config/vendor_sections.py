@@ -92,13 +92,6 @@ def _section(top: Mapping[str, object], name: str) -> Mapping[str, object]:
     return f.as_mapping(top.get(name), name)
 
 
-def _required_name(data: Mapping[str, object], key: str, path: str, default: str) -> str:
-    value = f.get_str(data, key, path, default)
-    if not value:
-        raise ConfigError(f.join(path, key), value, "must not be empty")
-    return value
-
-
 def parse_vendor_resources(
     top: Mapping[str, object],
     name: str,
@@ -111,7 +104,7 @@ def parse_vendor_resources(
     if "memoryFactor" in _EXTRA_KEYS.get(name, ()):
         factor = f.get_int(data, "memoryFactor", name, defaults.memory_factor, minimum=1)
     return VendorResourceConfig(
-        resource_count_name=_required_name(
+        resource_count_name=f.get_required_str(
             data, "resourceCountName", name, defaults.resource_count_name
         ),
         resource_memory_name=f.get_name(
@@ -160,10 +153,10 @@ def parse_metax(top: Mapping[str, object], warnings: list[str]) -> MetaxConfig:
     warnings += f.unknown_keys(data, keys, path)
     base = MetaxConfig()
     return MetaxConfig(
-        resource_count_name=_required_name(
+        resource_count_name=f.get_required_str(
             data, "resourceCountName", path, base.resource_count_name
         ),
-        resource_vcount_name=_required_name(
+        resource_vcount_name=f.get_required_str(
             data, "resourceVCountName", path, base.resource_vcount_name
         ),
         resource_vmemory_name=f.get_name(
@@ -195,7 +188,7 @@ def parse_iluvatars(
             IluvatarChipConfig(
                 chip_name=chip,
                 common_word=word,
-                resource_count_name=_required_name(
+                resource_count_name=f.get_required_str(
                     data, "resourceCountName", path, f"iluvatar.ai/{chip}-vgpu"
                 ),
                 resource_memory_name=f.get_name(
