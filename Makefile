@@ -18,7 +18,8 @@ sync: bootstrap
 	@$(UV) sync --frozen --quiet
 
 demo: sync
-	$(RUN) python -m hami_kubesim.demo $(DEMO_ARGS)
+	@# grpc-core logs each plugin connection closed at the end at info level: noise here.
+	GRPC_VERBOSITY=$${GRPC_VERBOSITY:-ERROR} $(RUN) python -m hami_kubesim.demo $(DEMO_ARGS)
 
 lint: sync
 	$(RUN) ruff check .
