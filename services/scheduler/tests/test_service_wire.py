@@ -126,3 +126,31 @@ async def test_bad_bodies_over_http() -> None:
         assert (status, scores) == (200, [{"Host": "a", "Score": 0}])
         async with h.http.get(f"{h.scheduler.url()}/readyz") as response:
             assert response.status == 200
+
+
+@given(
+    names=st.none() | st.lists(st.text(max_size=8), max_size=5),
+    failed=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=8),
+    unresolvable=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    error=st.text(max_size=10),
+)
+def test_the_filter_result_is_exactly_what_json_writes(
+    names: list[str] | None,
+    failed: dict[str, str] | None,
+    unresolvable: dict[str, str] | None,
+    error: str,
+) -> None:
+    # The FailedNodes map is written by hand (no tuple per node): byte for byte json's text.
+    document = {
+        "Nodes": None,
+        "NodeNames": names,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": error,
+    }
+    expected = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+    written = encode_filter_result(
+        node_names=names, failed=failed, failed_unresolvable=unresolvable, error=error
+    )
+    assert written == expected
+    assert json.loads(written) == document
