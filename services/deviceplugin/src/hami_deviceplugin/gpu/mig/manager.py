@@ -161,16 +161,7 @@ class MigManager:
                     problems[gpu] = PENDING_REASON
             for gpu in plan.pending:
                 problems[gpu] = PENDING_REASON
-            for instance in plan.destroy:
-                try:
-                    await self._control.destroy(instance.gpu_uuid, instance.gi_id)
-                except MigError as exc:
-                    log.error(
-                        "MIG start-up: instance not destroyed",
-                        gpu=instance.gpu_uuid,
-                        gpu_instance=instance.gi_id,
-                        error=str(exc),
-                    )
+            await self._destroy_each(plan.destroy, "MIG start-up: instance not destroyed")
         self._managed.update(plan.adopt)
         self._owned = plan.owned - set(problems)
         self.started = live is not None
@@ -265,22 +256,31 @@ class MigManager:
         if not created:
             return
         async with self._changing():
-            for instance in reversed(created):
-                try:
-                    await self._control.destroy(instance.gpu_uuid, instance.gi_id)
-                except MigError as exc:
-                    log.error(
-                        "MIG instance of a failed Allocate not destroyed",
-                        gpu=instance.gpu_uuid,
-                        gpu_instance=instance.gi_id,
-                        error=str(exc),
-                    )
-                    continue
-                self._managed.discard((instance.gpu_uuid, instance.gi_id))
+            await self._destroy_each(
+                reversed(created), "MIG instance of a failed Allocate not destroyed"
+            )
         log.info(
             "MIG instances of a failed Allocate destroyed",
             instances=[(i.gpu_uuid, i.gi_id) for i in created],
         )
+
+    async def _destroy_each(
+        self, instances: Iterable[MigInstance], failure: str
+    ) -> list[MigInstance]:
+        """Destroy ``instances`` in order (inside :meth:`_changing`); one that fails is logged
+        with ``failure`` and left for the reconciler.  The ones destroyed."""
+        gone: list[MigInstance] = []
+        for instance in instances:
+            try:
+                await self._control.destroy(instance.gpu_uuid, instance.gi_id)
+            except MigError as exc:
+                log.error(
+                    failure, gpu=instance.gpu_uuid, gpu_instance=instance.gi_id, error=str(exc)
+                )
+                continue
+            self._managed.discard((instance.gpu_uuid, instance.gi_id))
+            gone.append(instance)
+        return gone
 
     # --- the reconciler -----------------------------------------------------------------------
     async def reconcile(self) -> tuple[MigInstance, ...]:
@@ -303,21 +303,8 @@ class MigManager:
             )
             if not doomed:
                 return ()
-            gone: list[MigInstance] = []
             async with self._changing():
-                for instance in doomed:
-                    try:
-                        await self._control.destroy(instance.gpu_uuid, instance.gi_id)
-                    except MigError as exc:
-                        log.warning(
-                            "MIG reconcile: instance not destroyed",
-                            gpu=instance.gpu_uuid,
-                            gpu_instance=instance.gi_id,
-                            error=str(exc),
-                        )
-                        continue
-                    self._managed.discard((instance.gpu_uuid, instance.gi_id))
-                    gone.append(instance)
+                gone = await self._destroy_each(doomed, "MIG reconcile: instance not destroyed")
             self.destroyed += len(gone)
             log.info(
                 "MIG instances no pod references destroyed",
