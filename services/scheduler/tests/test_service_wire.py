@@ -128,19 +128,33 @@ async def test_bad_bodies_over_http() -> None:
             assert response.status == 200
 
 
+def _grouped(mapping: dict[str, str] | None) -> dict[str, str] | None:
+    """``mapping`` with its entries grouped by text, the texts in sorted order (up to 8 texts;
+    with more, as it is)."""
+    if mapping is None or len(set(mapping.values())) > 8:
+        return mapping
+    texts = sorted(set(mapping.values()))
+    return {name: text for text in texts for name, value in mapping.items() if value == text}
+
+
+_NAMES = st.text(max_size=8) | st.from_regex(r"node-[a-z0-9.-]{0,6}", fullmatch=True)
+_TEXTS = st.text(max_size=20) | st.sampled_from(["NodeInsufficientDevice", "node unregistered"])
+
+
 @given(
     names=st.none() | st.lists(st.text(max_size=8), max_size=5),
-    failed=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=8),
-    unresolvable=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    failed=st.none() | st.dictionaries(_NAMES, _TEXTS, max_size=14),
+    unresolvable=st.none() | st.dictionaries(_NAMES, _TEXTS, max_size=3),
     error=st.text(max_size=10),
 )
-def test_the_filter_result_is_exactly_what_json_writes(
+def test_the_filter_result_is_what_json_writes_with_failures_grouped_by_reason(
     names: list[str] | None,
     failed: dict[str, str] | None,
     unresolvable: dict[str, str] | None,
     error: str,
 ) -> None:
-    # The FailedNodes map is written by hand (no tuple per node): byte for byte json's text.
+    # FailedNodes is written by hand (no tuple, no string per node): json's text, but with the
+    # names sharing a reason side by side (up to 8 reasons) — kube-scheduler reads a map.
     document = {
         "Nodes": None,
         "NodeNames": names,
@@ -148,9 +162,24 @@ def test_the_filter_result_is_exactly_what_json_writes(
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": error,
     }
-    expected = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     written = encode_filter_result(
         node_names=names, failed=failed, failed_unresolvable=unresolvable, error=error
     )
-    assert written == expected
     assert json.loads(written) == document
+    expected = {
+        **document,
+        "FailedNodes": _grouped(failed),
+        "FailedAndUnresolvableNodes": _grouped(unresolvable),
+    }
+    assert written == json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_a_reply_refusing_thousands_of_nodes_for_a_few_reasons() -> None:
+    failed = {
+        f"node-{i:05d}": ("NodeInsufficientDevice" if i % 5 else "1/8 CardNotHealth")
+        for i in range(5000)
+    }
+    failed['odd "name"\n'] = "node unregistered"
+    written = encode_filter_result(node_names=["node-00001"], failed=failed)
+    assert json.loads(written)["FailedNodes"] == failed
+    assert written.count(b'"NodeInsufficientDevice"') == 4000
