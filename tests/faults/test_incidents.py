@@ -59,34 +59,28 @@ def _outcome(result: ScenarioResult, suffix: str) -> str:
     return pod.outcome
 
 
-@pytestmark_nodes
-async def test_lock_expiry_with_a_paused_kubelet(
-    chaos_system: System, scenarios: ChaosSummary, node: str
-) -> None:
+BOTH_RUN = [
     # HAMi #3096: A bound, the kubelet slow past the lock timeout, B asks for the same node.
-    result = await _run(chaos_system, scenarios, "lock-expiry", 9001, node)
-    assert _outcome(result, "-lock-a") == "Running"
-    assert _outcome(result, "-lock-b") == "Running"
-
-
-@pytestmark_nodes
-async def test_kubelet_admission_out_of_bind_order(
-    chaos_system: System, scenarios: ChaosSummary, node: str
-) -> None:
-    result = await _run(chaos_system, scenarios, "admission-order", 9002, node)
-    assert _outcome(result, "-order-a") == "Running"
-    assert _outcome(result, "-order-b") == "Running"
-
-
-@pytestmark_nodes
-async def test_two_pods_waiting_for_allocate_on_one_node_after_a_slow_binding(
-    chaos_system: System, scenarios: ChaosSummary, node: str
-) -> None:
+    pytest.param("lock-expiry", 9001, "lock", id="lock_expiry_with_a_paused_kubelet"),
+    pytest.param("admission-order", 9002, "order", id="kubelet_admission_out_of_bind_order"),
     # A's Binding outlasts the lock timeout, B takes the lock over and is bound first; the
     # kubelet then admits A while the lock names B.
-    result = await _run(chaos_system, scenarios, "slow-binding", 9006, node)
-    assert _outcome(result, "-slow-a") == "Running"
-    assert _outcome(result, "-slow-b") == "Running"
+    pytest.param(
+        "slow-binding", 9006, "slow", id="two_pods_waiting_for_allocate_after_a_slow_binding"
+    ),
+    # B is created from a running pod's manifest, that pod's decision in its annotations.
+    pytest.param("copied-manifest", 9007, "copy", id="a_pod_copied_from_a_placed_pods_manifest"),
+]
+
+
+@pytestmark_nodes
+@pytest.mark.parametrize(("incident", "seed", "role"), BOTH_RUN)
+async def test_both_pods_of_the_incident_run(
+    chaos_system: System, scenarios: ChaosSummary, incident: str, seed: int, role: str, node: str
+) -> None:
+    result = await _run(chaos_system, scenarios, incident, seed, node)
+    assert _outcome(result, f"-{role}-a") == "Running"
+    assert _outcome(result, f"-{role}-b") == "Running"
 
 
 @pytestmark_nodes

@@ -4,6 +4,7 @@ that carries the decision, and undoing everything on failure.  Waiting in line f
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ import pytest
 
 from hami_protocol import keys
 from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, encode_node_lock
+from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.nodelock.locker import LockContendedError, NodeLocker
 
 from .service_helpers import (
@@ -277,3 +279,44 @@ async def test_without_a_kept_decision_bind_reads_the_pod_and_decides() -> None:
 
 def error_free(h: Harness) -> bool:
     return used(h) == 1 and h.pod("p")["spec"]["nodeName"] == "n"
+
+
+async def test_a_pod_copied_from_a_placed_pod_keeps_none_of_its_allocations() -> None:
+    # A pod created from a running pod's manifest carries that pod's device lists, RDMA list
+    # and MIG reservations.  The Binding's annotations are merged into the pod's, so every
+    # list the decision does not write is blanked; otherwise the cache would count another
+    # pod's devices twice and a device plugin could hand them to this pod.
+    dcu = next(v for v in DEFAULT_VENDORS if v.common_word == "DCU").devices_allocated_key
+    assert dcu is not None
+    reservation = {"gpu": "GPU-m-0", "profile": "1g.5gb", "placement": {"start": 6, "size": 1}}
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        first = await h.filtered("first")
+        assert await h.bind(first, "n") == ""
+        await h.allocated("first", "n")
+        stale = {
+            **{k: v for k, v in annotations_of(h.pod("first")).items() if k.startswith("hami.io")},
+            dcu: "DCU-0,DCU,1024,10:;",
+            keys.RDMA_DEVICES_ALLOCATED: "0000_1a_00.1,RDMA,1,0:;",
+            keys.NVIDIA_MIG_ALLOCATIONS: json.dumps([reservation]),
+        }
+        copy = await h.add_pod(
+            pod_object("copy", container(limits=gpu_limits(1, mem=1000)), annotations=stale)
+        )
+        assert (await h.filter(copy, ["n"]))["NodeNames"] == ["n"]
+        assert await h.bind(copy, "n") == ""
+        notes = annotations_of(h.pod("copy"))
+        assert notes[dcu] == notes[keys.RDMA_DEVICES_ALLOCATED] == ""
+        assert notes[keys.NVIDIA_MIG_ALLOCATIONS] == ""
+        assert notes[keys.NVIDIA_DEVICES_ALLOCATED] != stale[keys.NVIDIA_DEVICES_ALLOCATED]
+
+        def held() -> dict[str, tuple[str, ...]]:
+            return {name: h.key for _uid, name, h in h.scheduler.cache.holdings()}
+
+        await eventually(lambda: len(held()) == 2, what="both pods held")
+        copied = next(held for _uid, name, held in h.scheduler.cache.holdings() if name == "copy")
+        assert copied.nics is None
+        assert copied.reservations == ()
+        assert not {"DCU", "RDMA", "MIG"} & set(copied.key)
+        assert used(h) == 2

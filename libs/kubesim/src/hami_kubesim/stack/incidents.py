@@ -30,6 +30,11 @@ Pods of an incident are named ``s<seed>-<incident>-<role>`` and target the node 
   extender first and starts it again after); then pods asking for 60 % of a GPU's memory
   target the node. Ignoring the old pods would over-commit their GPUs.
   :func:`preexisting_pod` writes such a pod once the player has chosen a free GPU.
+* ``copied-manifest`` — a pod is placed on the node; then a pod created from a running pod's
+  manifest asks for the node, carrying that pod's decision (:func:`copied_annotations`: device
+  lists, a MIG reservation, an RDMA list, another vendor's list). It must run on its own
+  allocation, and nothing of the copied one may stay on it (its Binding blanks every list its
+  decision does not write; the ``mig`` invariant sees a reservation left on a non-MIG GPU).
 
 Kubelet creation times are stamped to the second, so pods whose creation order matters are
 created :data:`CREATION_GAP` seconds apart.
@@ -61,10 +66,18 @@ from hami_kubesim.stack.scenarios import (
 )
 from hami_kubesim.stack.state import ALLOCATIONS_ANNOTATION, expected_env
 from hami_protocol import keys
-from hami_protocol.node.registry import DeviceInfo
+from hami_protocol.node.registry import DeviceInfo, MigPlacement
 from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
+from hami_protocol.pod.mig import MigReservation, encode_mig_reservations
 
-__all__ = ["CREATION_GAP", "GATE", "INCIDENTS", "incident_named", "preexisting_pod"]
+__all__ = [
+    "CREATION_GAP",
+    "GATE",
+    "INCIDENTS",
+    "copied_annotations",
+    "incident_named",
+    "preexisting_pod",
+]
 
 CREATION_GAP: Final = 1.2
 GATE: Final = "kubesim.hami.io/hold"
@@ -210,6 +223,38 @@ def _preexisting(
     return steps
 
 
+def copied_annotations(node: str) -> dict[str, str]:
+    """What a pod created from a running pod's manifest carries (``kubectl get -o yaml``,
+    renamed, applied): that pod's decision — NVIDIA lists, a MIG reservation, an RDMA list and
+    another vendor's list, on ``node`` — none of it this pod's."""
+    gpu = f"GPU-{node}-copied"
+    devices = encode_pod_devices(((ContainerDevice(gpu, "NVIDIA", 30000, 50),),))
+    reservation = MigReservation(0, 0, gpu, "1g.5gb", MigPlacement(6, 1))
+    return {
+        keys.VGPU_NODE: node,
+        keys.BIND_PHASE: "success",
+        keys.NVIDIA_DEVICES_TO_ALLOCATE: devices,
+        keys.NVIDIA_DEVICES_ALLOCATED: devices,
+        keys.NVIDIA_MIG_ALLOCATIONS: encode_mig_reservations([reservation]),
+        keys.RDMA_DEVICES_ALLOCATED: "0000_1a_00.1,RDMA,1,0:;",
+        "hami.io/dcu-devices-allocated": "DCU-copied,DCU,1024,10:;",
+    }
+
+
+def _copied_manifest(
+    rng: random.Random, seed: int, start: float, node: str, config: ScenarioConfig
+) -> list[Step]:
+    placed, copy = f"s{seed}-copy-a", f"s{seed}-copy-b"
+    later = start + rng.uniform(0.2, 1.0)
+    copied = _targeted(copy, config, node, _slice(1000))
+    copied["metadata"]["annotations"] = copied_annotations(node)
+    return [
+        CreatePod(start, _targeted(placed, config, node, _slice(1000))),
+        AwaitBound(start, placed),
+        CreatePod(later, copied),
+    ]
+
+
 def _preexisting_before_start(
     rng: random.Random, seed: int, start: float, node: str, config: ScenarioConfig
 ) -> list[Step]:
@@ -225,6 +270,7 @@ INCIDENTS: Final = (
     Incident("default-scheduler", _default_scheduler),
     Incident("preexisting", _preexisting),
     Incident("preexisting-before-start", _preexisting_before_start),
+    Incident("copied-manifest", _copied_manifest),
 )
 """Every incident, by name (see the module docstring)."""
 

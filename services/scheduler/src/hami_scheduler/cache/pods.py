@@ -139,7 +139,8 @@ def pod_nic_allocation(
 ) -> PodNicAllocation | None:
     """The :class:`PodNicAllocation` of a pod with these annotations; ``None`` when it carries
     none of :data:`NIC_ANNOTATIONS`."""
-    present = tuple((k, annotations[k]) for k in NIC_ANNOTATIONS if k in annotations)
+    # A blank value (a stale list the Binding cleared) holds nothing.
+    present = tuple((k, annotations[k]) for k in NIC_ANNOTATIONS if annotations.get(k))
     if not present:
         return None
     intern = sys.intern
@@ -247,9 +248,9 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     problems: list[str] = []
     for vendor in vendors:
         key = vendor.devices_allocated_key
-        if key is None or key not in annotations:
+        raw = "" if key is None else annotations.get(key, "")
+        if key is None or not raw:  # absent, or a stale list the Binding blanked
             continue
-        raw = annotations[key]
         written[vendor.common_word] = raw
         try:
             decoded[vendor.common_word] = decode_pod_devices_canonical(raw, key=key)
@@ -311,11 +312,11 @@ def _nic_allocation(
 ) -> PodNicAllocation | None:
     """The pod's :class:`PodNicAllocation`; a written list that does not decode is left out of
     it and reported in ``problems`` (it then holds nothing, as a bad GPU list does)."""
-    if not any(key in annotations for key in NIC_ANNOTATIONS):
+    if not any(annotations.get(key) for key in NIC_ANNOTATIONS):
         return None
     kept = dict(annotations)
     for key in (keys.RDMA_DEVICES_ALLOCATED, keys.KOORD_DEVICE_ALLOCATED):
-        if key not in kept:
+        if not kept.get(key):
             continue
         try:
             if key == keys.RDMA_DEVICES_ALLOCATED:

@@ -39,7 +39,7 @@ from hami_scheduler.core.joint.hints import (
 )
 from hami_scheduler.core.joint.nics import NicLayout
 from hami_scheduler.core.joint.wire import joint_annotations
-from hami_scheduler.selection.plan import DecisionRecord, decision_record
+from hami_scheduler.selection.plan import DecisionRecord, decision_record, stale_allocations
 
 __all__ = ["joint_record", "joint_request", "managed", "wants_rdma"]
 
@@ -80,8 +80,9 @@ def joint_record(
 ) -> DecisionRecord:
     """The annotations and the assumed holding for a fitting joint decision on ``node``."""
     extra = joint_annotations(decision, node=node, layout=layout, plan=plan, request=request)
+    # The NICs assumed are the ones the Binding leaves on the pod (stale lists blanked).
     source = pod_nic_allocation(
-        {**pod.annotations, **extra},
+        {**pod.annotations, **stale_allocations(pod.annotations, vendors, extra), **extra},
         init_count=plan.requests.init_count,
         gpu_uuids=pod_gpu_uuids(decision.devices),
     )
@@ -93,4 +94,5 @@ def joint_record(
         now_unix=now_unix,
         extra_annotations=extra,
         nics=source,
+        pod=pod,
     )

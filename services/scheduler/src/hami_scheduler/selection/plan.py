@@ -42,6 +42,7 @@ from hami_scheduler.cache.pods import (
     Holding,
     PodNicAllocation,
     allocation_key,
+    allocation_keys,
     mig_key_value,
     shared_usage,
 )
@@ -58,7 +59,7 @@ from hami_scheduler.core import (
 from hami_scheduler.core.mig import mig_holds
 from hami_scheduler.core.vendors.context import SgpuStateLookup
 
-__all__ = ["DecisionRecord", "Planner", "bind_facts", "decision_record"]
+__all__ = ["DecisionRecord", "Planner", "bind_facts", "decision_record", "stale_allocations"]
 
 QuotaLookup = Callable[[str, str], VendorQuota | None]
 """``(namespace, vendor word) -> quota view`` (``None``: unlimited)."""
@@ -181,6 +182,9 @@ def decision_record(
                 vendor_pod_annotations(word, pod_devices, node=node, now_unix=now_unix, facts=facts)
             )
     annotations.update(extra_annotations or {})
+    if pod is not None:
+        for key, blank in stale_allocations(pod.annotations, vendors, annotations).items():
+            annotations[key] = blank
     listed = None if nics is None else nics.rdma_list
     if listed is not None:
         written[NIC_KEY_WORD] = listed
@@ -200,6 +204,25 @@ def decision_record(
         sgpu_qos=plan.vendor.sgpu_qos if sgpu else "",
     )
     return DecisionRecord(annotations, {keys.VGPU_NODE: node}, holding)
+
+
+def stale_allocations(
+    carried: Mapping[str, str], vendors: Sequence[Vendor], written: Mapping[str, str]
+) -> dict[str, str]:
+    """The allocation annotations the pod carries from before this decision that ``written``
+    does not replace, each blanked.
+
+    A pod created from another pod's manifest (or a bind that failed half-way) carries device
+    lists, an RDMA list or MIG reservations that are not its own.  The API server merges the
+    Binding's annotations into the pod's, so a list the decision does not write would stay:
+    the cache would count another pod's VF or GPU share twice, and a device plugin could hand
+    it to this pod.  Blank values hold nothing for every reader."""
+    if not carried:
+        return {}
+    stale = allocation_keys(vendors) | {keys.NVIDIA_MIG_ALLOCATIONS}
+    return {
+        key: "" for key, value in carried.items() if value and key in stale and key not in written
+    }
 
 
 _ASCEND: Final = "Ascend"
