@@ -313,3 +313,9 @@ def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict(ObjectView(obj).labels)
+
+
+def metric(h: Harness, name: str, **labels: str) -> float:
+    """A sample of the scheduler's own registry (0 when absent)."""
+    value = h.scheduler.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value

@@ -21,6 +21,7 @@ from .service_helpers import (
     eventually,
     gpus,
     harness,
+    metric,
     pod_object,
 )
 
@@ -30,11 +31,6 @@ pytestmark = pytest.mark.timeout(60)
 def owner(h: Harness, node: str = "n") -> str:
     value = annotations_of(h.node(node)).get(keys.NODE_LOCK)
     return "" if value is None else decode_node_lock(value).pod
-
-
-def metric(h: Harness, name: str, **labels: str) -> float:
-    value = h.scheduler.metrics.registry.get_sample_value(name, labels)
-    return 0.0 if value is None else value
 
 
 def waiting(h: Harness) -> dict[str, int]:

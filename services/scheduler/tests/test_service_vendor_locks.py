@@ -25,6 +25,7 @@ from .service_helpers import (
     gpu_limits,
     gpus,
     harness,
+    metric,
     pod_object,
 )
 
@@ -158,6 +159,38 @@ async def test_a_cambricon_lock_is_waited_for_past_its_two_minutes_while_its_own
         await mlu_allocated(h, "first")
         assert await binding == ""
         assert node_locks(h)[MLU_LOCK] != held
+
+
+async def test_an_overdue_cambricon_lock_is_reported_once_naming_its_owner_and_key() -> None:
+    offset = [timedelta(0)]
+
+    def now() -> datetime:
+        return datetime.now(UTC) + offset[0]
+
+    async with harness(now=now, node_lock_wait_s=0.3) as h:
+        await mixed_node(h)
+        first = await filtered(h, "first", MLU)
+        assert await h.bind(first, "n") == ""
+        await eventually(lambda: bool(h.scheduler.binder._waits.vendor_locks), what="lock seen")
+        await h.scheduler.upkeep.run_pass()
+        assert metric(h, "hami_node_lock_overdue") == 0
+        # Past Cambricon's 2 minutes, its owner still waiting for its Allocate.
+        offset[0] = timedelta(minutes=3)
+        second = await filtered(h, "second", MLU)
+        assert "waiting for its device plugin" in await h.bind(second, "n")
+        await h.scheduler.upkeep.run_pass()
+        await h.scheduler.upkeep.run_pass()
+        assert metric(h, "hami_node_lock_overdue") == 1
+        await eventually(lambda: bool(h.events("NodeLockOverdue")), what="event")
+        (event,) = h.events("NodeLockOverdue")
+        assert event["type"] == "Warning"
+        assert f"pod default/first has held the node lock {MLU_LOCK} since" in event["message"]
+        assert "past the 2m0s timeout" in event["message"]
+        await mlu_allocated(h, "first")
+        await eventually(lambda: not h.scheduler.binder._waits.vendor_locks, what="lock gone")
+        await h.scheduler.upkeep.run_pass()
+        assert metric(h, "hami_node_lock_overdue") == 0
+        assert len(h.events("NodeLockOverdue")) == 1
 
 
 async def test_a_cambricon_lock_another_writer_left_is_taken_over_after_two_minutes() -> None:

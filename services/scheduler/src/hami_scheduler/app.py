@@ -242,6 +242,8 @@ def _deciders(
         owners=owners,
         pending=pending,
         interval_s=settings.handshake_interval_s,
+        vendor_locks=waits.vendor_locks,
+        known=locker.as_known,
     )
     metrics.track_binds(
         waiting=waits.waiting, overdue=lambda: len(overdue), pending=lambda: len(pending)

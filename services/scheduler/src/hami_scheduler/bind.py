@@ -67,7 +67,7 @@ from hami_protocol.errors import DecodeError, ProtocolError
 from hami_protocol.keys import NODE_ALLOCATE_IDENTITY
 from hami_protocol.node.identity import identity_is_fresh
 from hami_protocol.node.lock import LockAction, decode_node_lock
-from hami_protocol.node.lock_keys import MUTEX_LOCK, LockRule, lock_rule
+from hami_protocol.node.lock_keys import LockRule, lock_rule
 from hami_protocol.request.containers import PodDeviceRequests
 from hami_protocol.vendor.table import NVIDIA
 from hami_scheduler.cache.view import SchedulerCache
@@ -354,10 +354,8 @@ class BindService:
                 )
             except LockContendedError as exc:
                 contention = exc.contention
-                # Only the mutex is walked by the periodic overdue check (waits.locks).
-                overdue = contention.overdue and rule is MUTEX_LOCK
-                if overdue and self._overdue is not None:
-                    self._overdue.seen(node, contention.value, contention.lock)
+                if contention.overdue and self._overdue is not None and contention.lock.pod:
+                    self._overdue.seen(node, contention.value, contention.lock, rule)
                 now = loop.time()
                 if now >= deadline:
                     self._metrics.lock_wait.labels(outcome="expired").observe(now - started)

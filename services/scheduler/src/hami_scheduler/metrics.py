@@ -30,10 +30,11 @@ The node lock (bind): ``hami_scheduler_node_lock_wait_seconds{outcome}`` (how lo
 that needed the lock waited for it: ``acquired``, ``expired`` — the wait budget ran out — or
 ``failed``), ``hami_scheduler_node_lock_waiters{node}`` (binds waiting now),
 ``hami_scheduler_node_lock_actions_total{action}`` (``acquire``, ``reenter`` and each
-``takeover_*``), ``hami_node_lock_overdue`` (locks held past ``--node-lock-timeout`` by an owner
-still waiting for its Allocate), ``hami_scheduler_cache_misses_total{object}`` (a GET because
-the watch caches lacked a node, a pod or a lock owner) and ``hami_scheduler_pending_binds``
-(filtered pods whose bind has not come yet).
+``takeover_*``), ``hami_node_lock_overdue`` (locks held past their timeout —
+``--node-lock-timeout``, Cambricon's 2 minutes — by an owner still waiting for its Allocate),
+``hami_scheduler_cache_misses_total{object}`` (a GET because the watch caches lacked a node, a
+pod or a lock owner) and ``hami_scheduler_pending_binds`` (filtered pods whose bind has not come
+yet).
 Memory is in bytes (MiB × 1048576), as HAMi exports it.
 """
 
@@ -338,7 +339,8 @@ class SchedulerMetrics(ServiceMetrics):
         )
         self.overdue_locks = Gauge(
             "hami_node_lock_overdue",
-            "Node locks held past --node-lock-timeout by a pod still waiting for its Allocate.",
+            "Node locks held past their timeout (--node-lock-timeout; Cambricon's: 2 minutes) "
+            "by a pod still waiting for its Allocate.",
             registry=self.registry,
         )
         self.pending_binds = Gauge(

@@ -1,13 +1,16 @@
 """What the extender looks after between requests: overdue node locks and stale pending binds.
 
-**Overdue locks.**  A lock held past ``--node-lock-timeout`` by an owner still waiting for its
-Allocate on that node is kept (age alone never hands it to another pod,
-:mod:`hami_protocol.node.lock`) and made visible instead: :meth:`OverdueLocks.seen` — called by
-a bind that meets such a lock, and by :meth:`OverdueLocks.check` for every locked node the
-watch shows — logs ``node_lock_overdue node=... pod=... since=...`` and records a Warning Event
-``NodeLockOverdue`` on the node naming the pod, once per lock value (per owner and time);
+**Overdue locks.**  A lock held past its timeout (``--node-lock-timeout``; Cambricon's
+``cambricon.com/dsmlu.lock``: 2 minutes) by an owner still waiting for its Allocate on that node
+is kept (age alone never hands it to another pod, :mod:`hami_protocol.node.lock`) and made
+visible instead: :meth:`OverdueLocks.seen` — called by a bind that meets such a lock, and by
+:meth:`OverdueLocks.check` for every lock the watch shows — logs ``node_lock_overdue node=...
+key=... pod=... since=...`` and records a Warning Event ``NodeLockOverdue`` on the node naming
+the pod (and the key, when not the mutex), once per lock value (per owner and time);
 ``hami_node_lock_overdue`` is the number of such locks now.  The check reads owners from the
-caches only (:meth:`~hami_scheduler.nodelock.owners.LockOwners.known`), never the API.
+caches only (:meth:`~hami_scheduler.nodelock.owners.LockOwners.known`), never the API.  A
+Cambricon lock names no pod: its owner is known only to the process that wrote it (after a
+restart such a lock reads as naming no pod, and its 2 minutes free it).
 
 :class:`Upkeep` runs both every ``--handshake-interval`` on every replica: the check (only the
 leader records Events) and :meth:`~hami_scheduler.pending.PendingBinds.sweep` (a replica that
@@ -28,6 +31,7 @@ from hami_protocol.durations import format_go_duration
 from hami_protocol.errors import DecodeError
 from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, encode_node_lock
 from hami_protocol.node.lock import is_overdue as lock_is_overdue
+from hami_protocol.node.lock_keys import MUTEX_LOCK, LockRule, lock_rule
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.nodelock.owners import LockOwners
 from hami_scheduler.pending import PendingBinds
@@ -52,49 +56,68 @@ class OverdueLocks:
         self._timeout = timeout
         self._leading = leading
         self._now = now
-        self._current: dict[str, str] = {}
-        self._reported: set[tuple[str, str]] = set()
+        self._current: dict[tuple[str, str], str] = {}
+        self._reported: set[tuple[str, str, str]] = set()
 
     def __len__(self) -> int:
         """Overdue locks now (as last seen by a check or a bind)."""
         return len(self._current)
 
-    def seen(self, node: str, value: str, lock: NodeLock) -> None:
-        """``lock`` (the annotation ``value``) on ``node`` is overdue: report it once."""
-        self._current[node] = value
-        if (node, value) in self._reported:
+    def seen(self, node: str, value: str, lock: NodeLock, rule: LockRule = MUTEX_LOCK) -> None:
+        """``lock`` (the annotation ``value`` of ``rule.key``, its owner named) on ``node`` is
+        overdue: report it once."""
+        self._current[node, rule.key] = value
+        if (node, rule.key, value) in self._reported:
             return
-        self._reported.add((node, value))
+        self._reported.add((node, rule.key, value))
         owner = f"{lock.namespace}/{lock.pod}"
         since = encode_node_lock(NodeLock(lock.acquired))
-        log.warning("node_lock_overdue", node=node, pod=owner, since=since)
+        log.warning("node_lock_overdue", node=node, key=rule.key, pod=owner, since=since)
         if self._leading():
+            which = "the node lock" if rule is MUTEX_LOCK else f"the node lock {rule.key}"
+            timeout = format_go_duration(rule.timeout_or(self._timeout).total_seconds())
             self._events.node_lock_overdue(
                 node,
-                f"pod {owner} has held the node lock since {since}, past the "
-                f"{format_go_duration(self._timeout.total_seconds())} timeout, and still waits "
-                f"for its device plugin's Allocate; the lock is kept (binds to this node wait)",
+                f"pod {owner} has held {which} since {since}, past the {timeout} timeout, and "
+                f"still waits for its device plugin's Allocate; the lock is kept (binds to this "
+                f"node wait)",
             )
 
-    def check(self, locks: Mapping[str, str], owners: LockOwners) -> int:
-        """Judge every locked node; returns how many locks are overdue."""
+    def check(
+        self,
+        locks: Mapping[str, str],
+        owners: LockOwners,
+        vendor_locks: Mapping[tuple[str, str], str] | None = None,
+        known: Callable[[str, LockRule, str], str | None] | None = None,
+    ) -> int:
+        """Judge every lock: ``locks`` (node → mutex value) and ``vendor_locks`` (``(node,
+        key)`` → value), the latter read through ``known`` (the value naming the pod this
+        process wrote it for); returns how many locks are overdue."""
         now = self._now()
-        current: dict[str, str] = {}
-        for node, value in list(locks.items()):
+        # (node, rule, the value as found, the value naming its owner where known)
+        found: list[tuple[str, LockRule, str, str | None]] = [
+            (node, MUTEX_LOCK, value, value) for node, value in list(locks.items())
+        ]
+        for (node, key), value in list((vendor_locks or {}).items()):
+            rule = lock_rule(key)
+            found.append((node, rule, value, value if known is None else known(node, rule, value)))
+        current: dict[tuple[str, str], str] = {}
+        for node, rule, value, readable in found:
             try:
-                lock = decode_node_lock(value)
+                lock = decode_node_lock(readable or "")
             except DecodeError:
                 continue
             if lock.legacy:
                 continue
-            state = owners.known(lock.namespace, lock.pod, node, lock)
+            state = owners.known(lock.namespace, lock.pod, node, lock, rule)
+            timeout = rule.timeout_or(self._timeout)
             if state is OwnerState.WAITING and lock_is_overdue(
-                value, now=now, timeout=self._timeout, owner=state
+                readable, now=now, timeout=timeout, owner=state
             ):
-                current[node] = value
-                self.seen(node, value, lock)
+                current[node, rule.key] = value
+                self.seen(node, value, lock, rule)
         self._current = current
-        self._reported &= set(current.items())
+        self._reported &= {(node, key, value) for (node, key), value in current.items()}
         return len(current)
 
 
@@ -110,16 +133,21 @@ class Upkeep:
         owners: LockOwners,
         pending: PendingBinds,
         interval_s: float,
+        vendor_locks: Mapping[tuple[str, str], str] | None = None,
+        known: Callable[[str, LockRule, str], str | None] | None = None,
     ) -> None:
+        """``vendor_locks`` and ``known``: see :meth:`OverdueLocks.check`."""
         self._client = client
         self._overdue = overdue
         self._locks = locks
+        self._vendor_locks = vendor_locks
+        self._known = known
         self._owners = owners
         self._pending = pending
         self._interval_s = interval_s
 
     async def run_pass(self) -> None:
-        self._overdue.check(self._locks, self._owners)
+        self._overdue.check(self._locks, self._owners, self._vendor_locks, self._known)
         await self._pending.sweep(self._client)
 
     async def run(self) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "CAMBRICON_LOCK",
     "CAMBRICON_LOCK_TIMEOUT",
     "MUTEX_LOCK",
+    "VENDOR_LOCK_KEYS",
     "LockRule",
     "decode_cambricon_lock",
     "encode_cambricon_lock",
@@ -99,6 +100,8 @@ CAMBRICON_LOCK: Final = LockRule(
     done_values=frozenset({"true"}),
 )
 _RULES: Final = {rule.key: rule for rule in (MUTEX_LOCK, CAMBRICON_LOCK)}
+VENDOR_LOCK_KEYS: Final = tuple(key for key in _RULES if key != MUTEX_LOCK.key)
+"""The node lock keys besides ``hami.io/mutex.lock``: each vendor's own."""
 
 
 def lock_rule(key: str) -> LockRule:

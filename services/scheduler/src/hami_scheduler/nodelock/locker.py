@@ -238,7 +238,7 @@ class NodeLocker:
             except KubeError as exc:
                 raise LockError(f"cannot lock node {node_name}: {exc}") from exc
 
-    def _as_known(self, node_name: str, rule: LockRule, value: str | None) -> str | None:
+    def as_known(self, node_name: str, rule: LockRule, value: str | None) -> str | None:
         """The value in the mutex's form, naming the pod this process wrote it for where the
         key itself names none (``None``: no lock; unreadable values are passed on as found)."""
         if value is None or rule.names_owner:
@@ -259,7 +259,7 @@ class NodeLocker:
         self, node_name: str, current: JsonObject, *, namespace: str, pod: str, rule: LockRule
     ) -> LockAction:
         found = NodeView(current).annotations.get(rule.key)
-        value = self._as_known(node_name, rule, found)
+        value = self.as_known(node_name, rule, found)
         now = self._now()
         timeout = rule.timeout_or(self._timeout)
         owner = owner_to_check(value, namespace=namespace, pod=pod, now=now, timeout=timeout)

@@ -17,8 +17,9 @@ bind waits instead:
   ``httpTimeout``.
 
 Nothing here polls the API server: a wake-up costs one decision over the cached node and pod.
-:attr:`LockWaits.locks` (node → lock value, from the node watch) is what the periodic overdue
-check walks.
+:attr:`LockWaits.locks` (node → ``hami.io/mutex.lock`` value, from the node watch) and
+:attr:`LockWaits.vendor_locks` (the other vendors' lock keys, Cambricon's) are what the periodic
+overdue check walks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from contextlib import asynccontextmanager
 from hami_kube.objects import NodeView, object_key
 from hami_kube.resources import JsonObject
 from hami_protocol.keys import NODE_LOCK
+from hami_protocol.node.lock_keys import VENDOR_LOCK_KEYS
 
 __all__ = ["LockWaits", "Turn"]
 
@@ -81,6 +83,8 @@ class LockWaits:
         self._owners: dict[str, set[str]] = {}
         self.locks: dict[str, str] = {}
         """Node → its ``hami.io/mutex.lock`` value, as the node watch last showed it."""
+        self.vendor_locks: dict[tuple[str, str], str] = {}
+        """``(node, key)`` → the value of a vendor's own lock key (:data:`VENDOR_LOCK_KEYS`)."""
 
     # -- watch events (a CacheListener) --------------------------------------------------
     def node_event(self, obj: JsonObject, *, deleted: bool) -> None:
@@ -91,6 +95,12 @@ class LockWaits:
             self.locks.pop(name, None)
         else:
             self.locks[name] = value
+        for key in VENDOR_LOCK_KEYS:
+            held = None if deleted else view.annotations.get(key)
+            if held is None:
+                self.vendor_locks.pop((name, key), None)
+            else:
+                self.vendor_locks[name, key] = held
         line = self._lines.get(name)
         if line is not None:
             line.changed.set()
