@@ -247,3 +247,31 @@ async def test_table_watch_for_kubectl_get_w(
     assert second["type"] == "MODIFIED"
     assert second["object"]["columnDefinitions"] == []
     assert second["object"]["rows"][0]["cells"][6] == "n1"
+
+
+async def test_a_held_client_watch_lags_until_released_and_others_do_not(
+    sim: RunningApiServer,
+) -> None:
+    start = str(sim.server.resource_version)
+    query = {"watch": "1", "resourceVersion": start}
+    async with (
+        aiohttp.ClientSession(base_url=sim.url, headers={"User-Agent": "slow/1.0"}) as slow,
+        aiohttp.ClientSession(base_url=sim.url, headers={"User-Agent": "quick/1.0"}) as quick,
+        slow.get("/api/v1/pods", params=query) as lagging,
+        quick.get("/api/v1/pods", params=query) as current,
+    ):
+        await wait_for_watchers(sim, "pods", 2)
+        assert sim.server.hold_watches("pods", "slow") == 1
+        await sim.server.create("pods", pod("a"), namespace="default")
+        await sim.server.create("pods", pod("b"), namespace="default")
+        seen = await read_events(current, 2)
+        assert [e["object"]["metadata"]["name"] for e in seen] == ["a", "b"]
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await lagging.content.readline()
+        sim.server.release_watches()
+        late = await read_events(lagging, 2)
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in late] == [
+            ("ADDED", "a"),
+            ("ADDED", "b"),
+        ]

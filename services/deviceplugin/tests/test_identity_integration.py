@@ -21,6 +21,7 @@ import pytest
 from hami_deviceplugin.app import serving
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
+from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (
     ALLOCATE_IDENTITY_POD_RESOURCES,
     BIND_PHASE,
@@ -361,3 +362,25 @@ async def test_the_node_says_how_the_plugin_tells_pods_apart(
     # Stopped gracefully, the plugin takes it back: whatever comes next may not tell pods apart.
     assert NODE_ALLOCATE_IDENTITY not in annotations_of(sim, "nodes", NODE)
     assert NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE)
+
+
+async def test_a_lagging_pod_watch_still_steers_the_kubelet_to_the_pods_gpu(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    # A lock node (no pod-resources): the kubelet asks GetPreferredAllocation before the
+    # plugin's pod watch has shown the Binding.  The plugin reads the node's pods afresh rather
+    # than prefer nothing (the kubelet would then pick other GPUs and the Allocate refuse it).
+    node = NodeSettings(device_split_count=4, enable_get_preferred_allocation=True)
+    second = devices_value([(UUIDS[1], 1000, 0)])
+    async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=False, node=node) as (
+        kubelet,
+        _,
+    ):
+        assert sim.server.hold_watches("pods", "hami-deviceplugin") >= 1
+        try:
+            await place(sim, scheduled_pod("late", [container("main", 1)], to_allocate=second))
+            await eventually(lambda: phase(sim, "late") == "Running", what="late running")
+        finally:
+            sim.server.release_watches()
+        given = envs(kubelet, "late", "main")
+        assert given["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.history import BOOKMARK, Entry, encode
+from hami_kubesim.apiserver.metrics import client_name
 from hami_kubesim.apiserver.routing import Target
 from hami_kubesim.apiserver.selectors import label_selector_from_query, parse_field_selector
 from hami_kubesim.objects import tables
@@ -88,6 +89,7 @@ async def serve_watch(
         resource_version=query.get("resourceVersion"),
         send_initial_events=_flag(query.get("sendInitialEvents")),
         allow_bookmarks=bookmarks,
+        client=client_name(request.headers.get("User-Agent")),
     )
     resp = web.StreamResponse(
         status=200,

@@ -105,6 +105,8 @@ class ApiServer:
         self.kubelets: dict[str, KubeletControl] = {}
         """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster)."""
         self._watchers: set[Watcher] = set()
+        self._held_watches: set[tuple[str, str]] = set()
+        """``(resource key, client)`` whose watches :meth:`hold_watches` holds."""
 
     # ----- lookups -----------------------------------------------------------------------
     def resource(self, resource: str | ResourceType) -> ResourceType:
@@ -159,6 +161,7 @@ class ApiServer:
         resource_version: str | None = None,
         send_initial_events: bool | None = None,
         allow_bookmarks: bool = False,
+        client: str = "",
     ) -> Watcher:
         """Start a watch as the API server does: no resourceVersion (or ``"0"``) first replays
         the current state as ADDED; a specific one replays only later changes, or ends at once
@@ -169,7 +172,10 @@ class ApiServer:
             labels=labels or EVERYTHING,
             fields=fields or FieldSelector(),
             limit=self.watch_queue_limit,
+            client=client,
         )
+        if (rt.key, client) in self._held_watches:
+            watcher.hold()
         rv_text = resource_version or ""
         if rv_text not in ("", "0") and not rv_text.isdigit():
             raise BadRequestError(f'resourceVersion: Invalid value: "{rv_text}": must be a number')
@@ -380,6 +386,23 @@ class ApiServer:
 
     def inject_latency(self, seconds: float, verb: str = "*", resource: str = "*") -> None:
         self.faults.add_latency(LatencyRule(seconds, verb, resource))
+
+    def hold_watches(self, resource: str, client: str) -> int:
+        """Make ``client``'s watches of ``resource`` (open and to come) lag: their events stay
+        queued until :meth:`release_watches`.  ``client``: the first word of its User-Agent.
+        Returns how many open watches it holds now."""
+        rt = self.resource(resource)
+        self._held_watches.add((rt.key, client))
+        held = [w for w in self._watchers if w.rt is rt and w.client == client]
+        for watcher in held:
+            watcher.hold()
+        return len(held)
+
+    def release_watches(self) -> None:
+        """Deliver what every held watch kept, and hold no more."""
+        self._held_watches.clear()
+        for watcher in list(self._watchers):
+            watcher.release()
 
     def clear_faults(self) -> None:
         self.faults.clear()

@@ -4,6 +4,8 @@ Every change is offered to the watchers that could care (watchers pinned by an i
 e.g. pods by ``spec.nodeName``, are only offered changes touching that value).  A watcher holds
 references to shared, already-encoded object versions, never copies.  A watcher whose backlog
 passes its bound is ended with 410 ExpiredError, as the real watch cache drops slow watchers.
+A *held* watcher keeps its events queued until released: one client's watch lagging behind the
+others' (a busy API server replica, a slow connection), which tests make happen on purpose.
 """
 
 from __future__ import annotations
@@ -33,8 +35,12 @@ class Watcher:
         labels: LabelSelector,
         fields: FieldSelector,
         limit: int,
+        client: str = "",
     ) -> None:
         self.rt = rt
+        self.client = client
+        """Who opened it (the first word of its User-Agent)."""
+        self.held = False
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
@@ -114,9 +120,21 @@ class Watcher:
         self._initial.clear()
         self._wake.set()
 
+    def hold(self) -> None:
+        """Keep events queued (nothing drains) until :meth:`release`."""
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+        if self.pending:
+            self._wake.set()
+
     def drain(self, max_items: int = 512) -> list[Event]:
-        """Take up to ``max_items`` pending events without waiting."""
+        """Take up to ``max_items`` pending events without waiting (none while held)."""
         out: list[Event] = []
+        if self.held and not self.closed:
+            self._wake.clear()
+            return out
         while self._initial and len(out) < max_items:
             out.append(self._initial.popleft())
         while self._queue and len(out) < max_items:
@@ -131,7 +149,7 @@ class Watcher:
 
     async def wait(self, seconds: float | None) -> None:
         """Return once there is something to drain, the watch closed, or ``seconds`` passed."""
-        if self.pending or self.closed:
+        if (self.pending and not self.held) or self.closed:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):

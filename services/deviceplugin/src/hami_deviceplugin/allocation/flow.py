@@ -240,15 +240,14 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     # --- identity -----------------------------------------------------------------------------
     async def _find(
-        self, requests: tuple[tuple[str, ...], ...], *, reads: bool
+        self, requests: tuple[tuple[str, ...], ...]
     ) -> tuple[Identified | Refusal, Mapping[str, JsonObject]]:
-        """The pod the kubelet is admitting, and the pods it was found among.  ``reads``: a
-        miss may cost a GET and a LIST (Allocate); otherwise the watch cache is taken as it is
-        (a preference)."""
+        """The pod the kubelet is admitting, and the pods it was found among (a miss in the
+        watch cache may cost a GET and a LIST)."""
         devices = self._devices()
         listing: tuple[ListedPod, ...] | None = await self._sources.pod_resources.list()
         pods = self._sources.pods.snapshot()
-        fresh = not reads
+        fresh = False
         gone: set[str] = set()
         for _ in range(3):
             evidence = Evidence(
@@ -279,13 +278,17 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     async def preferred_entries(self, requests: int) -> tuple[ContainerDevices, ...]:
         """For a ``GetPreferredAllocation`` of ``requests`` containers: the next entries of the
-        pod it is for, found in the watch cache (a listed pod it lacks costs a GET); () when no
-        single pod is known for sure (the plugin then prefers nothing)."""
+        pod it is for, found as Allocate finds it (a miss in the watch cache costs a GET or a
+        LIST); () when no single pod is known for sure (the plugin then prefers nothing).
+
+        The kubelet asks this as soon as it admits the pod, often before this plugin's watch
+        has shown the pod's Binding; preferring nothing then lets the kubelet pick other GPUs,
+        and the Allocate that follows must refuse the pod."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self._flow.timeout_s):
                     asked = tuple(() for _ in range(requests))
-                    outcome, _ = await self._find(asked, reads=False)
+                    outcome, _ = await self._find(asked)
                     if isinstance(outcome, Identified):
                         return next_entries(outcome.pod, self._devices(), requests)
                     log.info("no preference", reason=outcome.message)
@@ -344,7 +347,7 @@ class PodAllocationFlow(ABC, Generic[R, P]):
         self, requests: Sequence[Sequence[str]], attempt: _Attempt
     ) -> AllocationDecision[R]:
         asked = tuple(tuple(ids) for ids in requests)
-        outcome, pods = await self._find(asked, reads=True)
+        outcome, pods = await self._find(asked)
         attempt.pod = outcome.pod
         if isinstance(outcome, Refusal):
             raise outcome.error()
