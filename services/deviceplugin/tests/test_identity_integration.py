@@ -384,3 +384,20 @@ async def test_a_lagging_pod_watch_still_steers_the_kubelet_to_the_pods_gpu(
             sim.server.release_watches()
         given = envs(kubelet, "late", "main")
         assert given["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]
+
+
+async def test_a_lagging_node_watch_still_releases_the_lock_of_the_pod_served(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    # A lock node: the plugin's node watch has not shown the lock the scheduler took for the
+    # pod when its Allocate completes.  It reads the node again and releases the lock, rather
+    # than leave it to a scheduler's timeout.
+    async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=False) as (_, _):
+        assert sim.server.hold_watches("nodes", "hami-deviceplugin") >= 1
+        try:
+            await place(sim, pod_a(UUIDS[0]))
+            await eventually(lambda: phase(sim, "a") == "Running", what="a running")
+            await eventually(lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE))
+        finally:
+            sim.server.release_watches()
+        assert annotations_of(sim, "pods", "a")[BIND_PHASE] == "success"

@@ -17,7 +17,9 @@ own deadline (default 3 s).  Steps:
    back to 2, so the last consumer always sees every list;
 4. when the pod is done, **release the node lock** if (and only if) it names that pod: one JSON
    patch that tests the lock's value and removes it, so a lock taken meanwhile by another pod is
-   never removed.  The lock's value comes from the node watch; the lock plays no part in 1.
+   never removed.  The lock's value comes from the node watch (read again with one GET where
+   the pod must have been locked for and the watch shows no lock naming it); the lock plays no
+   part in 1.
 
 API cost of a served call: 1 write (2 for the pod that completes: the lock release), 0 reads
 when the watch holds the pod.
@@ -333,7 +335,8 @@ class PodAllocationFlow(ABC, Generic[R, P]):
                 assert attempt.pod is not None
                 self._remember_answer(attempt.pod, requests, done=decision.done)
                 if decision.done:
-                    await self._unlock_after_success(attempt.pod)
+                    expected = attempt.via == "sole-admissible"
+                    await self._unlock_after_success(attempt.pod, expected=expected)
                 self._observe(ok=True, seconds=time.perf_counter() - started)
                 return decision.result
             await self._abandon_bounded()
@@ -408,20 +411,28 @@ class PodAllocationFlow(ABC, Generic[R, P]):
             self._answered.popitem(last=False)
 
     # --- the node lock ------------------------------------------------------------------------
-    async def _release_lock(self, pod: AllocatingPod) -> None:
-        """Remove the node lock if it names ``pod`` (a lock of anyone else's stays)."""
+    async def _release_lock(self, pod: AllocatingPod, *, expected: bool = False) -> None:
+        """Remove the node lock if it names ``pod`` (a lock of anyone else's stays).
+
+        ``expected``: the pod was bound under the lock (it was identified without the
+        kubelet's pod-resources, where every scheduler locks the node), so a node watch showing
+        no lock naming it may lag the lock write: the node is read again (one GET) rather than
+        leave the lock to its timeout — HAMi's scheduler waits that long before binding here."""
         node = self._sources.node()
-        for _ in range(self._flow.conflict_attempts):
+        reread = expected
+        for _ in range(self._flow.conflict_attempts + 1):
             if node is None:
                 node = await self._client.get(NODES, self._flow.node_name)
+                reread = False
             value = NodeView(node).annotations.get(NODE_LOCK)
-            if value is None:
-                return
             try:
-                lock = decode_node_lock(value)
+                lock = None if value is None else decode_node_lock(value)
             except DecodeError:
-                return
-            if not lock.owned_by(pod.namespace, pod.name):
+                lock = None
+            if value is None or lock is None or not lock.owned_by(pod.namespace, pod.name):
+                if reread:
+                    node, reread = None, False
+                    continue
                 return
             test_and_remove: list[dict[str, str]] = [
                 {"op": "test", "path": _LOCK_PATH, "value": value},
@@ -439,10 +450,10 @@ class PodAllocationFlow(ABC, Generic[R, P]):
             return
         raise AllocateError(FailureKind.API, "the node lock kept changing while it was released")
 
-    async def _unlock_after_success(self, pod: AllocatingPod) -> None:
+    async def _unlock_after_success(self, pod: AllocatingPod, *, expected: bool) -> None:
         try:
             async with asyncio.timeout(self._flow.failure_timeout_s):
-                await self._release_lock(pod)
+                await self._release_lock(pod, expected=expected)
         except (KubeError, AllocateError, TimeoutError) as exc:
             log.error(
                 "node lock not released after a successful allocation; the scheduler frees it",
