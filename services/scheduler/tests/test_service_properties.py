@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 
 from hami_protocol import keys
 from hami_protocol.node.registry import DeviceInfo
+from hami_protocol.pod.allocation import allocation_keys
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
-from hami_scheduler.cache.pods import allocation_keys, carries_allocation
+from hami_scheduler.cache.pods import carries_allocation
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import (
     FailureReasons,

@@ -214,6 +214,30 @@ def test_rdma_only_pod_goes_to_our_scheduler_without_gpu_defaults() -> None:
     assert limits_of(result) == {"koordinator.sh/rdma": "1"}
 
 
+def test_a_placed_pods_record_copied_into_a_new_pod_is_removed() -> None:
+    # A manifest copied from a placed pod (kubectl get -o yaml, renamed): its device lists,
+    # node and bind state are another pod's; the pod's own annotations stay.
+    copied = {
+        "hami.io/vgpu-node": "n1",
+        "hami.io/vgpu-time": "1700000000",
+        "hami.io/bind-phase": "success",
+        "hami.io/bind-time": "1700000000",
+        "hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1000,10:;",
+        "hami.io/vgpu-devices-to-allocate": ";",
+        "hami.io/dcu-devices-allocated": "DCU-a,DCU,1000,10:;",
+        "hami.io/rdma-devices-allocated": "0000_1a_00.1,RDMA,1,0:;",
+        "hami.io/vgpu-mig-allocations": "[]",
+        "team.example.com/owner": "ml",
+        "hami.io/node-scheduler-policy": "spread",
+    }
+    decision, result = admit(pod(container(limits=gpu()), annotations=copied))
+    assert decision.outcome == "mutated"
+    assert result["metadata"]["annotations"] == {
+        "team.example.com/owner": "ml",
+        "hami.io/node-scheduler-policy": "spread",
+    }
+
+
 def test_other_scheduler_is_allowed_untouched_even_with_a_node() -> None:
     obj = pod(container(limits=gpu()), schedulerName="volcano", nodeName="n1")
     decision, result = admit(obj)

@@ -32,7 +32,10 @@ The rules, in HAMi's order (pkg/scheduler/webhook.go and the NVIDIA ``MutateAdmi
 5. Devices requested and any container privileged → denied ``container <name> is privileged``
    (naming the first privileged container that asks for devices, else the first privileged one).
 6. Devices requested and a scheduler name configured → ``schedulerName`` is set, and a pod that
-   already names a node is denied ``pod has node assigned``.
+   already names a node is denied ``pod has node assigned``.  Devices requested and no node
+   named → a placement's record on the pod (:func:`~hami_protocol.pod.allocation.placement_keys`:
+   device lists, ``hami.io/vgpu-node``, bind phase and time, MIG reservations — a manifest copied
+   from a placed pod) is removed (not in HAMi).
 7. Per vendor, memory = max(Σ app containers memory×count, largest init container) and the same
    for cores; if that exceeds a namespace quota → denied ``exceeding resource quota: ...``.
 
@@ -55,6 +58,7 @@ from hami_protocol import keys
 from hami_protocol.config.device import DeviceConfig, NvidiaConfig
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod import envs
+from hami_protocol.pod.allocation import placement_keys
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests, priority_value
 from hami_protocol.topology.layout import RDMA_RESOURCE
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, Vendor
@@ -109,10 +113,13 @@ class MutationRules:
     sizes, ...)."""
     vendor_rules: VendorRuleSet | None = None
     """Derived from ``devices`` and ``vendors`` when not given."""
+    placement: frozenset[str] = frozenset()
+    """Derived from ``vendors``: the annotations of a placement's record (rule 6)."""
 
     def __post_init__(self) -> None:
         if self.vendor_rules is None:
             object.__setattr__(self, "vendor_rules", vendor_rule_set(self.devices, self.vendors))
+        object.__setattr__(self, "placement", placement_keys(self.vendors))
 
     @property
     def rule_set(self) -> VendorRuleSet:
@@ -298,6 +305,24 @@ def _annotate(pod: dict[str, Any], current: Mapping[str, str], edits: PodEdits) 
     pod["metadata"] = meta
 
 
+def _drop_placement(
+    pod: dict[str, Any], current: Mapping[str, str], placement: frozenset[str]
+) -> None:
+    """Remove a placement's record from a pod being created unplaced (copied from a placed
+    pod's manifest, or restored from a backup): it is another pod's, and the scheduler's cache
+    would count its devices as held until the pod is placed (metadata and annotations copied
+    on write)."""
+    stale = placement.intersection(current)
+    if not stale:
+        return
+    meta = dict(pod.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    for key in stale:
+        annotations.pop(key, None)
+    meta["annotations"] = annotations
+    pod["metadata"] = meta
+
+
 def _other_scheduler(spec: Mapping[str, Any], rules: MutationRules) -> str | None:
     current = spec.get("schedulerName")
     if not isinstance(current, str) or not current:
@@ -403,6 +428,8 @@ def admit_pod(
         if node:
             return _denied("pod has node assigned", nodeName=node)
         mutated_spec["schedulerName"] = rules.scheduler_name
+    if scan.has_devices and not spec.get("nodeName"):
+        _drop_placement(mutated, annotations, rules.placement)
     if scan.has_devices and quota is not None and quota.has_limits(namespace):
         denial = _quota_denial(mutated, namespace, rules, quota)
         if denial is not None:

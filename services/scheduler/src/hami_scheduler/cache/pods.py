@@ -53,7 +53,6 @@ from hami_scheduler.core import pod_usage
 from hami_scheduler.core.mig import MigHold, mig_holds
 
 __all__ = [
-    "ALLOCATION_EXTRA_KEYS",
     "MIG_KEY_WORD",
     "NIC_ANNOTATIONS",
     "NIC_KEY_WORD",
@@ -62,7 +61,6 @@ __all__ = [
     "PodFacts",
     "PodNicAllocation",
     "allocation_key",
-    "allocation_keys",
     "carries_allocation",
     "mig_key_value",
     "pod_nic_allocation",
@@ -76,13 +74,6 @@ NIC_ANNOTATIONS: Final = (
     keys.KOORD_DEVICE_ALLOCATE_HINT,
 )
 """The pod annotations its NICs and exclusive PCIe claims are read from."""
-ALLOCATION_EXTRA_KEYS: Final = (
-    keys.RDMA_DEVICES_ALLOCATED,
-    keys.RDMA_DEVICES_TO_ALLOCATE,
-    keys.KOORD_DEVICE_ALLOCATED,
-)
-"""Beyond each vendor's ``-devices-allocated`` / ``-devices-to-allocate``: the other
-annotations that say a pod was given devices (see :func:`carries_allocation`)."""
 NIC_KEY_WORD: Final = "RDMA"
 """Stands for ``hami.io/rdma-devices-allocated`` in an :data:`AllocationKey`."""
 MIG_KEY_WORD: Final = "MIG"
@@ -94,17 +85,9 @@ AllocationKey = tuple[str, ...]
 list under :data:`NIC_KEY_WORD`); one flat tuple, as there is one per placed pod."""
 
 
-def allocation_keys(vendors: Sequence[Vendor]) -> frozenset[str]:
-    """Every annotation whose presence says a pod was given devices: each vendor's
-    ``-devices-allocated`` and ``-devices-to-allocate``, and :data:`ALLOCATION_EXTRA_KEYS`."""
-    found = set(ALLOCATION_EXTRA_KEYS)
-    for vendor in vendors:
-        found.update(k for k in (vendor.devices_allocated_key, vendor.devices_to_allocate_key) if k)
-    return frozenset(found)
-
-
 def carries_allocation(obj: Mapping[str, Any], allocation: frozenset[str]) -> bool:
-    """Whether a pod carries one of the ``allocation`` annotations (:func:`allocation_keys`).
+    """Whether a pod carries one of the ``allocation`` annotations
+    (:func:`~hami_protocol.pod.allocation.allocation_keys`).
 
     The pod watch keeps only such pods: every bound pod is listed, but memory holds the few
     placed by us or by an older HAMi (which wrote no ``hami.io/vgpu-node`` label).

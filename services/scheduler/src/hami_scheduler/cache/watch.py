@@ -32,8 +32,9 @@ from typing import Final, Protocol
 from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upserting
 from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject
 from hami_kube.rest import KubeClient
+from hami_protocol.pod.allocation import allocation_keys
 from hami_scheduler.cache.nodes import slim_node
-from hami_scheduler.cache.pods import allocation_keys, carries_allocation, slim_pod
+from hami_scheduler.cache.pods import carries_allocation, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 
 __all__ = ["BOUND_PODS", "CacheListener", "CacheWatcher"]

@@ -24,6 +24,7 @@ from typing import Any, Final
 from hami_kube.objects import PodView
 from hami_protocol import keys
 from hami_protocol.config.device import DeviceConfig
+from hami_protocol.pod.allocation import allocation_keys
 from hami_protocol.pod.devices import encode_pod_devices
 from hami_protocol.pod.mig import encode_mig_reservations
 from hami_protocol.pod.policy import GpuPolicy, NodePolicy, SelectorKeys, parse_pod_policy
@@ -42,7 +43,6 @@ from hami_scheduler.cache.pods import (
     Holding,
     PodNicAllocation,
     allocation_key,
-    allocation_keys,
     mig_key_value,
     shared_usage,
 )
