@@ -21,13 +21,18 @@ from hami_kube.reflector import ReflectorConfig
 from hami_kube.timefmt import utc_now
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
+from hami_kubesim.vendors.inventory import VendorDevices, node_annotations
 from hami_protocol import keys
+from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
+from hami_protocol.config.device import parse_device_config
 from hami_protocol.node.handshake import format_reported
 from hami_protocol.node.registry import (
     DeviceInfo,
     encode_node_devices_colon,
     encode_node_devices_json,
 )
+from hami_protocol.pod.devices import decode_pod_devices_canonical
+from hami_protocol.vendor.table import vendor_by_word, vendors_from_config
 from hami_scheduler.app import RunningScheduler, serving
 from hami_scheduler.settings import Settings
 
@@ -45,6 +50,9 @@ MTHREADS_CAPACITY: Mapping[str, str] = {
     "mthreads.com/sgpu-memory": "96",
 }
 """Node capacity HAMi synthesises two Moore Threads GPUs from."""
+DEVICE_CONFIG = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML)
+ALL_VENDORS = vendors_from_config(DEVICE_CONFIG, enable_ascend=True, enable_iluvatar=True)
+"""Every vendor of the chart's device configuration, Ascend and Iluvatar enabled."""
 
 
 def gpus(
@@ -250,6 +258,32 @@ class Harness:
         merged.update(annotations or {})
         return await self.api.create("nodes", node_object(name, merged, **extra))
 
+    async def add_vendor_node(
+        self,
+        name: str,
+        spec: VendorDevices,
+        *,
+        capacity: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """A node as ``spec``'s device plugin stand-in registers it (its annotations, plus
+        ``annotations``; its count resource allocatable, plus ``capacity``), once the scheduler
+        has it."""
+        allocatable = {spec.profile.count_resource: str(spec.devices), **(capacity or {})}
+        notes = {**node_annotations(spec, name, datetime.now(UTC)), **(annotations or {})}
+        await self.add_node(name, annotations=notes, allocatable=allocatable, labels=labels)
+        await self.synced_node(name)
+
+    def granted(self, name: str, word: str, namespace: str = "default") -> list[str]:
+        """The device IDs of vendor ``word`` the pod's allocation annotation names, in order."""
+        row = vendor_by_word(ALL_VENDORS, word)
+        assert row is not None
+        assert row.devices_allocated_key is not None
+        notes = annotations_of(self.pod(name, namespace))
+        per_container = decode_pod_devices_canonical(notes[row.devices_allocated_key])
+        return [granted.uuid for container in per_container for granted in container]
+
     async def add_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         return await self.api.create("pods", dict(pod))
 
@@ -293,6 +327,11 @@ async def scheduler_on(
     async with serving(settings, reflector_config=FAST_REFLECTOR, now=now) as s:
         await eventually(s.ready, what="scheduler caches synced")
         yield s
+
+
+def vendor_harness(**overrides: Any) -> contextlib.AbstractAsyncContextManager[Harness]:
+    """:func:`harness` with :data:`ALL_VENDORS` and the chart's device configuration."""
+    return harness(vendors=ALL_VENDORS, device_config=DEVICE_CONFIG, **overrides)
 
 
 @contextlib.asynccontextmanager

@@ -8,21 +8,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import pytest
 
-from hami_kubesim.vendors.inventory import VendorDevices, device_ids, node_annotations
+from hami_kubesim.vendors.inventory import VendorDevices, device_ids
 from hami_protocol import keys
-from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
-from hami_protocol.config.device import parse_device_config
 from hami_protocol.pod.devices import decode_pod_devices_canonical
-from hami_protocol.vendor.table import vendor_by_word, vendors_from_config
+from hami_protocol.vendor.table import vendor_by_word
 
-from .service_helpers import annotations_of, container, harness, pod_object
-
-CONFIG = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML)
-VENDORS = vendors_from_config(CONFIG, enable_ascend=True, enable_iluvatar=True)
+from .service_helpers import (
+    ALL_VENDORS,
+    DEVICE_CONFIG,
+    annotations_of,
+    container,
+    pod_object,
+    vendor_harness,
+)
 
 Check = Callable[[dict[str, str], list[str]], None]
 
@@ -216,22 +217,18 @@ CASES = [
 
 
 def test_every_vendor_has_a_case() -> None:
-    words = {row.common_word for row in VENDORS} - {"NVIDIA"}
-    iluvatar = {chip.common_word for chip in CONFIG.iluvatars} - {"MR-V100"}
-    ascend = {chip.common_word for chip in CONFIG.vnpus.configs} - {"Ascend910B3"}
+    words = {row.common_word for row in ALL_VENDORS} - {"NVIDIA"}
+    iluvatar = {chip.common_word for chip in DEVICE_CONFIG.iluvatars} - {"MR-V100"}
+    ascend = {chip.common_word for chip in DEVICE_CONFIG.vnpus.configs} - {"Ascend910B3"}
     assert words - iluvatar - ascend == {case.word for case in CASES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 async def test_a_pod_of_each_vendor_is_placed_with_what_its_plugin_reads(case: Case) -> None:
-    row = vendor_by_word(VENDORS, case.word)
+    row = vendor_by_word(ALL_VENDORS, case.word)
     assert row is not None
-    now = datetime.now(UTC)
-    annotations = node_annotations(case.devices, "n", now)
-    capacity = {row.count_resource: str(case.devices.devices), **case.capacity}
-    async with harness(vendors=VENDORS, device_config=CONFIG) as h:
-        await h.add_node("n", annotations=annotations, allocatable=capacity, labels=case.labels)
-        await h.synced_node("n")
+    async with vendor_harness() as h:
+        await h.add_vendor_node("n", case.devices, capacity=case.capacity, labels=case.labels)
         pod = await h.add_pod(
             pod_object(
                 "p",

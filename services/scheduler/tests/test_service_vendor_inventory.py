@@ -257,7 +257,7 @@ def _sgpu_pod(name: str, uuid: str, app_class: str, qos: str = "best-effort") ->
     }
 
 
-def test_sgpu_state_counts_the_app_classes_of_the_pods_held_on_each_device() -> None:
+def test_sgpu_state_counts_app_classes_and_the_qos_the_report_does_not_show_yet() -> None:
     c = cache()
     c.upsert_node(node_object("n", {keys.METAX_SGPU_DEVICES: SGPU}))
     c.upsert_pod(_sgpu_pod("a", "GPU-a", "online"))
@@ -265,5 +265,10 @@ def test_sgpu_state_counts_the_app_classes_of_the_pods_held_on_each_device() -> 
     c.upsert_pod(_sgpu_pod("c", "GPU-b", ""))
     state = c.sgpu_state("n")
     assert {uuid: (t.online, t.offline) for uuid, t in state.tasks.items()} == {"GPU-a": (1, 1)}
-    assert dict(state.qos_pending) == {}
+    # The pods run best-effort where the node reports fixed-share (GPU-a) or no policy (GPU-b):
+    # their policy stands until the report shows it.
+    assert dict(state.qos_pending) == {"GPU-a": "best-effort", "GPU-b": "best-effort"}
+    reported = SGPU.replace('"qosPolicy":"fixed-share"', '"qosPolicy":"best-effort"')
+    c.upsert_node(node_object("n", {keys.METAX_SGPU_DEVICES: reported}))
+    assert dict(c.sgpu_state("n").qos_pending) == {"GPU-b": "best-effort"}
     assert c.sgpu_state("elsewhere").tasks == {}

@@ -71,6 +71,7 @@ from hami_scheduler.core.vendors.context import (
     SgpuNodeState,
     SgpuTasks,
 )
+from hami_scheduler.core.vendors.metax_sgpu import QOS_KEY
 
 __all__ = ["HandshakeWrite", "PodRecord", "SchedulerCache", "Simulation"]
 
@@ -254,29 +255,33 @@ class SchedulerCache:
 
     def sgpu_state(self, name: str) -> SgpuNodeState:
         """What the pods held on node ``name`` say about its MetaX sGPU devices: per device the
-        app classes of the pods on it, and the QoS of placements not yet observed (HAMi's
-        just-assigned QoS cache: the node's own ``QosPolicy`` report lags them; an exclusive
-        placement — 100 cores — clears it).  O(pods on the node); asked for sGPU pods only."""
+        app classes of the pods on it, and the QoS its pods set that the node's ``QosPolicy``
+        report does not show yet — HAMi's just-assigned QoS cache, which holds until the report
+        agrees, since the plugin reports a device's new policy only after the pod is bound (an
+        exclusive placement — 100 cores — clears the policy).  HAMi's cache holds only its own
+        placements and is lost on restart; here every pod held on the device counts, so another
+        replica's placements and a restart keep the rule.  O(pods on the node); asked for sGPU
+        pods only."""
         node = self.nodes.get(name)
         if node is None or METAX_SGPU not in node.layout.vendor_positions:
             return NO_SGPU_STATE
-        uuids = {dev.uuid for dev in node.vendor_devices(METAX_SGPU)}
+        devices = node.vendor_devices(METAX_SGPU)
+        reported = {dev.uuid: dev.custom.get(QOS_KEY, "") for dev in devices}
         tasks: dict[str, SgpuTasks] = {}
         pending: dict[str, str] = {}
-        for uid, holding in self._node_pods.get(name, {}).items():
-            record = self._pods.get(uid)
-            unobserved = record is not None and record.assumed is holding
+        for holding in self._node_pods.get(name, {}).values():
             for summary in holding.usage:
-                if summary.uuid not in uuids:
+                report = reported.get(summary.uuid)
+                if report is None:
                     continue
                 if holding.sgpu_class in ("online", "offline"):
                     known = tasks.get(summary.uuid, NO_SGPU_TASKS)
                     online = known.online + (holding.sgpu_class == "online")
                     offline = known.offline + (holding.sgpu_class == "offline")
                     tasks[summary.uuid] = SgpuTasks(online, offline)
-                if unobserved:
-                    exclusive = summary.usedcores >= 100
-                    pending[summary.uuid] = "" if exclusive else holding.sgpu_qos
+                expected = "" if summary.usedcores >= 100 else holding.sgpu_qos
+                if expected != report:
+                    pending[summary.uuid] = expected
         if not tasks and not pending:
             return NO_SGPU_STATE
         return SgpuNodeState(tasks, pending)

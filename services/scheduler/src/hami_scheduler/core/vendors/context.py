@@ -12,7 +12,8 @@ sources the selection layer fills:
   Enflame DRS profiles, MetaX topology losses and scores), in the node's
   :class:`~hami_scheduler.core.usage.NodeLayout` (a change rebuilds the layout);
 * :class:`SgpuNodeState` — what the pods the cache holds on the node say about MetaX sGPU
-  devices (their app classes, QoS just assigned), looked up per node through the plan;
+  devices (their app classes, QoS the node does not report yet), looked up per node through
+  the plan;
 
 plus what the pod's earlier containers were given in the decision being made (the same-UUID
 filter of Metax-GPU and Mthreads, QoS of the sGPU devices they took).
@@ -97,7 +98,7 @@ class VendorContext:
     """MetaX sGPU: device UUID → the app classes of the pods on it (devices without classed
     pods may be absent)."""
     sgpu_qos_pending: Mapping[str, str] = field(default_factory=lambda: _NO_QOS, hash=False)
-    """MetaX sGPU: device UUID → the QoS policy a recent placement gave it that the node's
+    """MetaX sGPU: device UUID → the QoS policy the pods held on it gave it that the node's
     ``QosPolicy`` report does not show yet (``""``: an exclusive placement cleared it); HAMi's
     just-assigned QoS cache, plus the devices this pod's earlier containers took."""
 
