@@ -272,3 +272,18 @@ def test_sgpu_state_counts_app_classes_and_the_qos_the_report_does_not_show_yet(
     c.upsert_node(node_object("n", {keys.METAX_SGPU_DEVICES: reported}))
     assert dict(c.sgpu_state("n").qos_pending) == {"GPU-b": "best-effort"}
     assert c.sgpu_state("elsewhere").tasks == {}
+
+
+def test_a_shared_sgpu_pod_naming_no_qos_leaves_the_reported_policy_in_force() -> None:
+    # Placed before a webhook set a policy: its "" must not read as "any policy may join" on a
+    # device the plugin reports fixed-share; a whole-device pod does clear the policy.
+    c = cache()
+    c.upsert_node(node_object("n", {keys.METAX_SGPU_DEVICES: SGPU}))
+    c.upsert_pod(_sgpu_pod("old", "GPU-a", "", qos=""))
+    assert dict(c.sgpu_state("n").qos_pending) == {}
+    whole = _sgpu_pod("whole", "GPU-a", "", qos="")
+    whole["metadata"]["annotations"][keys.devices_allocated_key("metax-sgpu")] = (
+        "GPU-a,Metax-SGPU,1024,100:;"
+    )
+    c.upsert_pod(whole)
+    assert dict(c.sgpu_state("n").qos_pending) == {"GPU-a": ""}

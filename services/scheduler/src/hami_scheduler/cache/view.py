@@ -279,8 +279,10 @@ class SchedulerCache:
                     online = known.online + (holding.sgpu_class == "online")
                     offline = known.offline + (holding.sgpu_class == "offline")
                     tasks[summary.uuid] = SgpuTasks(online, offline)
+                # A shared pod that names no policy (placed before a webhook set one) says
+                # nothing of the device's: its "" would read as "any policy may join".
                 expected = "" if summary.usedcores >= 100 else holding.sgpu_qos
-                if expected != report:
+                if expected != report and (expected or summary.usedcores >= 100):
                     pending[summary.uuid] = expected
         if not tasks and not pending:
             return NO_SGPU_STATE
