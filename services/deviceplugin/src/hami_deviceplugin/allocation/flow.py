@@ -242,14 +242,15 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     # --- identity -----------------------------------------------------------------------------
     async def _find(
-        self, requests: tuple[tuple[str, ...], ...]
+        self, requests: tuple[tuple[str, ...], ...], *, reads: bool = True
     ) -> tuple[Identified | Refusal, Mapping[str, JsonObject]]:
-        """The pod the kubelet is admitting, and the pods it was found among (a miss in the
-        watch cache may cost a GET and a LIST)."""
+        """The pod the kubelet is admitting, and the pods it was found among.  ``reads``: a
+        miss in the watch cache may cost a GET and a LIST (Allocate); otherwise the watch cache
+        is taken as it is."""
         devices = self._devices()
         listing: tuple[ListedPod, ...] | None = await self._sources.pod_resources.list()
         pods = self._sources.pods.snapshot()
-        fresh = False
+        fresh = not reads
         gone: set[str] = set()
         for _ in range(3):
             evidence = Evidence(
@@ -280,17 +281,20 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     async def preferred_entries(self, requests: int) -> tuple[ContainerDevices, ...]:
         """For a ``GetPreferredAllocation`` of ``requests`` containers: the next entries of the
-        pod it is for, found as Allocate finds it (a miss in the watch cache costs a GET or a
-        LIST); () when no single pod is known for sure (the plugin then prefers nothing).
+        pod it is for, found in the watch cache, else as Allocate finds it (a GET or a LIST);
+        () when no single pod is known for sure (the plugin then prefers nothing).
 
-        The kubelet asks this as soon as it admits the pod, often before this plugin's watch
-        has shown the pod's Binding; preferring nothing then lets the kubelet pick other GPUs,
-        and the Allocate that follows must refuse the pod."""
+        The kubelet asks this as soon as it admits the pod, sometimes before this plugin's
+        watch has shown the pod's Binding; preferring nothing then would let the kubelet pick
+        other GPUs, and the Allocate that follows must refuse the pod.  A watch that is up to
+        date costs no read (the preference is checked by the Allocate anyway)."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self._flow.timeout_s):
                     asked = tuple(() for _ in range(requests))
-                    outcome, _ = await self._find(asked)
+                    outcome, _ = await self._find(asked, reads=False)
+                    if not isinstance(outcome, Identified):
+                        outcome, _ = await self._find(asked)
                     if isinstance(outcome, Identified):
                         return next_entries(outcome.pod, self._devices(), requests)
                     log.info("no preference", reason=outcome.message)
