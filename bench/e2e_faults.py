@@ -5,12 +5,12 @@ deletions while the API server injects errors and latency, drops watches and for
 service processes are killed and restarted; a share of them also contain an incident of the
 bind path (``hami_kubesim.stack.incidents``: a paused kubelet outlasting the node lock,
 admission out of bind order, a device-plugin restart between bind and Allocate, a
-default-scheduler pod asking for a GPU, pods placed by an old HAMi release). After each, every
-pod settles and the invariant checker runs over the cluster (no device over-committed, no
-kubelet replica held twice, container env equal to the allocation and to the kubelet's
-devices, no node lock refusing a bind once its owner stopped waiting, no pod lost). Prints one
-line per scenario and the totals; asserts nothing (a violation is printed with the seed that
-reproduces its timeline).
+default-scheduler pod asking for a GPU, pods placed by an old HAMi release, a pod created from
+a placed pod's manifest). After each, every pod settles and the invariant checker runs over the
+cluster (no device over-committed, no kubelet replica held twice, container env equal to the
+allocation and to the kubelet's devices, no node lock refusing a bind once its owner stopped
+waiting, no pod lost). Prints one line per scenario and the totals; asserts nothing (a
+violation is printed with the seed that reproduces its timeline).
 
     uv run --frozen python bench/e2e_faults.py [--scenarios 200] [--first-seed 1000]
         [--incident-share 0.3] [--incidents lock-expiry,default-scheduler]

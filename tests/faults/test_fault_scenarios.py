@@ -6,9 +6,9 @@ the connection), compacts its history (forcing 410 Expired on resumption), and a
 process is killed or stopped and started again; about a third also contain an incident of the
 bind path on one node (``hami_kubesim.stack.incidents``: a paused kubelet outlasting the node
 lock, admission out of bind order, a device-plugin restart between bind and Allocate, a
-default-scheduler pod asking for a GPU, pods placed by an old HAMi release). Then the faults
-stop, every pod settles, and the invariant checker runs over the whole cluster (see
-``hami_kubesim.stack.invariants``).
+default-scheduler pod asking for a GPU, pods placed by an old HAMi release, a pod created from a
+placed pod's manifest). Then the faults stop, every pod settles, and the invariant checker runs
+over the whole cluster (see ``hami_kubesim.stack.invariants``).
 
 The seeds are fixed, so the timelines are the same in every run; each seed is its own test, so a
 failing seed is reported alone, with its timeline (``-k "scenario and 7"`` runs one). The last
