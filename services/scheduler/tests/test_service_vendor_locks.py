@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
 
-from hami_kubesim.testing import eventually
+from hami_kubesim.testing import eventually, running_apiserver
 from hami_protocol import keys
 from hami_protocol.node.identity import format_identity
 from hami_protocol.node.lock import NodeLock, decode_node_lock, encode_node_lock
@@ -27,6 +28,7 @@ from .service_helpers import (
     harness,
     metric,
     pod_object,
+    scheduler_on,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -191,6 +193,38 @@ async def test_an_overdue_cambricon_lock_is_reported_once_naming_its_owner_and_k
         await h.scheduler.upkeep.run_pass()
         assert metric(h, "hami_node_lock_overdue") == 0
         assert len(h.events("NodeLockOverdue")) == 1
+
+
+async def test_after_a_restart_a_waiting_pods_cambricon_lock_is_still_kept_and_reported() -> None:
+    # Cambricon's value names no pod; a new process (a restart, another replica) finds its owner
+    # among the pods the caches show waiting on the node, instead of freeing it by age.
+    offset = [timedelta(0)]
+
+    def now() -> datetime:
+        return datetime.now(UTC) + offset[0]
+
+    async with running_apiserver() as sim:
+        async with scheduler_on(sim, now=now) as before, aiohttp.ClientSession() as http:
+            h = Harness(sim, before, http)
+            await mixed_node(h)
+            first = await filtered(h, "first", MLU)
+            assert await h.bind(first, "n") == ""
+            held = node_locks(h)[MLU_LOCK]
+        async with (
+            scheduler_on(sim, now=now, node_lock_wait_s=0.3) as after,
+            aiohttp.ClientSession() as http,
+        ):
+            h = Harness(sim, after, http)
+            await h.synced_node("n")
+            offset[0] = timedelta(minutes=3)
+            second = await filtered(h, "second", MLU)
+            error = await h.bind(second, "n")
+            assert f"{MLU_LOCK} is held by default/first, waiting for its device plugin" in error
+            assert node_locks(h)[MLU_LOCK] == held
+            await h.scheduler.upkeep.run_pass()
+            assert metric(h, "hami_node_lock_overdue") == 1
+            await mlu_allocated(h, "first")
+            assert await h.bind(await filtered(h, "third", MLU), "n") == ""
 
 
 async def test_a_cambricon_lock_another_writer_left_is_taken_over_after_two_minutes() -> None:

@@ -205,6 +205,10 @@ def _deciders(
         pending=pending,
         clock=lambda: now().timestamp(),
     )
+    locking: dict[str, list[str]] = {}
+    for vendor in watcher.cache.vendors:
+        if vendor.node_lock_key:
+            locking.setdefault(vendor.node_lock_key, []).append(vendor.common_word)
     locker = NodeLocker(
         client,
         owners=owners,
@@ -213,6 +217,7 @@ def _deciders(
         now=now,
         on_action=lambda action: metrics.lock_actions.labels(action=action.value).inc(),
         on_miss=lambda: metrics.cache_miss("node"),
+        holders=lambda node, rule: watcher.cache.holders_of(node, locking.get(rule.key, ())),
     )
     overdue = OverdueLocks(
         events, timeout=locker.timeout, leading=lambda: leadership.is_leader, now=now

@@ -9,8 +9,8 @@ key=... pod=... since=...`` and records a Warning Event ``NodeLockOverdue`` on t
 the pod (and the key, when not the mutex), once per lock value (per owner and time);
 ``hami_node_lock_overdue`` is the number of such locks now.  The check reads owners from the
 caches only (:meth:`~hami_scheduler.nodelock.owners.LockOwners.known`), never the API.  A
-Cambricon lock names no pod: its owner is known only to the process that wrote it (after a
-restart such a lock reads as naming no pod, and its 2 minutes free it).
+Cambricon lock names no pod: its owner is the pod this process wrote it for, else the one pod
+the caches show waiting for it (:meth:`~hami_scheduler.nodelock.owners.LockOwners.sole_waiting`).
 
 :class:`Upkeep` runs both every ``--handshake-interval`` on every replica: the check (only the
 leader records Events) and :meth:`~hami_scheduler.pending.PendingBinds.sweep` (a replica that

@@ -11,9 +11,10 @@ HAMi locks a node per vendor at bind, with one of two keys (contract §0, §1):
   set ``CAMBRICON_DSMLU_ASSIGNED: true`` on the pod.
 
 The takeover rule is the same for both (:func:`~hami_protocol.node.lock.decide_acquire`): a
-Cambricon lock reads as a lock naming no pod (age frees it) unless its writer knows whom it wrote
-it for — our scheduler remembers that, so age never hands it away from a pod still waiting for
-its Allocate.
+Cambricon lock reads as a lock naming no pod (age frees it) unless its owner is known — our
+scheduler remembers whom it wrote it for, and otherwise (a restart, another replica) takes the
+one pod its caches show waiting for that node's Allocate — so age never hands it away from a pod
+still waiting for its Allocate.
 """
 
 from __future__ import annotations

@@ -253,6 +253,16 @@ class SchedulerCache:
             vendor=node_vendor_facts(facts),
         )
 
+    def holders_of(self, node: str, words: Collection[str]) -> list[tuple[str, str]]:
+        """``(namespace, name)`` of the pods held on ``node`` that were given devices of any of
+        the vendors ``words``."""
+        found: list[tuple[str, str]] = []
+        for uid, holding in self._node_pods.get(node, {}).items():
+            record = self._pods.get(uid)
+            if record is not None and not set(holding.key[1::2]).isdisjoint(words):
+                found.append((record.namespace, record.name))
+        return found
+
     def sgpu_state(self, name: str) -> SgpuNodeState:
         """What the pods held on node ``name`` say about its MetaX sGPU devices: per device the
         app classes of the pods on it, and the QoS its pods set that the node's ``QosPolicy``

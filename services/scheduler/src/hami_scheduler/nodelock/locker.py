@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
@@ -155,10 +155,14 @@ class NodeLocker:
         rng: random.Random | None = None,
         on_action: Callable[[LockAction], None] | None = None,
         on_miss: Callable[[], None] | None = None,
+        holders: Callable[[str, LockRule], Sequence[tuple[str, str]]] = lambda _n, _r: (),
     ) -> None:
-        """``cached``: the node watch's copy by name; ``on_miss``: a node read with a GET."""
+        """``cached``: the node watch's copy by name; ``on_miss``: a node read with a GET;
+        ``holders``: the pods held on a node by the vendors that lock with a rule's key (the
+        candidates for owning a lock whose value names no pod)."""
         self._client = client
         self._owners = owners
+        self._candidates = holders
         self._cached = cached
         self._timeout = timedelta(seconds=timeout_s)
         self._now = now
@@ -240,7 +244,9 @@ class NodeLocker:
 
     def as_known(self, node_name: str, rule: LockRule, value: str | None) -> str | None:
         """The value in the mutex's form, naming the pod this process wrote it for where the
-        key itself names none (``None``: no lock; unreadable values are passed on as found)."""
+        key itself names none — or, written by another process (or before a restart), the one
+        pod the caches show waiting for it (:meth:`LockOwners.sole_waiting`) — (``None``: no
+        lock; unreadable values are passed on as found)."""
         if value is None or rule.names_owner:
             return value
         holder = self._holders.get((node_name, rule.key))
@@ -252,7 +258,12 @@ class NodeLocker:
         except DecodeError:
             return value
         if holder is None:
-            return encode_node_lock(NodeLock(lock.acquired))
+            owner = self._owners.sole_waiting(
+                self._candidates(node_name, rule), node_name, lock, rule
+            )
+            if owner is None:
+                return encode_node_lock(NodeLock(lock.acquired))
+            return encode_node_lock(NodeLock(lock.acquired, *owner))
         return encode_node_lock(NodeLock(lock.acquired, holder[1], holder[2]))
 
     async def _decide(

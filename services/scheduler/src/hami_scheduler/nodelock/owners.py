@@ -23,7 +23,7 @@ terminal or bound elsewhere to waiting), which costs time, never another pod's d
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
@@ -106,6 +106,28 @@ class LockOwners:
 
     def node_event(self, obj: JsonObject, *, deleted: bool) -> None:
         """Nodes do not change what is known of owners."""
+
+    def sole_waiting(
+        self, candidates: Iterable[tuple[str, str]], node: str, lock: NodeLock, rule: LockRule
+    ) -> tuple[str, str] | None:
+        """Among ``candidates`` (``(namespace, pod)`` held on ``node``), the one pod that can
+        own ``lock`` — known to wait for its Allocate there, bound when the lock was taken or
+        later — if exactly one can; from the caches only.
+
+        A key whose value names no pod (Cambricon's) is known to its writer only; another
+        replica, or this process after a restart, finds the owner this way instead of freeing
+        a waiting pod's lock by age."""
+        found: list[tuple[str, str]] = []
+        for namespace, pod in candidates:
+            owned = NodeLock(lock.acquired, namespace, pod)
+            if self.known(namespace, pod, node, owned, rule) is not OwnerState.WAITING:
+                continue
+            cached = self._pods(key_for(namespace, pod))
+            bound_at = None if cached is None else _bound_at(PodView(cached))
+            if bound_at is not None and bound_at < lock.acquired.timestamp() - _SLACK_S:
+                continue
+            found.append((namespace, pod))
+        return found[0] if len(found) == 1 else None
 
     def known(
         self, namespace: str, pod: str, node: str, lock: NodeLock, rule: LockRule = MUTEX_LOCK
