@@ -31,7 +31,7 @@ from hami_protocol.node.registry import (
     encode_node_devices_colon,
     encode_node_devices_json,
 )
-from hami_protocol.pod.devices import decode_pod_devices_canonical
+from hami_protocol.pod.devices import ContainerDevice, decode_pod_devices_canonical
 from hami_protocol.vendor.table import vendor_by_word, vendors_from_config
 from hami_scheduler.app import RunningScheduler, serving
 from hami_scheduler.settings import Settings
@@ -275,14 +275,49 @@ class Harness:
         await self.add_node(name, annotations=notes, allocatable=allocatable, labels=labels)
         await self.synced_node(name)
 
-    def granted(self, name: str, word: str, namespace: str = "default") -> list[str]:
-        """The device IDs of vendor ``word`` the pod's allocation annotation names, in order."""
+    async def placed(
+        self,
+        name: str,
+        limits: Mapping[str, str],
+        nodes: Sequence[str],
+        annotations: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create the pod, filter it among ``nodes`` and bind it where the extender says (as
+        :meth:`schedule`); the node."""
+        pod = await self.add_pod(
+            pod_object(name, container(limits=limits), annotations=annotations)
+        )
+        reply = await self.schedule(pod, nodes)
+        assert len(reply["NodeNames"]) == 1, reply
+        return str(reply["NodeNames"][0])
+
+    async def refusal(
+        self,
+        name: str,
+        limits: Mapping[str, str],
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create the pod and filter it onto ``node`` alone; why the node is refused."""
+        pod = await self.add_pod(
+            pod_object(name, container(limits=limits), annotations=annotations)
+        )
+        reply = await self.filter(pod, [node])
+        assert not reply["NodeNames"], reply
+        return str(reply["FailedNodes"][node])
+
+    def grants(self, name: str, word: str, namespace: str = "default") -> list[ContainerDevice]:
+        """The devices of vendor ``word`` the pod's allocation annotation grants, in order."""
         row = vendor_by_word(ALL_VENDORS, word)
         assert row is not None
         assert row.devices_allocated_key is not None
         notes = annotations_of(self.pod(name, namespace))
         per_container = decode_pod_devices_canonical(notes[row.devices_allocated_key])
-        return [granted.uuid for container in per_container for granted in container]
+        return [granted for container in per_container for granted in container]
+
+    def granted(self, name: str, word: str, namespace: str = "default") -> list[str]:
+        """The device IDs of vendor ``word`` the pod's allocation annotation names, in order."""
+        return [granted.uuid for granted in self.grants(name, word, namespace)]
 
     async def add_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         return await self.api.create("pods", dict(pod))
@@ -298,6 +333,14 @@ class Harness:
 
     def events(self, reason: str) -> list[dict[str, Any]]:
         return [e for e in self.api.list("events") if e.get("reason") == reason]
+
+
+def pinned(word: str, *uuids: str) -> dict[str, str]:
+    """The pod annotation that pins a request of vendor ``word`` to devices ``uuids``."""
+    row = vendor_by_word(ALL_VENDORS, word)
+    assert row is not None
+    assert row.use_uuid_key is not None
+    return {row.use_uuid_key: ",".join(uuids)}
 
 
 def settings_for(url: str, **overrides: Any) -> Settings:

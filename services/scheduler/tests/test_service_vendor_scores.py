@@ -19,52 +19,13 @@ import pytest
 from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids, node_annotations
 from hami_protocol import keys
-from hami_protocol.vendor.table import vendor_by_word
 from hami_scheduler.core.vendors.metax_sgpu import QOS_KEY
 
-from .service_helpers import (
-    ALL_VENDORS,
-    Harness,
-    container,
-    pod_object,
-    vendor_harness,
-)
+from .service_helpers import Harness, pinned, vendor_harness
 
 ASCEND = "Ascend910B3"
 SGPU = "Metax-SGPU"
 KUNLUN = "kunlun"
-
-
-def _use(word: str, uuid: str) -> dict[str, str]:
-    """The pod annotation that pins a request of vendor ``word`` to device ``uuid``."""
-    row = vendor_by_word(ALL_VENDORS, word)
-    assert row is not None
-    assert row.use_uuid_key is not None
-    return {row.use_uuid_key: uuid}
-
-
-async def _placed(
-    h: Harness,
-    name: str,
-    limits: Mapping[str, str],
-    nodes: Sequence[str],
-    annotations: Mapping[str, str] | None = None,
-) -> str:
-    """Create the pod, filter it among ``nodes`` and bind it where the extender says; the node."""
-    pod = await h.add_pod(pod_object(name, container(limits=limits), annotations=annotations))
-    reply = await h.schedule(pod, nodes)
-    assert len(reply["NodeNames"]) == 1, reply
-    return str(reply["NodeNames"][0])
-
-
-async def _refusal(
-    h: Harness, name: str, limits: Mapping[str, str], node: str, annotations: Mapping[str, str]
-) -> str:
-    """Create the pod and filter it onto ``node`` alone; why the node is refused."""
-    pod = await h.add_pod(pod_object(name, container(limits=limits), annotations=annotations))
-    reply = await h.filter(pod, [node])
-    assert not reply["NodeNames"], reply
-    return str(reply["FailedNodes"][node])
 
 
 async def _split_and_together(
@@ -80,8 +41,8 @@ async def _split_and_together(
     await h.add_vendor_node("together", VendorDevices(word, 2))
     devices = device_ids(split, "split")
     for i in (1, 2, 3):
-        pinned = {**(notes or {}), **_use(word, devices[i])}
-        assert await _placed(h, f"share-{i}", share, ["split"], pinned) == "split"
+        held = {**(notes or {}), **pinned(word, devices[i])}
+        assert await h.placed(f"share-{i}", share, ["split"], held) == "split"
     return devices
 
 
@@ -95,11 +56,11 @@ async def test_an_ascend_multi_npu_pod_goes_where_its_npus_share_a_network_id() 
         npus = await _split_and_together(h, ASCEND, ASCEND_SLICE)
         # Scores: "split" 10 x 1/2 plus its usage, "together" 10 x 2/2.
         limits = {f"huawei.com/{ASCEND}": "2"}
-        assert await _placed(h, "pair", limits, ["split", "together"]) == "together"
+        assert await h.placed("pair", limits, ["split", "together"]) == "together"
         together = device_ids(VendorDevices(ASCEND, 2), "together")
         assert sorted(h.granted("pair", ASCEND)) == sorted(together)
         # On "split" alone the pair is what it would have got: one NPU of each network.
-        assert await _placed(h, "pair-2", limits, ["split"]) == "split"
+        assert await h.placed("pair-2", limits, ["split"]) == "split"
         assert sorted(h.granted("pair-2", ASCEND)) == sorted([npus[0], npus[4]])
 
 
@@ -141,9 +102,9 @@ async def test_the_metax_gpu_topology_score_picks_the_better_placement(
             opposite = None if two is None else 400 - two
             topology = {read: _topology_map(two), unread: _topology_map(opposite)}
             await h.add_vendor_node(name, VendorDevices(METAX_GPU, 4), annotations=topology)
-        assert await _placed(h, "one", {"metax-tech.com/gpu": "1"}, ["busy"]) == "busy"
+        assert await h.placed("one", {"metax-tech.com/gpu": "1"}, ["busy"]) == "busy"
         policy_note = {keys.NODE_SCHEDULER_POLICY: policy}
-        assert await _placed(h, "two", METAX_TWO, ["busy", "idle"], policy_note) == winner
+        assert await h.placed("two", METAX_TWO, ["busy", "idle"], policy_note) == winner
 
 
 # --- Kunlunxin whole XPUs: wings 0-3 / 4-7, cross-wing groups, the bubble score ----------------
@@ -159,7 +120,7 @@ async def _occupy(h: Harness, node: str, indices: Sequence[int]) -> None:
     """One single-XPU pod pinned to each of ``indices`` on ``node``."""
     ids = device_ids(XPUS, node)
     for i in indices:
-        assert await _placed(h, f"{node}-xpu-{i}", _xpus(1), [node], _use(KUNLUN, ids[i])) == node
+        assert await h.placed(f"{node}-xpu-{i}", _xpus(1), [node], pinned(KUNLUN, ids[i])) == node
 
 
 def _board_indices(h: Harness, pod: str) -> str:
@@ -188,7 +149,7 @@ async def test_kunlun_xpus_are_taken_within_a_wing_else_across_linked_wings(
     async with vendor_harness() as h:
         await h.add_vendor_node("n", XPUS)
         await _occupy(h, "n", used)
-        assert await _placed(h, "p", _xpus(count), ["n"]) == "n"
+        assert await h.placed("p", _xpus(count), ["n"]) == "n"
         assert _board_indices(h, "p") == chosen
 
 
@@ -200,7 +161,7 @@ async def test_kunlun_bubble_score_outweighs_binpack_usage() -> None:
         await _occupy(h, "one-used", (0,))
         # Bubble of the pod's XPUs minus bubble of those in use: two-used gives it 2,3
         # (2 - 2 -> 2000, plus the busier node's usage), one-used 1,2 (2 - 3 -> 3000).
-        assert await _placed(h, "pair", _xpus(2), ["two-used", "one-used"]) == "one-used"
+        assert await h.placed("pair", _xpus(2), ["two-used", "one-used"]) == "one-used"
         assert _board_indices(h, "pair") == "1,2"
 
 
@@ -242,11 +203,11 @@ async def test_sgpu_app_classes_share_a_device_as_hami_allows(
 ) -> None:
     async with vendor_harness() as h:
         await h.add_vendor_node("n", VendorDevices(SGPU, 1))
-        assert await _placed(h, "first", SGPU_SHARE, ["n"], _sgpu_notes(first)) == "n"
+        assert await h.placed("first", SGPU_SHARE, ["n"], _sgpu_notes(first)) == "n"
         if joins:
-            assert await _placed(h, "second", SGPU_SHARE, ["n"], _sgpu_notes(second)) == "n"
+            assert await h.placed("second", SGPU_SHARE, ["n"], _sgpu_notes(second)) == "n"
         else:
-            reason = await _refusal(h, "second", SGPU_SHARE, "n", _sgpu_notes(second))
+            reason = await h.refusal("second", SGPU_SHARE, "n", _sgpu_notes(second))
             assert reason == "1/1 CardAppClassMismatch"
 
 
@@ -255,11 +216,11 @@ async def test_an_online_sgpu_pod_avoids_devices_running_only_offline_pods() -> 
     async with vendor_harness() as h:
         await h.add_vendor_node("n", spec)
         busy, idle = device_ids(spec, "n")
-        offline = _sgpu_notes("offline", **_use(SGPU, busy))
-        assert await _placed(h, "offline", SGPU_SHARE, ["n"], offline) == "n"
+        offline = _sgpu_notes("offline", **pinned(SGPU, busy))
+        assert await h.placed("offline", SGPU_SHARE, ["n"], offline) == "n"
         # binpack would take the busier device; the online order puts offline-only ones last.
         binpack = {keys.GPU_SCHEDULER_POLICY: "binpack"}
-        assert await _placed(h, "online", SGPU_SHARE, ["n"], _sgpu_notes("online", **binpack))
+        assert await h.placed("online", SGPU_SHARE, ["n"], _sgpu_notes("online", **binpack))
         assert h.granted("online", SGPU) == [idle]
 
 
@@ -279,10 +240,10 @@ async def test_the_sgpu_score_steers_an_online_pod_away_from_offline_pods(policy
         await h.add_vendor_node("with-offline", VendorDevices(SGPU, 1))
         await h.add_vendor_node("with-online", VendorDevices(SGPU, 1))
         for name, held in (("with-offline", "offline"), ("with-online", "online")):
-            assert await _placed(h, held, SGPU_SHARE, [name], _sgpu_notes(held)) == name
+            assert await h.placed(held, SGPU_SHARE, [name], _sgpu_notes(held)) == name
         notes = _sgpu_notes("online", **{keys.NODE_SCHEDULER_POLICY: policy})
         candidates = ["with-offline", "with-online"]
-        assert await _placed(h, "p", SGPU_SHARE, candidates, notes) == "with-online"
+        assert await h.placed("p", SGPU_SHARE, candidates, notes) == "with-online"
 
 
 async def _report_qos(h: Harness, node: str, spec: VendorDevices, qos: str) -> None:
@@ -306,14 +267,14 @@ async def test_sgpu_pods_of_another_qos_policy_do_not_join_a_shared_device() -> 
     async with vendor_harness() as h:
         await h.add_vendor_node("n", spec)
         # An idle device takes any policy, whatever the plugin last reported for it.
-        assert await _placed(h, "fixed", SGPU_SHARE, ["n"], fixed) == "n"
+        assert await h.placed("fixed", SGPU_SHARE, ["n"], fixed) == "n"
         await eventually(lambda: h.scheduler.cache.assumed_count() == 0, what="fixed observed")
         # The plugin still reports best-effort: the device now runs fixed-share all the same.
         mismatch = "1/1 CardQosPolicyMismatch"
-        assert await _refusal(h, "effort", SGPU_SHARE, "n", effort) == mismatch
+        assert await h.refusal("effort", SGPU_SHARE, "n", effort) == mismatch
         await _report_qos(h, "n", spec, keys.METAX_QOS_FIXED_SHARE)
-        assert await _refusal(h, "effort-2", SGPU_SHARE, "n", effort) == mismatch
-        assert await _placed(h, "fixed-2", SGPU_SHARE, ["n"], fixed) == "n"
+        assert await h.refusal("effort-2", SGPU_SHARE, "n", effort) == mismatch
+        assert await h.placed("fixed-2", SGPU_SHARE, ["n"], fixed) == "n"
 
 
 @pytest.mark.parametrize(("aware", "winner"), [("true", "together"), ("false", "split")])
@@ -325,4 +286,4 @@ async def test_the_sgpu_score_keeps_a_topology_aware_pods_whole_devices_in_one_m
         # Topology-aware: "together" scores 10 x one link (x10000), "split" nothing; otherwise
         # binpack takes the busier node.
         notes = _sgpu_notes(**{keys.METAX_SGPU_TOPOLOGY_AWARE: aware})
-        assert await _placed(h, "whole", SGPU_WHOLE, ["split", "together"], notes) == winner
+        assert await h.placed("whole", SGPU_WHOLE, ["split", "together"], notes) == winner
