@@ -349,7 +349,7 @@ def settings_for(url: str, **overrides: Any) -> Settings:
         metrics_bind_address="127.0.0.1:0",
         scheduler_name="hami-scheduler",
     )
-    kube = dataclasses.replace(base.kube, kube_url=url)
+    kube = dataclasses.replace(base.kube, kube_url=url, user_agent="hami-scheduler")
     return dataclasses.replace(base, kube=kube, **overrides)
 
 

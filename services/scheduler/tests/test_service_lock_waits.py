@@ -225,3 +225,30 @@ async def test_the_line_is_fifo_and_a_timed_out_waiter_passes_its_turn_on() -> N
     assert await asyncio.gather(first, *patient) == [True, True, True]
     assert order == ["a", "c", "d"]
     assert waits.ahead("n") == 0
+
+
+async def test_a_deleted_owner_the_pod_watch_never_showed_frees_its_lock_after_a_short_grace() -> (
+    None
+):
+    # The pod watch lost the owner's events (dropped, compacted, relisted after it was gone):
+    # the owner this process bound is taken as waiting only for a few seconds, then read.
+    offset = [timedelta(0)]
+
+    def now() -> datetime:
+        return datetime.now(UTC) + offset[0]
+
+    async with harness(now=now, node_lock_wait_s=0.3) as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        assert h.api.hold_watches("pods", "hami-scheduler") >= 1
+        try:
+            first = await h.filtered("first")
+            assert await h.bind(first, "n") == ""
+            await h.api.delete("pods", "first", namespace="default")
+            second = await h.filtered("second")
+            assert "locked by default/first" in await h.bind(second, "n")
+            offset[0] = timedelta(seconds=10)
+            assert await h.bind(second, "n") == ""
+            assert owner(h) == "second"
+        finally:
+            h.api.release_watches()

@@ -329,6 +329,7 @@ async def run(
             client,
             pods=lambda key: watcher.pods.store.get(key),  # noqa: PLW0108 - not created yet
             on_miss=lambda: metrics.cache_miss("lock_owner"),
+            clock=lambda: now().timestamp(),
         )
         pending = PendingBinds(cache)
         watcher = CacheWatcher(

@@ -11,8 +11,10 @@ what this process already knows; one GET only when it knows nothing.
    elsewhere, finished) is trusted only when the copy's ``bind-time`` is not older than the
    lock (less ``_SLACK_S``): a lock taken after that pod was bound belongs to a newer pod of
    the same name (deleted and created again) whose events the watch has not delivered yet;
-3. a pod this process bound to this node less than ``recent_ttl_s`` ago, not seen by the pod
-   watch since → ``WAITING`` (its Binding's watch event is on its way);
+3. a pod this process bound to this node less than ``recent_ttl_s`` (5 s) ago, not seen by the
+   pod watch since → ``WAITING`` (its Binding's watch event is on its way).  Not longer: a watch
+   that lost events (dropped, compacted, relisted after the pod was gone) never shows a pod
+   deleted meanwhile, and its lock would be kept for nothing — after the grace, step 4 asks;
 4. otherwise a GET (counted by ``on_miss``): NotFound → ``GONE``, an error → ``UNKNOWN``.
 
 Staleness in 2 and 3 can only err towards waiting (a pod never returns from finished,
@@ -69,7 +71,7 @@ class LockOwners:
         *,
         pods: Callable[[str], JsonObject | None],
         on_miss: Callable[[], None] | None = None,
-        recent_ttl_s: float = 60.0,
+        recent_ttl_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``pods``: the pod watch's copy by ``namespace/name`` key."""
