@@ -161,6 +161,33 @@ async def test_admit_without_preference_and_errors(plugin_dir: Path) -> None:
         await plugin.stop()
 
 
+async def test_a_plugin_registering_again_mid_allocate_fails_that_call_not_the_kubelet(
+    plugin_dir: Path,
+) -> None:
+    # The kubelet closes the old connection when the plugin registers again (a restart); the
+    # Allocate in flight on it fails with an error, as a real kubelet's gRPC call does. It
+    # must not come back as a cancellation: that ended the stand-in's admission loop for good.
+    async with manager_and_server(plugin_dir) as (manager, _):
+        devices = {"a": "Healthy", "b": "Healthy"}
+        plugin = FakePlugin(plugin_dir, devices)
+        await plugin.serve()
+        await plugin.register()
+        await plugin.set_devices(devices)
+        await eventually(lambda: manager.resources().get(RESOURCE) is not None)
+        await eventually(lambda: manager.resources()[RESOURCE].allocatable == 2)
+        plugin.hold_allocate = True
+        admitting = asyncio.ensure_future(manager.admit(PodView(_pod("u1", [("c", 1)]))))
+        await plugin.allocate_started.wait()
+        await plugin.register()  # the same plugin, registering again
+        with pytest.raises(AdmissionError, match="connection"):
+            await admitting
+        plugin.hold_allocate = False
+        plugin.release_allocate()
+        allocation = await manager.admit(PodView(_pod("u2", [("c", 1)])))
+        assert allocation.container("c") is not None
+        await plugin.stop()
+
+
 # ----- the stand-in against the API server ----------------------------------------------------
 
 NODE = TEST_NODE

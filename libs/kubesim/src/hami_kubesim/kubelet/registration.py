@@ -35,6 +35,10 @@ _CHANNEL_OPTIONS = (("grpc.default_authority", "localhost"),)
 _MAX_SOCKET_PATH = 107
 
 
+_CONNECTION_CLOSING = "rpc error: code = Canceled desc = grpc: the client connection is closing"
+"""What the kubelet's gRPC client returns for a call on a connection it closed."""
+
+
 class PluginCallError(Exception):
     """A call to a plugin failed; ``str()`` is the text the kubelet would report."""
 
@@ -136,6 +140,9 @@ class PluginEndpoint:
             raise PluginCallError(
                 f"device plugin GetPreferredAllocation rpc failed with err: {_error_text(error)}"
             ) from error
+        except asyncio.CancelledError:
+            self._closed_mid_call("device plugin GetPreferredAllocation rpc failed with err: ")
+            raise
         if not reply.container_responses:
             return ()
         return tuple(reply.container_responses[0].deviceIDs)
@@ -151,6 +158,9 @@ class PluginEndpoint:
             reply = await self._stub.Allocate(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
             raise PluginCallError(_error_text(error)) from error
+        except asyncio.CancelledError:
+            self._closed_mid_call()
+            raise
         if not reply.container_responses:
             raise PluginCallError("no containers return in allocation response")
         first = reply.container_responses[0]
@@ -179,6 +189,19 @@ class PluginEndpoint:
             raise PluginCallError(
                 f"device plugin PreStartContainer rpc failed with err: {_error_text(error)}"
             ) from error
+        except asyncio.CancelledError:
+            self._closed_mid_call("device plugin PreStartContainer rpc failed with err: ")
+            raise
+
+    def _closed_mid_call(self, prefix: str = "") -> None:
+        """Raise the kubelet's error for a call whose connection :meth:`close` cut.
+
+        grpc.aio cancels the calls of a channel being closed, so the awaiting task sees a
+        ``CancelledError`` it was never sent; the kubelet's Go client returns an error instead.
+        A task that is itself being cancelled keeps its cancellation."""
+        task = asyncio.current_task()
+        if self.stopped and (task is None or not task.cancelling()):
+            raise PluginCallError(f"{prefix}{_CONNECTION_CLOSING}") from None
 
     async def close(self) -> None:
         self.stopped = True

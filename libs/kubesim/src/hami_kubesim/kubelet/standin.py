@@ -448,6 +448,13 @@ class KubeletStandIn(RunsInBackground):
             except Exception:
                 # One bad pod must not stop the node's pod worker.
                 log.exception("pod admission crashed", node=self.node_name)
+            except asyncio.CancelledError:
+                # A cancellation this task was not sent (a library's, from below) must not end
+                # the worker either: a TaskGroup drops a cancelled child without a word.
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                log.error("pod admission cancelled from below", node=self.node_name, pod=pod.key)
             finally:
                 self._admitting = None
 
