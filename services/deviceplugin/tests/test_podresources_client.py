@@ -58,11 +58,15 @@ async def kubelet(
 
 
 class Hanging(api_pb2_grpc.PodResourcesListerServicer):
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
     async def List(
         self,
         request: api_pb2.ListPodResourcesRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> api_pb2.ListPodResourcesResponse:
+        self.asked.set()
         await asyncio.sleep(30)
         return api_pb2.ListPodResourcesResponse()
 
@@ -155,6 +159,24 @@ async def test_a_kubelet_that_does_not_answer_costs_the_deadline_only(plugin_dir
         started = time.monotonic()
         assert await client.list() is None
         assert time.monotonic() - started < 2.0
+    await client.close()
+
+
+async def test_a_call_cut_by_another_callers_failure_is_a_failure_not_a_cancellation(
+    plugin_dir: Path,
+) -> None:
+    # The registrar and an Allocate may ask at once; one failing closes the shared channel,
+    # and grpc.aio cancels the other's call: that caller must get None, not a cancellation
+    # (which would end an Allocate as cancelled, or a loop that does not expect one).
+    socket = plugin_dir / "kubelet.sock"
+    client = PodResourcesClient(socket, deadline_s=5.0)
+    server = Hanging()
+    async with kubelet(socket, server):
+        asking = asyncio.ensure_future(client.list())
+        await server.asked.wait()  # the call is in flight
+        await client.close()  # what another caller's failure does
+        async with asyncio.timeout(2.0):
+            assert await asking is None
     await client.close()
 
 

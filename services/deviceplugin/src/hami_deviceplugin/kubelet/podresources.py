@@ -87,6 +87,13 @@ class PodResourcesClient:
         except (grpc.aio.AioRpcError, OSError) as exc:
             await self._failed(_reason(exc))
             return None
+        except asyncio.CancelledError:
+            # Another caller's failure closed the shared channel, and grpc.aio cancels the calls
+            # on a closing channel: a failed call for this caller, not its cancellation.
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            return None
         if self._failing is not None:
             log.info("kubelet pod-resources API answers again", socket=str(self._path))
             self._failing = None
