@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ from hami_scheduler.core import (
     node_layout,
     pod_plan,
 )
+from hami_scheduler.core.usage import NO_CUSTOM
 
 T4 = "NVIDIA-Tesla T4"
 
@@ -43,6 +45,7 @@ def dev(
     mode: str = "hami-core",
     index: int = 0,
     vendor: str = "NVIDIA",
+    custom: Mapping[str, str] | None = None,
 ) -> DeviceUsage:
     return DeviceUsage(
         uuid=uuid,
@@ -58,6 +61,7 @@ def dev(
         used=used,
         usedmem=usedmem,
         usedcores=usedcores,
+        custom=NO_CUSTOM if custom is None else MappingProxyType(dict(custom)),
     )
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
 from hami_scheduler.core import DeviceSelectors, FitContext
-from hami_scheduler.core.usage import NO_CUSTOM, DeviceUsage
+from hami_scheduler.core.usage import DeviceUsage
+
+from .core_helpers import dev
 
 
 def vdev(
@@ -28,21 +29,21 @@ def vdev(
     numa: int = 0,
     custom: Mapping[str, str] | None = None,
 ) -> DeviceUsage:
-    return DeviceUsage(
-        uuid=uuid if uuid is not None else f"{vendor}-{index}",
+    return dev(
+        uuid if uuid is not None else f"{vendor}-{index}",
         vendor=vendor,
-        type=model if model is not None else vendor,
+        model=model if model is not None else vendor,
         index=index,
         numa=numa,
         mode=mode,
         health=health,
         count=count,
-        totalmem=mem,
-        totalcore=cores,
+        mem=mem,
+        cores=cores,
         used=used,
         usedmem=usedmem,
         usedcores=usedcores,
-        custom=NO_CUSTOM if custom is None else MappingProxyType(dict(custom)),
+        custom=custom,
     )
 
 
