@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from hami_protocol import _fields as f
 
@@ -94,22 +94,37 @@ def parse_awsneuron(top: Mapping[str, object], warnings: list[str]) -> AwsNeuron
     )
 
 
+class _VirtualNames(Protocol):
+    @property
+    def resource_count_name(self) -> str: ...
+    @property
+    def resource_vcount_name(self) -> str: ...
+    @property
+    def resource_vmemory_name(self) -> str | None: ...
+
+
+VIRTUAL_NAME_KEYS: Final = ("resourceCountName", "resourceVCountName", "resourceVMemoryName")
+"""The names of a block whose whole devices and virtual slices are separate resources."""
+
+
+def virtual_names(
+    data: Mapping[str, object], path: str, base: _VirtualNames
+) -> tuple[str, str, str | None]:
+    """:data:`VIRTUAL_NAME_KEYS` of a block (Kunlunxin, MetaX): count, vcount, vmemory."""
+    return (
+        f.get_required_str(data, "resourceCountName", path, base.resource_count_name),
+        f.get_required_str(data, "resourceVCountName", path, base.resource_vcount_name),
+        f.get_name(data, "resourceVMemoryName", path, base.resource_vmemory_name),
+    )
+
+
 def parse_kunlun(top: Mapping[str, object], warnings: list[str]) -> KunlunConfig:
     path = "kunlun"
     data = f.as_mapping(top.get(path), path)
-    known = ("resourceCountName", "resourceVCountName", "resourceVMemoryName")
-    warnings += f.unknown_keys(data, known, path)
-    base = KunlunConfig()
+    warnings += f.unknown_keys(data, VIRTUAL_NAME_KEYS, path)
+    count, vcount, vmemory = virtual_names(data, path, KunlunConfig())
     return KunlunConfig(
-        resource_count_name=f.get_required_str(
-            data, "resourceCountName", path, base.resource_count_name
-        ),
-        resource_vcount_name=f.get_required_str(
-            data, "resourceVCountName", path, base.resource_vcount_name
-        ),
-        resource_vmemory_name=f.get_name(
-            data, "resourceVMemoryName", path, base.resource_vmemory_name
-        ),
+        resource_count_name=count, resource_vcount_name=vcount, resource_vmemory_name=vmemory
     )
 
 

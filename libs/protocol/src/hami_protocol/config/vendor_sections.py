@@ -15,6 +15,7 @@ from typing import Final
 
 from hami_protocol import _fields as f
 from hami_protocol.config.ascend import AscendChipConfig, AscendConfig, AscendTemplate, parse_ascend
+from hami_protocol.config.vendor_blocks import VIRTUAL_NAME_KEYS, virtual_names
 from hami_protocol.errors import ConfigError
 
 __all__ = [
@@ -143,25 +144,14 @@ def _positive(item: object, where: str) -> int:
 def parse_metax(top: Mapping[str, object], warnings: list[str]) -> MetaxConfig:
     path = "metax"
     data = _section(top, path)
-    keys = (
-        "resourceCountName",
-        "resourceVCountName",
-        "resourceVMemoryName",
-        "resourceVCoreName",
-        "sgpuTopologyAware",
-    )
+    keys = (*VIRTUAL_NAME_KEYS, "resourceVCoreName", "sgpuTopologyAware")
     warnings += f.unknown_keys(data, keys, path)
     base = MetaxConfig()
+    count, vcount, vmemory = virtual_names(data, path, base)
     return MetaxConfig(
-        resource_count_name=f.get_required_str(
-            data, "resourceCountName", path, base.resource_count_name
-        ),
-        resource_vcount_name=f.get_required_str(
-            data, "resourceVCountName", path, base.resource_vcount_name
-        ),
-        resource_vmemory_name=f.get_name(
-            data, "resourceVMemoryName", path, base.resource_vmemory_name
-        ),
+        resource_count_name=count,
+        resource_vcount_name=vcount,
+        resource_vmemory_name=vmemory,
         resource_vcore_name=f.get_name(data, "resourceVCoreName", path, base.resource_vcore_name),
         sgpu_topology_aware=f.get_bool(data, "sgpuTopologyAware", path, False),
     )
