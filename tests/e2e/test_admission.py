@@ -16,6 +16,7 @@ from hami_kubesim.stack.objects import WEBHOOK_CONFIGURATION_NAME, gpu_pod
 from hami_kubesim.stack.settle import settled
 from hami_kubesim.stack.state import Outcome, failed_scheduling, outcome
 from hami_kubesim.stack.system import System
+from hami_kubesim.testing import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 
@@ -80,15 +81,32 @@ async def test_quota_is_enforced_at_admission_and_at_filter(
     assert found is not None
     assert outcome(state, found) is Outcome.RUNNING
 
-    # Over the quota on its own: the webhook refuses it.
+    # Over the quota on its own: the webhook refuses it, once its pod watch shows the first
+    # placed (the API server shows it Running before the webhook's watch may have caught up).
+    async def greedy_refused_on_dry_run() -> bool:
+        pod = gpu_pod("greedy", namespace=namespace, memory_mib=5000)
+        try:
+            await system.api.create("pods", pod, dry_run=True)
+        except StatusError as exc:
+            return exc.code == 403
+        return False
+
+    await eventually(greedy_refused_on_dry_run, within=30, what="the webhook counts the first")
     with pytest.raises(StatusError) as refused:
         await system.create(gpu_pod("greedy", namespace=namespace, memory_mib=5000))
     assert refused.value.code == 403
     assert "exceeding resource quota" in refused.value.message
 
     # Each fits on its own, so both are admitted; the scheduler's quota check stops the second.
-    for name in ("fits-a", "fits-b"):
-        await system.create(gpu_pod(name, namespace=namespace, memory_mib=4000))
+    # "Admitted together" means the webhook has not seen the first placed when the second comes:
+    # its pod watch is held meanwhile (otherwise a quick bind of the first makes the webhook
+    # refuse the second, as it should, and the race decides what this test sees).
+    assert system.api.hold_watches("pods", "hami-webhook") >= 1
+    try:
+        for name in ("fits-a", "fits-b"):
+            await system.create(gpu_pod(name, namespace=namespace, memory_mib=4000))
+    finally:
+        system.api.release_watches()
     keys = [f"{namespace}/fits-a", f"{namespace}/fits-b"]
     state = await system.wait_for(settled(keys), within=30, what="both settle")
     outcomes = {

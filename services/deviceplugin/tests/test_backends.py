@@ -10,8 +10,10 @@ from types import AsyncGeneratorType
 from typing import cast
 
 import pytest
+import yaml
 
 from hami_deviceplugin.errors import BackendError, FakeDevicesError
+from hami_deviceplugin.fake_devices import settled
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.backends.fake import FakeBackend, parse_fake_devices
 from hami_deviceplugin.gpu.backends.nvml import (
@@ -130,7 +132,9 @@ async def test_fake_backend_reports_file_changes(tmp_path: Path) -> None:
         await eventually(lambda: len(seen) == 1, what="health change reported")
         assert [g.healthy for g in seen[0]] == [True, False]
         assert seen[0][1].reason
-        path.write_text("gpus: [")  # a broken rewrite keeps the previous list
+        staging = path.with_suffix(".broken")
+        staging.write_text("gpus: [")
+        staging.replace(path)  # a broken rewrite keeps the previous list
         write_devices(
             path,
             [
@@ -138,13 +142,39 @@ async def test_fake_backend_reports_file_changes(tmp_path: Path) -> None:
                 gpu("GPU-b", 1, healthy=False, memory_used_mib=5),
             ],
         )
-        await eventually(
-            lambda: backend._content is not None and b"memory_used_mib" in backend._content
-        )
+
+        async def usage_reported() -> bool:
+            return await backend.usage() == {"GPU-b": GpuUsage(5 * MIB, None, None)}
+
+        await eventually(usage_reported, what="the usage figures of the last rewrite")
         assert len(seen) == 1  # usage fields alone do not change the GPU list
-    usage = await backend.usage()
-    assert usage == {"GPU-b": GpuUsage(5 * MIB, None, None)}
     await backend.close()
+
+
+async def test_fake_backend_takes_a_file_written_in_place_once_two_polls_agree(
+    tmp_path: Path,
+) -> None:
+    """A poll that lands between an in-place write's truncation and its last byte reads an
+    empty file ("no GPUs"); taken at once, every GPU would vanish for a poll."""
+    path = tmp_path / "gpus.yaml"
+    write_devices(path, [gpu("GPU-a", 0)])
+    backend = FakeBackend(path, sysfs_root=fake_sysfs(tmp_path / "sys"), poll_interval=0.01)
+    await backend.open()
+    async with following(backend) as seen:
+        path.write_text("")  # in place: what a poll sees mid-write, held for many polls
+        await eventually(lambda: len(seen) == 1, what="an empty file that stays is taken")
+        assert seen == [()]
+        path.write_text(yaml.safe_dump({"gpus": [gpu("GPU-a", 0), gpu("GPU-b", 1)]}))
+        await eventually(lambda: len(seen) == 2, what="the rewrite is taken")
+        assert [g.uuid for g in seen[1]] == ["GPU-a", "GPU-b"]
+    await backend.close()
+
+
+def test_a_content_is_settled_when_taken_or_read_twice() -> None:
+    assert settled(b"a", previous_read=None, taken=b"a")
+    assert not settled(b"", previous_read=None, taken=b"a")  # first sight of a truncated file
+    assert not settled(b"b", previous_read=b"", taken=b"a")  # still changing
+    assert settled(b"b", previous_read=b"b", taken=b"a")
 
 
 async def test_fake_backend_missing_file(tmp_path: Path) -> None:

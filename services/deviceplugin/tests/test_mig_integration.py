@@ -60,7 +60,9 @@ def a100(uuid: str, index: int, **mig: Any) -> dict[str, Any]:
 
 
 def write(path: Path, *gpus: dict[str, Any]) -> None:
-    path.write_text(yaml.safe_dump({"gpus": list(gpus)}))
+    staging = path.with_suffix(".tmp")
+    staging.write_text(yaml.safe_dump({"gpus": list(gpus)}))
+    staging.replace(path)  # the plugin polls the file: never let it read half of it
 
 
 @pytest.fixture

@@ -5,7 +5,13 @@ and the field, and :class:`FakeFileSource`, which loads the file at start and ag
 rewrite.
 
 Blocking reads and parsing run in worker threads; a rewrite is noticed by polling the file's
-content every ``poll_interval`` seconds (one small read per poll).
+content every ``poll_interval`` seconds (one small read per poll).  A new content is taken only
+once two polls in a row read it: a file written in place (``cp``, ``>``, most editors' plain
+save) is truncated before it is written, and a poll landing in between reads an empty or half
+file, which often parses (an empty file is "no devices"): taken at once, every device would
+vanish from the node and come back a poll later.  Writing a temporary file and renaming it over
+the old one is still the way to change the file; the second read only makes the in-place write
+safe too, at the cost of one poll of delay.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "list_field",
     "number_field",
     "parse_document",
+    "settled",
     "string_field",
 ]
 
@@ -131,6 +138,13 @@ def address_field(entry: Mapping[str, Any], key: str, where: str) -> str | None:
         raise fail(where, f"{key}: {exc.reason}, got {text!r}") from None
 
 
+def settled(content: bytes, *, previous_read: bytes | None, taken: bytes | None) -> bool:
+    """Whether a poll's ``content`` may be acted on: it is the content already taken (nothing to
+    do), or the previous poll read the same bytes (a write in place is over, not caught between
+    its truncation and its last byte)."""
+    return content in (taken, previous_read)
+
+
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -176,6 +190,7 @@ class FakeFileSource(ABC, Generic[L]):
 
     async def _rewrites(self) -> AsyncIterator[L]:
         """What every later content of the file loads to, until cancelled."""
+        seen_once: bytes | None = None
         while True:
             await asyncio.sleep(self._poll)
             try:
@@ -183,6 +198,10 @@ class FakeFileSource(ABC, Generic[L]):
             except FakeDevicesError as exc:
                 log.warning("fake devices file unreadable", path=str(self._path), error=str(exc))
                 continue
+            if not settled(content, previous_read=seen_once, taken=self._content):
+                seen_once = content
+                continue
+            seen_once = None
             if content == self._content:
                 continue
             # Remembered even when it does not load, so a bad rewrite is reported once.

@@ -269,12 +269,18 @@ class ApiServer:
         return [self.wire(rt, e) for e in page.entries]
 
     async def create(
-        self, resource: str | ResourceType, obj: dict[str, Any], *, namespace: str | None = None
+        self,
+        resource: str | ResourceType,
+        obj: dict[str, Any],
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
+        """CREATE as a client's POST (``dry_run``: ``?dryRun=All``, admitted but not stored)."""
         rt = self.resource(resource)
         if namespace is None and rt.namespaced:
             namespace = (obj.get("metadata") or {}).get("namespace") or "default"
-        return self.wire(rt, await self.create_entry(rt, clone(obj), namespace))
+        return self.wire(rt, await self.create_entry(rt, clone(obj), namespace, dry_run=dry_run))
 
     def restore(
         self, resource: str | ResourceType, obj: dict[str, Any], *, namespace: str | None = None
