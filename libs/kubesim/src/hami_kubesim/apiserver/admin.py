@@ -7,28 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
 from hami_kubesim.apiserver.errors import BadRequestError, StatusError
-
-if TYPE_CHECKING:
-    from hami_kubesim.apiserver.server import ApiServer
-
-
-class KubeletControl(Protocol):
-    """What ``/_sim/kubelets`` does to one node's kubelet stand-in."""
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def set_admission_delay(self, seconds: float) -> None: ...
-
-    async def restart(self) -> None: ...
-
-    def describe(self) -> dict[str, Any]: ...
+from hami_kubesim.apiserver.hooks import KubeletControl
+from hami_kubesim.apiserver.server import ApiServer
 
 
 def _ok(body: Any) -> web.Response:

@@ -1,13 +1,15 @@
-"""The seam between the API server and the admission stand-in.
+"""The seams between the API server and the stand-ins it calls.
 
 The API server calls a ``MutatingAdmission`` on every pod CREATE before storing the object, exactly
 where the real API server runs its mutating admission chain.  The admission stand-in implements it.
+A ``KubeletControl`` is what the ``/_sim/kubelets`` endpoints do to one node's kubelet stand-in; the
+server keeps them by node (``ApiServer.kubelets``), so the server, not its HTTP face, names them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 
 class AdmissionDenied(Exception):  # noqa: N818 - mirrors the API server's wording
@@ -23,3 +25,17 @@ class AdmissionDenied(Exception):  # noqa: N818 - mirrors the API server's wordi
 MutatingAdmission = Callable[[str, str, dict[str, Any], str | None], Awaitable[dict[str, Any]]]
 """``(operation, resource, obj, namespace) -> obj``: returns the (possibly mutated) object or
 raises :class:`AdmissionDenied`.  ``operation`` is ``"CREATE"``, ``resource`` e.g. ``"pods"``."""
+
+
+class KubeletControl(Protocol):
+    """What ``/_sim/kubelets`` does to one node's kubelet stand-in."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def set_admission_delay(self, seconds: float) -> None: ...
+
+    async def restart(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...

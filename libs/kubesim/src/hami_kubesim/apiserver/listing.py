@@ -7,16 +7,13 @@ import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.history import Entry
 from hami_kubesim.apiserver.selectors import FieldSelector, field_value
 from hami_kubesim.objects.resources import ResourceType
 from hami_protocol.selectors import EVERYTHING, LabelSelector
-
-if TYPE_CHECKING:
-    from hami_kubesim.apiserver.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +43,20 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         raise BadRequestError(f"invalid continue token: {exc}") from exc
 
 
+class Buckets(Protocol):
+    """What a listing reads of the store that owns it: the current resourceVersion and each
+    resource type's objects, by namespace (``""`` for cluster-scoped) and name."""
+
+    @property
+    def rv(self) -> int: ...
+
+    def buckets(self, rt: ResourceType) -> dict[str, dict[str, Entry]]: ...
+
+
 class Listing:
     """Sorted-key caches and field indexes over a store's buckets."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Buckets) -> None:
         self._store = store
         self._sorted_ns: dict[str, list[str]] = {}
         self._sorted_names: dict[tuple[str, str], list[str]] = {}

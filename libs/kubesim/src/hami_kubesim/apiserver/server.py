@@ -12,11 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hami_kubesim.apiserver.admin import KubeletControl
 from hami_kubesim.apiserver.errors import BadRequestError, StatusError, reason_for
 from hami_kubesim.apiserver.faults import ErrorRule, Faults, LatencyRule
 from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Change, Entry, clone
-from hami_kubesim.apiserver.hooks import AdmissionDenied, MutatingAdmission
+from hami_kubesim.apiserver.hooks import AdmissionDenied, KubeletControl, MutatingAdmission
 from hami_kubesim.apiserver.metrics import RequestCounter
 from hami_kubesim.apiserver.selectors import (
     FieldSelector,
