@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from hami_kubesim.apiserver.app import create_app
+from hami_kubesim.apiserver.http.app import create_app
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import RunningApiServer, format_url, start_app
 from hami_protocol import keys

@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from hami_kubesim.apiserver.app import create_app
 from hami_kubesim.apiserver.hooks import MutatingAdmission
+from hami_kubesim.apiserver.http.app import create_app
 from hami_kubesim.apiserver.server import ApiServer
 
 

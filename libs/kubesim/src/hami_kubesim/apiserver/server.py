@@ -1,6 +1,6 @@
 """The in-memory API server: the store plus admission, watches and fault injection.
 
-The HTTP layer (``apiserver.py``) and tests both drive this object.  Its in-process methods copy
+The HTTP face (:mod:`.http`) and tests both drive this object.  Its in-process methods copy
 objects in and out (callers may keep and mutate what they pass or get); reads are synchronous,
 writes are coroutines because pod creation runs the admission chain.
 """

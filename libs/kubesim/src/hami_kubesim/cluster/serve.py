@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from hami_kubesim.apiserver.app import create_app
+from hami_kubesim.apiserver.http.app import create_app
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.testing import format_url, start_app
 

@@ -1,6 +1,6 @@
 """The HTTP face of :class:`~hami_kubesim.apiserver.server.ApiServer`: an aiohttp application
 serving the Kubernetes REST paths, discovery, ``/metrics`` (requests counted as kube-apiserver
-counts them, see :mod:`.metrics`) and the ``/_sim`` control endpoints."""
+counts them, see :mod:`hami_kubesim.apiserver.metrics`) and the ``/_sim`` control endpoints."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from aiohttp import web
 
-from hami_kubesim.apiserver import discovery, openapi
-from hami_kubesim.apiserver.admin import add_admin_routes
 from hami_kubesim.apiserver.errors import BadRequestError, MethodNotAllowedError, StatusError
 from hami_kubesim.apiserver.history import Entry, encode
-from hami_kubesim.apiserver.http_watch import serve_watch
+from hami_kubesim.apiserver.http import discovery, openapi
+from hami_kubesim.apiserver.http.admin import add_admin_routes
+from hami_kubesim.apiserver.http.routing import Discovery, Target, parse
+from hami_kubesim.apiserver.http.watch import serve_watch
 from hami_kubesim.apiserver.listing import ListPage
 from hami_kubesim.apiserver.metrics import client_name, kube_verb
-from hami_kubesim.apiserver.routing import Discovery, Target, parse
 from hami_kubesim.apiserver.selectors import label_selector_from_query, parse_field_selector
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.objects import tables

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from hami_kubesim.apiserver.discovery import KUBE_VERSION
+from hami_kubesim.apiserver.http.discovery import KUBE_VERSION
 from hami_kubesim.objects.resources import Registry, ResourceType
 
 

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.history import BOOKMARK, Entry, encode
+from hami_kubesim.apiserver.http.routing import Target
 from hami_kubesim.apiserver.metrics import client_name
-from hami_kubesim.apiserver.routing import Target
 from hami_kubesim.apiserver.selectors import label_selector_from_query, parse_field_selector
+from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.objects import tables
 from hami_kubesim.objects.resources import ResourceType
-
-if TYPE_CHECKING:
-    from hami_kubesim.apiserver.server import ApiServer
 
 IDLE_CHECK_S = 5.0  # how often an idle stream looks for a vanished client
 _TYPES = {
