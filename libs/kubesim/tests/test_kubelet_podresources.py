@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from hami_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
-from hami_kubesim.kubelet.standin import KubeletSettings
+from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import ALLOCATIONS_ANNOTATION
 from hami_kubesim.kubelet.testing import (
     FAKE_RESOURCE,

@@ -25,7 +25,8 @@ from hami_kube.config import KubeSettings
 from hami_kube.objects import ObjectView, PodView
 from hami_kubelet_api.constants import KUBELET_SOCKET_NAME
 from hami_kubelet_api.v1beta1 import api_pb2_grpc
-from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.kubelet.settings import KubeletSettings
+from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer, eventually
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (

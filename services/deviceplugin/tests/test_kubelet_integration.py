@@ -16,7 +16,8 @@ import pytest
 from hami_deviceplugin.app import serving
 from hami_deviceplugin.errors import BackendError
 from hami_kube.objects import PodView
-from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.kubelet.settings import KubeletSettings
+from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.keys import (

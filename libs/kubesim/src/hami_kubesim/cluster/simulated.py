@@ -33,7 +33,8 @@ from hami_kubesim.cluster.config import (
     SchedulingSpec,
     load_cluster_config,
 )
-from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.kubelet.settings import KubeletSettings
+from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.objects.resources import ResourceType
 from hami_kubesim.scheduler.config import (
     SchedulerConfig,

@@ -4,7 +4,8 @@ It serves the device-plugin ``Registration`` service on ``<plugin dir>/kubelet.s
 pod-resources API on ``<pod-resources dir>/kubelet.sock`` (:mod:`.podresources`), keeps the
 node's device capacity/allocatable current from every plugin's ListAndWatch stream, and admits
 the pods bound to its node one at a time, as the kubelet does (:mod:`.admission`: batches sorted
-by creation time; a knob pauses or delays admission). No container runs.
+by creation time; a knob pauses or delays admission). No container runs. How it runs (directories,
+timeouts, the pod CIDR) is a :class:`~.settings.KubeletSettings`.
 
 What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
 
@@ -38,14 +39,12 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
 
 What each container was given (device IDs, envs, mounts, devices, annotations, CDI devices) is
 kept in memory (:attr:`KubeletStandIn.allocations`) and, for pods that got any device, written
-to the emulator's own pod annotation ``kubesim.hami.io/container-allocations`` as JSON
-``{"node": N, "containers": [{"name", "kind": init|sidecar|app, "resources": [{"resource",
-"deviceIDs", "envs", "mounts", "devices", "annotations", "cdiDevices"}]}]}`` in the status
-write that marks the pod ``Running`` (or records its failed start): the real kubelet keeps this
-in a local checkpoint and sends only the status, so each admission costs the API server one write
-here too. A failing ``PreStartContainer`` leaves the pod ``Pending`` with that
-container waiting in ``CreateContainerConfigError`` (no retry). Status writes are retried on
-5xx/429 and lost connections.
+to the emulator's own pod annotation ``kubesim.hami.io/container-allocations`` (its JSON form is
+in :mod:`.status`) in the status write that marks the pod ``Running`` (or records its failed
+start): the real kubelet keeps this in a local checkpoint and sends only the status, so each
+admission costs the API server one write here too. A failing ``PreStartContainer`` leaves the pod
+``Pending`` with that container waiting in ``CreateContainerConfigError`` (no retry). Status
+writes are retried on 5xx/429 and lost connections (:mod:`.statusmanager`).
 
 It talks to the API server through :mod:`hami_kube`: a ``Reflector`` follows the node's pods
 (``fieldSelector=spec.nodeName=<node>``), writes go through ``KubeClient`` (retried with
@@ -57,27 +56,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from hami_kube.backoff import Backoff
-from hami_kube.errors import KubeError, NotFoundError
+from hami_kube.errors import KubeError
 from hami_kube.events import EventRecorder, EventType
 from hami_kube.objects import NodeView, PodView
-from hami_kube.patch import with_retries
 from hami_kube.reflector import EventHandlers, Reflector
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import format_time, utc_now
-from hami_kubelet_api.constants import (
-    ENDPOINT_STOP_GRACE_PERIOD_SECONDS,
-    KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS,
-    KUBELET_SOCKET_NAME,
-)
 from hami_kubesim.access import RECONNECT_BACKOFF, connect, reflector_config
 from hami_kubesim.background_tasks import BackgroundRunner, RunsInBackground
 from hami_kubesim.kubelet.admission import AdmissionQueue
@@ -86,6 +78,7 @@ from hami_kubesim.kubelet.devices import ResourceDevices
 from hami_kubesim.kubelet.podmanager import PodManager
 from hami_kubesim.kubelet.podresources import PodResourcesServer
 from hami_kubesim.kubelet.registration import RegistrationServer
+from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import (
     ALLOCATIONS_ANNOTATION,
     REASON_UNEXPECTED_ADMISSION,
@@ -97,53 +90,12 @@ from hami_kubesim.kubelet.status import (
     running_status,
     start_failed_status,
 )
-from hami_kubesim.kubelet.workloads import DEFAULT_INTERVAL_S, Workloads
+from hami_kubesim.kubelet.statusmanager import patch_pod_status
+from hami_kubesim.kubelet.workloads import Workloads
 
 log = structlog.get_logger(__name__)
 
-_WRITE_ATTEMPTS = 10
 _COMPONENT = "kubelet"
-
-
-@dataclass(frozen=True, slots=True)
-class KubeletSettings:
-    """How one kubelet stand-in runs.
-
-    ``plugin_dir`` plays ``/var/lib/kubelet/device-plugins/``; keep its path short (unix socket
-    paths are limited to 107 bytes). ``pod_resources_dir`` plays
-    ``/var/lib/kubelet/pod-resources/`` (default: beside the plugin dir, named
-    ``<plugin dir>-pod-resources``). ``pod_cidr`` is where pod IPs come from; ``host_ip`` is used
-    when the node object has no ``InternalIP`` address. ``admission_delay`` makes every
-    admission start that many seconds late (see :mod:`.admission`; changeable while it runs).
-    ``host_root`` is the node's host filesystem as the device plugin's ``--host-root`` sees it:
-    when set, the containers play HAMi-core there (see the module docstring), writing their
-    usage every ``workload_interval`` seconds; ``None`` (the default) writes no file.
-    """
-
-    node_name: str
-    plugin_dir: Path
-    api_url: str
-    pod_cidr: str = "10.244.0.0/24"
-    host_ip: str = "127.0.0.1"
-    dial_timeout: float = float(KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS)
-    call_timeout: float = 60.0
-    """Deadline for GetPreferredAllocation/Allocate (the kubelet sets none; a safeguard here)."""
-    grace_period: float = float(ENDPOINT_STOP_GRACE_PERIOD_SECONDS)
-    pod_resources_dir: Path | None = None
-    admission_delay: float = 0.0
-    host_root: Path | None = None
-    workload_interval: float = DEFAULT_INTERVAL_S
-
-    @property
-    def pod_resources_socket(self) -> Path:
-        return pod_resources_socket_for(self.plugin_dir, self.pod_resources_dir)
-
-
-def pod_resources_socket_for(plugin_dir: Path, pod_resources_dir: Path | None = None) -> Path:
-    """Where a kubelet stand-in serving in ``plugin_dir`` serves pod-resources: in
-    ``pod_resources_dir``, by default ``<plugin dir>-pod-resources`` beside the plugin dir."""
-    directory = pod_resources_dir or plugin_dir.with_name(f"{plugin_dir.name}-pod-resources")
-    return directory / KUBELET_SOCKET_NAME
 
 
 class KubeletStandIn(RunsInBackground):
@@ -480,13 +432,13 @@ class KubeletStandIn(RunsInBackground):
             await self._devices.pre_start(allocation)
         except PreStartError as error:
             status = start_failed_status(pod, error.container, str(error))
-            if await _patch_status(client, pod, status, annotations=record) is None:
+            if await patch_pod_status(client, pod, status, annotations=record) is None:
                 self._forget(uid)
             return
         host_ip = await self._host_ip(client)
         pod_ip = host_ip if pod.spec.get("hostNetwork") else self._pod_ip(uid)
         status = running_status(pod, host_ip=host_ip, pod_ip=pod_ip, now=format_time(utc_now()))
-        if await _patch_status(client, pod, status, annotations=record) is not None:
+        if await patch_pod_status(client, pod, status, annotations=record) is not None:
             log.info("pod running", node=self.node_name, pod=f"{namespace}/{name}")
         else:
             self._forget(uid)
@@ -496,7 +448,7 @@ class KubeletStandIn(RunsInBackground):
     ) -> None:
         log.info("pod rejected", node=self.node_name, pod=pod.key, message=message)
         self._manager.reject(pod.uid)  # no longer active, before its status is written
-        await _patch_status(client, pod, rejected_status(pod, message))
+        await patch_pod_status(client, pod, rejected_status(pod, message))
         await events.record(pod.raw, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
 
     async def _host_ip(self, client: KubeClient) -> str:
@@ -519,29 +471,3 @@ class KubeletStandIn(RunsInBackground):
             taken = frozenset(self._pod_ips.values())
             self._pod_ips[uid] = next_pod_ip(self.settings.pod_cidr, taken, node=self.node_name)
         return self._pod_ips[uid]
-
-
-async def _write(operation: Callable[[], Awaitable[JsonObject]]) -> JsonObject | None:
-    """``operation()``, retried as the kubelet's status manager retries (5xx, 429, lost
-    connections) with backoff; ``None`` when the pod is gone (404)."""
-    try:
-        return await with_retries(operation, attempts=_WRITE_ATTEMPTS, backoff=RECONNECT_BACKOFF)
-    except NotFoundError:
-        return None
-
-
-async def _patch_status(
-    client: KubeClient,
-    pod: PodView,
-    status: Mapping[str, Any],
-    *,
-    annotations: Mapping[str, str] | None = None,
-) -> JsonObject | None:
-    """``PATCH pods/<name>/status`` (the API server keeps metadata changes made there for pods,
-    owner references aside)."""
-    body: dict[str, Any] = {"status": status}
-    if annotations:
-        body["metadata"] = {"annotations": dict(annotations)}
-    return await _write(
-        lambda: client.patch(PODS, pod.name, body, namespace=pod.namespace, subresource="status")
-    )

@@ -1,8 +1,11 @@
-"""Pure builders for what the kubelet stand-in writes back to the API server.
+"""Pure builders for what the kubelet stand-in writes back to the API server (the pod status
+writes are sent by :mod:`.statusmanager`).
 
 Holds the allocation records (what each container was given by the device plugins) and their
 JSON form stored in the emulator's own pod annotation ``kubesim.hami.io/container-allocations``
-(written, and read back as the checkpoint of a pod that was running before the stand-in saw it),
+(written, and read back as the checkpoint of a pod that was running before the stand-in saw it):
+``{"node": N, "containers": [{"name", "kind": init|sidecar|app, "resources": [{"resource",
+"deviceIDs", "envs", "mounts", "devices", "annotations", "cdiDevices"}]}]}``;
 the pod status of an admitted (Running) pod, of a pod the kubelet rejected
 (``Failed``/``UnexpectedAdmissionError``) and of a pod whose container could not start, the
 node-status patch for device capacity, and the Go-style text of a gRPC error as the kubelet

@@ -21,7 +21,8 @@ import grpc
 
 from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
 from hami_kubesim.cluster.config import NodeSpec
-from hami_kubesim.kubelet.standin import KubeletSettings, KubeletStandIn
+from hami_kubesim.kubelet.settings import KubeletSettings
+from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 
 __all__ = [

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
-from hami_kubesim.kubelet.standin import pod_resources_socket_for
+from hami_kubesim.kubelet.settings import pod_resources_socket_for
 from hami_kubesim.stack.objects import WEBHOOK_SERVICE
 from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
 from hami_kubesim.stack.spec import GpuNode, SystemSpec

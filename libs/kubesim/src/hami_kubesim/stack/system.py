@@ -70,7 +70,8 @@ from hami_kubesim.cluster.config import (
     SchedulingSpec,
 )
 from hami_kubesim.cluster.simulated import Cluster, running_cluster, scheduler_config_for
-from hami_kubesim.kubelet.standin import KubeletStandIn, pod_resources_socket_for
+from hami_kubesim.kubelet.settings import pod_resources_socket_for
+from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.metrics import sample_value, scrape
 from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configuration

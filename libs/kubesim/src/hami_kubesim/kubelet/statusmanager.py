@@ -1,0 +1,48 @@
+"""The kubelet stand-in's status manager: pod status writes, retried as the kubelet's are.
+
+What is written is built in :mod:`.status` (pure); here it is sent: ``PATCH pods/<name>/status``
+through ``KubeClient``, retried on 5xx, 429 and lost connections with backoff
+(``hami_kube.patch.with_retries``), a pod gone (404) read as ``None`` rather than an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from hami_kube.errors import NotFoundError
+from hami_kube.objects import PodView
+from hami_kube.patch import with_retries
+from hami_kube.resources import PODS, JsonObject
+from hami_kube.rest import KubeClient
+from hami_kubesim.access import RECONNECT_BACKOFF
+
+__all__ = ["patch_pod_status"]
+
+_WRITE_ATTEMPTS = 10
+
+
+async def _write(operation: Callable[[], Awaitable[JsonObject]]) -> JsonObject | None:
+    """``operation()``, retried as the kubelet's status manager retries (5xx, 429, lost
+    connections) with backoff; ``None`` when the pod is gone (404)."""
+    try:
+        return await with_retries(operation, attempts=_WRITE_ATTEMPTS, backoff=RECONNECT_BACKOFF)
+    except NotFoundError:
+        return None
+
+
+async def patch_pod_status(
+    client: KubeClient,
+    pod: PodView,
+    status: Mapping[str, Any],
+    *,
+    annotations: Mapping[str, str] | None = None,
+) -> JsonObject | None:
+    """``PATCH pods/<name>/status`` (the API server keeps metadata changes made there for pods,
+    owner references aside)."""
+    body: dict[str, Any] = {"status": status}
+    if annotations:
+        body["metadata"] = {"annotations": dict(annotations)}
+    return await _write(
+        lambda: client.patch(PODS, pod.name, body, namespace=pod.namespace, subresource="status")
+    )
