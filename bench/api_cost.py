@@ -27,9 +27,9 @@ from collections import Counter
 from typing import Final
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.objects import gpu_pod
-from hami_kubesim.stack.spec import SystemSpec, gpu_model_node
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.objects import gpu_pod
+from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node
 from hami_runtime.logs import configure_logging
 
 COMPONENTS: Final = ("hami-webhook", "hami-scheduler", "hami-deviceplugin")

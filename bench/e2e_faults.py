@@ -1,9 +1,9 @@
 """Hundreds of seeded fault scenarios on one running system; the invariants checked after each.
 
-The same scenarios as ``tests/faults`` (``hami_kubesim.stack.scenarios``): pod creations and
+The same scenarios as ``tests/faults`` (``hami_kubesim.stack.chaos.scenarios``): pod creations and
 deletions while the API server injects errors and latency, drops watches and forces 410s, and
 service processes are killed and restarted; a share of them also contain an incident of the
-bind path (``hami_kubesim.stack.incidents``: a paused kubelet outlasting the node lock,
+bind path (``hami_kubesim.stack.chaos.incidents``: a paused kubelet outlasting the node lock,
 admission out of bind order, a device-plugin restart between bind and Allocate, a
 default-scheduler pod asking for a GPU, pods placed by an old HAMi release, a pod created from
 a placed pod's manifest). After each, every pod settles and the invariant checker runs over the
@@ -32,9 +32,9 @@ from hami_kubesim.stack.chaos import (
     chaos_spec,
     run_scenarios,
 )
-from hami_kubesim.stack.incidents import INCIDENTS, incident_named
-from hami_kubesim.stack.scenarios import describe, generate_scenario
-from hami_kubesim.stack.system import running_system
+from hami_kubesim.stack.chaos.incidents import INCIDENTS, incident_named
+from hami_kubesim.stack.chaos.scenarios import describe, generate_scenario
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_runtime.logs import configure_logging
 
 

@@ -41,9 +41,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.hamicore import RegionWriter
-from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
-from hami_kubesim.stack.settle import until
-from hami_kubesim.stack.spec import dump_yaml, fake_devices_document, gpu_model_node
+from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port
+from hami_kubesim.stack.system.settle import until
+from hami_kubesim.stack.system.spec import dump_yaml, fake_devices_document, gpu_model_node
 from hami_kubesim.testing import RunningApiServer, running_apiserver
 from hami_protocol.keys import NVIDIA_DEVICES_ALLOCATED, VGPU_NODE
 from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices

@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
-from hami_kubesim.stack.objects import WEBHOOK_SERVICE as WEBHOOK_SERVICE_KEY
-from hami_kubesim.stack.objects import mutating_webhook_configuration
+from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE as WEBHOOK_SERVICE_KEY
+from hami_kubesim.stack.system.objects import mutating_webhook_configuration
 
 WEBHOOK_NAMESPACE, WEBHOOK_SERVICE = WEBHOOK_SERVICE_KEY
 WEBHOOK_HOSTS = (

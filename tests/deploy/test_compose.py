@@ -540,7 +540,7 @@ def test_examples_step_submits_the_demos_examples(compose: dict[str, Any]) -> No
 
 def test_fake_gpus_are_the_demos() -> None:
     demo = pytest.importorskip("hami_kubesim.demo", reason="the demo has not landed")
-    spec = pytest.importorskip("hami_kubesim.stack.spec")
+    spec = pytest.importorskip("hami_kubesim.stack.system.spec")
     files = sorted((REPO / "deploy" / "compose" / "fake-devices").glob("*.yaml"))
     # Compose runs the demo's GPU nodes; the other vendors' nodes are the demo's own so far.
     gpu_nodes = [node for node in demo.DEMO_NODES if node.gpus]

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Generator, Iterator
 import pytest
 import pytest_asyncio
 
-from hami_kubesim.stack.objects import gpu_quota
-from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.objects import gpu_quota
+from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 
 QUOTA_NAMESPACE = "team-quota"
 QUOTA_MEMORY_MIB = 10000

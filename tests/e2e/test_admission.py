@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from hami_kubesim.apiserver.errors import StatusError
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.objects import WEBHOOK_CONFIGURATION_NAME, gpu_pod
-from hami_kubesim.stack.settle import settled
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import Outcome, failed_scheduling, outcome
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.objects import WEBHOOK_CONFIGURATION_NAME, gpu_pod
+from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.testing import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")

@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from hami_kube.objects import ObjectView
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.objects import gpu_pod
-from hami_kubesim.stack.settle import settled
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -26,7 +24,9 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.objects import gpu_pod
+from hami_kubesim.stack.system.settle import settled
 from hami_protocol import keys
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")

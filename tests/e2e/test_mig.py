@@ -18,9 +18,7 @@ import pytest
 import pytest_asyncio
 
 from hami_kube.objects import ObjectView
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import SystemSpec, mig_node
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -29,7 +27,9 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.settle import settled
+from hami_kubesim.stack.system.spec import SystemSpec, mig_node
 from hami_protocol import keys
 from hami_protocol.node.registry import decode_node_devices
 from hami_protocol.pod.mig import decode_mig_reservations

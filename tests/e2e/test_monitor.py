@@ -11,13 +11,13 @@ import pytest
 import pytest_asyncio
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.objects import gpu_pod
-from hami_kubesim.stack.services import HOOK_PATH
-from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
+from hami_kubesim.stack.checks.usage import monitor_problems
 from hami_kubesim.stack.state import Outcome, container_devices, outcome
-from hami_kubesim.stack.system import System, running_system
-from hami_kubesim.stack.usage import monitor_problems
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.objects import gpu_pod
+from hami_kubesim.stack.system.services import HOOK_PATH
+from hami_kubesim.stack.system.settle import settled
+from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_kubesim.testing import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.objects import gpu_pod
-from hami_kubesim.stack.processes import ServiceProcess
-from hami_kubesim.stack.settle import settled
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import Outcome, outcome, pod_key
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.objects import gpu_pod
+from hami_kubesim.stack.system.processes import ServiceProcess
+from hami_kubesim.stack.system.settle import settled
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 

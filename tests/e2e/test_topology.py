@@ -22,8 +22,6 @@ import pytest_asyncio
 import yaml
 
 from hami_kube.objects import ObjectView
-from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import REPO_ROOT, FakeGpu, GpuNode, SchedulerOptions, SystemSpec
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -32,7 +30,9 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.settle import settled
+from hami_kubesim.stack.system.spec import REPO_ROOT, FakeGpu, GpuNode, SchedulerOptions, SystemSpec
 from hami_protocol import keys
 from hami_protocol.pod.devices import decode_pod_devices_canonical
 from hami_protocol.topology.koordinator import decode_device_allocated

@@ -16,10 +16,10 @@ import pytest
 import pytest_asyncio
 
 from hami_kube.objects import ObjectView
-from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_kubesim.stack.state import ClusterState, Outcome, outcome
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.settle import settled
+from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_protocol import keys
 from hami_protocol.node.pairscore import decode_pair_scores
 from hami_protocol.pod.devices import decode_pod_devices_canonical

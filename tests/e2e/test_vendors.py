@@ -17,12 +17,12 @@ import pytest
 import pytest_asyncio
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.objects import device_pod
-from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import SystemSpec, gpu_model_node, vendor_node
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import ClusterState, Outcome, failed_scheduling, outcome
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.objects import device_pod
+from hami_kubesim.stack.system.settle import settled
+from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node, vendor_node
 from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids
 from hami_protocol import keys

@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from hami_kubesim.stack.chaos import ChaosSummary, chaos_spec
-from hami_kubesim.stack.system import System, running_system
+from hami_kubesim.stack.system.lifecycle import System, running_system
 
 SUMMARIES = pytest.StashKey[list[str]]()
 

@@ -4,11 +4,11 @@ Each scenario streams pod creations and deletions for 1.5 s while the API server
 of requests with errors, delays others, drops watches (cleanly, with ERROR 410, or by cutting
 the connection), compacts its history (forcing 410 Expired on resumption), and a service
 process is killed or stopped and started again; about a third also contain an incident of the
-bind path on one node (``hami_kubesim.stack.incidents``: a paused kubelet outlasting the node
+bind path on one node (``hami_kubesim.stack.chaos.incidents``: a paused kubelet outlasting the node
 lock, admission out of bind order, a device-plugin restart between bind and Allocate, a
 default-scheduler pod asking for a GPU, pods placed by an old HAMi release, a pod created from a
 placed pod's manifest). Then the faults stop, every pod settles, and the invariant checker runs
-over the whole cluster (see ``hami_kubesim.stack.invariants``).
+over the whole cluster (see ``hami_kubesim.stack.checks.invariants``).
 
 The seeds are fixed, so the timelines are the same in every run; each seed is its own test, so a
 failing seed is reported alone, with its timeline (``-k "scenario and 7"`` runs one). The last
@@ -24,9 +24,9 @@ from __future__ import annotations
 import pytest
 
 from hami_kubesim.stack.chaos import CHAOS_LOCK_TIMEOUT, ChaosSummary, chaos_config, run_scenario
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.scenarios import describe, generate_scenario
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.chaos.scenarios import describe, generate_scenario
+from hami_kubesim.stack.checks.invariants import check_all
+from hami_kubesim.stack.system.lifecycle import System
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 

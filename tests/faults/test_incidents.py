@@ -1,6 +1,6 @@
 """Each incident of the bind path alone, on one node, with what issue 14 says must come of it.
 
-The incidents (``hami_kubesim.stack.incidents``) also occur among the random scenarios of
+The incidents (``hami_kubesim.stack.chaos.incidents``) also occur among the random scenarios of
 ``test_fault_scenarios.py``; here each runs alone, on a chosen node, so its outcome can be
 checked pod by pod besides the invariants (every container's env names exactly the GPUs of its
 own allocation and of the kubelet's; no two containers hold one kubelet replica; a lock refuses
@@ -21,9 +21,9 @@ from hami_kubesim.stack.chaos import (
     chaos_config,
     run_scenario,
 )
-from hami_kubesim.stack.incidents import incident_named
-from hami_kubesim.stack.scenarios import describe, incident_scenario
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.chaos.incidents import incident_named
+from hami_kubesim.stack.chaos.scenarios import describe, incident_scenario
+from hami_kubesim.stack.system.lifecycle import System
 
 pytestmark = [pytest.mark.asyncio(loop_scope="package"), pytest.mark.timeout(120)]
 

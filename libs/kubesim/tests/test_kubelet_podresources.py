@@ -27,8 +27,8 @@ from hami_kubesim.kubelet.testing import (
     kubelet_on_node,
     pod_phase,
 )
-from hami_kubesim.stack.services import deviceplugin_args
-from hami_kubesim.stack.spec import SystemSpec, gpu_model_node
+from hami_kubesim.stack.system.services import deviceplugin_args
+from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node
 from hami_kubesim.testing import RunningApiServer, eventually
 
 Listing = dict[str, dict[str, dict[str, list[str]]]]

@@ -9,15 +9,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hami_kubesim.stack.incidents import (
+from hami_kubesim.stack.chaos.incidents import (
     CREATION_GAP,
     GATE,
     INCIDENTS,
     incident_named,
     preexisting_pod,
 )
-from hami_kubesim.stack.invariants import check_all
-from hami_kubesim.stack.scenarios import (
+from hami_kubesim.stack.chaos.scenarios import (
     AwaitBound,
     ClearLatency,
     CreatePod,
@@ -33,6 +32,7 @@ from hami_kubesim.stack.scenarios import (
     generate_scenario,
     incident_scenario,
 )
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import ALLOCATIONS_ANNOTATION, ClusterState, record_device_ids
 from hami_protocol import keys
 from hami_protocol.node.registry import DeviceInfo, encode_node_devices_json

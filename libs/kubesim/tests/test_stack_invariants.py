@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hami_kube.timefmt import format_time
-from hami_kubesim.stack.invariants import (
+from hami_kubesim.stack.checks.invariants import (
     check_all,
     check_devices,
     check_env,

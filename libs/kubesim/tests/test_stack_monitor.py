@@ -12,17 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.stack.metrics import Sample, parse_samples
-from hami_kubesim.stack.report import render_report
-from hami_kubesim.stack.services import (
-    HOOK_PATH,
-    ServicePlan,
-    deviceplugin_args,
-    monitor_processes,
-)
-from hami_kubesim.stack.spec import SystemSpec, gpu_model_node
-from hami_kubesim.stack.state import ClusterState
-from hami_kubesim.stack.usage import (
+from hami_kubesim.stack.checks.usage import (
     LIMIT,
     USED,
     UTILIZATION,
@@ -31,6 +21,16 @@ from hami_kubesim.stack.usage import (
     monitor_problems,
     parse_usage,
 )
+from hami_kubesim.stack.metrics import Sample, parse_samples
+from hami_kubesim.stack.report import render_report
+from hami_kubesim.stack.state import ClusterState
+from hami_kubesim.stack.system.services import (
+    HOOK_PATH,
+    ServicePlan,
+    deviceplugin_args,
+    monitor_processes,
+)
+from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node
 from hami_protocol import keys
 from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from hami_kubesim.stack.processes import (
+from hami_kubesim.stack.system.processes import (
     ProcessExitedError,
     ServiceProcess,
     ServiceSpec,
     free_port,
     stop_all,
 )
-from hami_kubesim.stack.router import LeaderRouter
+from hami_kubesim.stack.system.router import LeaderRouter
 from hami_kubesim.testing import eventually
 
 
@@ -114,7 +114,7 @@ async def test_children_die_with_their_parent(tmp_path: Path) -> None:
         f"""
         import asyncio, sys
         from pathlib import Path
-        from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
+        from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port
         root = Path({str(tmp_path)!r}) / "root"
         root.mkdir()
         (root / "readyz").write_text("ok")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hami_kubesim.demo import DEMO_NODES, EXAMPLES_DIR, VENDOR_EXAMPLES, load_examples
-from hami_kubesim.stack.expectations import evaluate, expectation_of
+from hami_kubesim.stack.checks.expectations import evaluate, expectation_of
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ClusterState
 from hami_protocol import keys

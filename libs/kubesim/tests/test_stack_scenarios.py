@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.stack.metrics import histogram_summary, parse_samples, sample_value
-from hami_kubesim.stack.scenarios import (
+from hami_kubesim.stack.chaos.scenarios import (
     CreatePod,
     DeletePod,
     InjectErrors,
@@ -18,6 +17,7 @@ from hami_kubesim.stack.scenarios import (
     describe,
     generate_scenario,
 )
+from hami_kubesim.stack.metrics import histogram_summary, parse_samples, sample_value
 
 CONFIG = ScenarioConfig(services=("webhook", "scheduler-0", "deviceplugin-n1"))
 

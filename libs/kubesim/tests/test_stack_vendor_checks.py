@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_kubesim.stack.invariants import check_all, check_vendors
+from hami_kubesim.stack.checks.invariants import check_all, check_vendors
 from hami_kubesim.stack.state import ALLOCATIONS_ANNOTATION, ClusterState
 from hami_kubesim.vendors.allocation import GIVEN_ANNOTATION
 from hami_kubesim.vendors.inventory import VendorDevices, device_ids, node_annotations

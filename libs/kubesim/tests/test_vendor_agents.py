@@ -14,7 +14,7 @@ import pytest
 from hami_kube.objects import NodeView, PodView
 from hami_kubesim.cluster.config import ClusterConfigError, parse_cluster_config
 from hami_kubesim.cluster.simulated import Cluster, running_cluster
-from hami_kubesim.stack.invariants import check_vendors
+from hami_kubesim.stack.checks.invariants import check_vendors
 from hami_kubesim.stack.state import ClusterState, allocation_record, record_containers
 from hami_kubesim.testing import eventually
 from hami_kubesim.vendors.allocation import GIVEN_ANNOTATION, parse_given

@@ -37,9 +37,9 @@ on timing), prints where every pod landed, which GPUs, memory and cores each con
 the env the device plugin gave it and what the node's vGPU monitor reports for it (memory used
 of the limit, utilisation, read back from the monitor's ``/metrics``), the pods not placed with
 the scheduler's reason, and each GPU's utilisation. The exit status is 0 when every outcome the
-examples expect (``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.expectations`)
+examples expect (``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.checks.expectations`)
 happened, the cluster invariants hold and the monitors report every running container's GPUs
-with the memory limit the scheduler allocated (:mod:`hami_kubesim.stack.usage`).
+with the memory limit the scheduler allocated (:mod:`hami_kubesim.stack.checks.usage`).
 ``--keep-running`` then leaves everything up for ``kubectl`` and ``curl`` until Ctrl-C. Every
 process is stopped on the way out.
 """
@@ -60,11 +60,13 @@ import yaml
 
 from hami_kube.objects import PodView
 from hami_kubesim.apiserver.errors import StatusError
-from hami_kubesim.stack.expectations import ExpectationResult, evaluate, expectation_of
-from hami_kubesim.stack.invariants import check_all
+from hami_kubesim.stack.checks.expectations import ExpectationResult, evaluate, expectation_of
+from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.report import render_report
-from hami_kubesim.stack.settle import settled
-from hami_kubesim.stack.spec import (
+from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
+from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.settle import settled
+from hami_kubesim.stack.system.spec import (
     REPO_ROOT,
     SystemSpec,
     gpu_model_node,
@@ -72,8 +74,6 @@ from hami_kubesim.stack.spec import (
     nvlinked_pairs,
     vendor_node,
 )
-from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
-from hami_kubesim.stack.system import System, running_system
 from hami_kubesim.vendors.inventory import VendorDevices
 from hami_protocol import keys
 from hami_runtime.logs import configure_logging

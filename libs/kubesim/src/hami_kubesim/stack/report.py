@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.expectations import ExpectationResult
-from hami_kubesim.stack.mig_checks import container_reservations_of
+from hami_kubesim.stack.checks.expectations import ExpectationResult
+from hami_kubesim.stack.checks.mig import container_reservations_of
+from hami_kubesim.stack.checks.usage import DeviceReading, MonitorUsage
 from hami_kubesim.stack.state import (
     ClusterState,
     DeviceLoad,
@@ -31,7 +32,6 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_kubesim.stack.usage import DeviceReading, MonitorUsage
 from hami_kubesim.stack.vendor_report import vendor_device_loads, vendor_pod_lines
 from hami_protocol.pod.mig import MigReservation
 

@@ -1,13 +1,13 @@
 """Carry out the steps of one scenario on one running system.
 
-:class:`Player` plays each :data:`~hami_kubesim.stack.scenarios.Step` as a client or as the
+:class:`Player` plays each :data:`~.scenarios.Step` as a client or as the
 operator of the simulated machines would: pods are created and deleted in-process; faults go
 to the API server's fault plan; services are stopped and started in the background (a start
 waits for the stop of the same service); a node's kubelet stand-in is paused and resumed in
-process; :class:`~..scenarios.AwaitBound` holds the timeline until its pod is bound (or gone,
-or ended, or its bound passed); :class:`~..scenarios.RestoreRunningPods` chooses, when played,
+process; :class:`~.scenarios.AwaitBound` holds the timeline until its pod is bound (or gone,
+or ended, or its bound passed); :class:`~.scenarios.RestoreRunningPods` chooses, when played,
 GPUs of the node that no pod holds and kubelet replicas of them that nobody holds, and puts the
-pods straight into the store (:func:`~..incidents.preexisting_pod`). :meth:`Player.finish`
+pods straight into the store (:func:`~.incidents.preexisting_pod`). :meth:`Player.finish`
 clears the faults, resumes every kubelet it paused and brings every service back, ready.
 """
 
@@ -25,10 +25,8 @@ import structlog
 from hami_kube.objects import PodView
 from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.objects.clock import rfc3339
-from hami_kubesim.stack.incidents import preexisting_pod
-from hami_kubesim.stack.invariants import GPU_RESOURCE
-from hami_kubesim.stack.processes import ServiceProcess
-from hami_kubesim.stack.scenarios import (
+from hami_kubesim.stack.chaos.incidents import preexisting_pod
+from hami_kubesim.stack.chaos.scenarios import (
     AwaitBound,
     ClearLatency,
     Compact,
@@ -46,9 +44,11 @@ from hami_kubesim.stack.scenarios import (
     StopService,
     Ungate,
 )
-from hami_kubesim.stack.settle import POLL_INTERVAL
+from hami_kubesim.stack.checks.invariants import GPU_RESOURCE
 from hami_kubesim.stack.state import device_loads, node_devices, replica_gpu
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.processes import ServiceProcess
+from hami_kubesim.stack.system.settle import POLL_INTERVAL
 
 __all__ = ["Player"]
 

@@ -1,6 +1,6 @@
 """Run fault scenarios against a running system and check the invariants after each.
 
-:func:`run_scenario` plays a :class:`~hami_kubesim.stack.scenarios.Scenario` on its timeline
+:func:`run_scenario` plays a :class:`~.scenarios.Scenario` on its timeline
 (:class:`~.player.Player`: the driver creates and deletes pods in-process, as a client; the
 faults hit every HTTP client of the API server: the services and the control-plane
 stand-ins), then stops the faults, resumes the kubelets, brings every stopped service back,
@@ -23,15 +23,15 @@ from typing import Any
 import structlog
 
 from hami_kube.objects import PodView
+from hami_kubesim.stack.chaos.incidents import INCIDENTS
 from hami_kubesim.stack.chaos.player import Player
+from hami_kubesim.stack.chaos.scenarios import Incident, Scenario, ScenarioConfig, generate_scenario
 from hami_kubesim.stack.chaos.timeline import TimelineRecorder
-from hami_kubesim.stack.incidents import INCIDENTS
-from hami_kubesim.stack.invariants import Violation, check_all, stale_locks
-from hami_kubesim.stack.scenarios import Incident, Scenario, ScenarioConfig, generate_scenario
-from hami_kubesim.stack.settle import settled, unsettled
-from hami_kubesim.stack.spec import SchedulerOptions, SystemSpec, gpu_model_node
+from hami_kubesim.stack.checks.invariants import Violation, check_all, stale_locks
 from hami_kubesim.stack.state import ClusterState, failed_scheduling, outcome
-from hami_kubesim.stack.system import System
+from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.settle import settled, unsettled
+from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_protocol.durations import parse_go_duration
 
 __all__ = [

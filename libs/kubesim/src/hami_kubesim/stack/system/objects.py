@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hami_kubesim.stack.spec import FailurePolicy
+from hami_kubesim.stack.system.spec import FailurePolicy
 
 __all__ = [
     "WEBHOOK_CONFIGURATION_NAME",

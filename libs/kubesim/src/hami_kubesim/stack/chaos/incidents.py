@@ -46,7 +46,7 @@ import json
 import random
 from typing import Any, Final
 
-from hami_kubesim.stack.scenarios import (
+from hami_kubesim.stack.chaos.scenarios import (
     HAMI_SCHEDULER,
     HOSTNAME_LABEL,
     AwaitBound,

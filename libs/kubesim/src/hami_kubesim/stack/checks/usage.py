@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.mig_checks import container_reservations_of
+from hami_kubesim.stack.checks.mig import container_reservations_of
 from hami_kubesim.stack.state import ClusterState, Outcome, container_devices, outcome, pod_key
 
 __all__ = [

@@ -1,6 +1,6 @@
 """What a whole simulated system is made of: GPU nodes, service options, objects to create.
 
-Plain frozen data; :mod:`hami_kubesim.stack.system` turns a :class:`SystemSpec` into running
+Plain frozen data; :mod:`.lifecycle` turns a :class:`SystemSpec` into running
 processes. The paths of the shipped files (the chart's KubeSchedulerConfiguration and
 ``device-config.yaml``) are found from the repository root, so tests and the demo run what the
 chart installs rather than copies.
@@ -218,7 +218,7 @@ class SchedulerOptions:
 
 @dataclass(frozen=True, slots=True)
 class SystemSpec:
-    """Everything :func:`~hami_kubesim.stack.system.running_system` starts."""
+    """Everything :func:`~.lifecycle.running_system` starts."""
 
     nodes: tuple[GpuNode, ...]
     scheduler: SchedulerOptions = SchedulerOptions()

@@ -2,7 +2,7 @@
 
 Nothing starts here: these functions turn a :class:`~.spec.SystemSpec` and the ports chosen up
 front (:class:`ServicePlan`) into :class:`~.processes.ServiceProcess` objects that
-:mod:`hami_kubesim.stack.system` starts.  Every service serves plain-http metrics
+:mod:`.lifecycle` starts.  Every service serves plain-http metrics
 with ``/readyz`` on a port of its own (what the process is polled on) and logs to
 ``<work dir>/logs/<name>.log``; the webhook and the extender serve TLS with certificates minted
 here by one CA, whose bundle goes into the MutatingWebhookConfiguration.
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
 from hami_kubesim.kubelet.settings import pod_resources_socket_for
-from hami_kubesim.stack.objects import WEBHOOK_SERVICE
-from hami_kubesim.stack.processes import ServiceProcess, ServiceSpec, free_port
-from hami_kubesim.stack.spec import GpuNode, SystemSpec
+from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE
+from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port
+from hami_kubesim.stack.system.spec import GpuNode, SystemSpec
 
 __all__ = [
     "HOOK_PATH",

@@ -26,12 +26,12 @@ Each check is a pure function ``ClusterState -> list[Violation]``:
   judged: a refusal after its expiry is a violation unless its owner still waits. Expired lock
   annotations may stay until the next bind on the node takes them over (:func:`stale_locks`).
 * ``mig``: MIG reservations never share a slice of a GPU, name only GPUs registered in MIG
-  mode, and no MIG instance is two containers' (:mod:`hami_kubesim.stack.mig_checks`); the
+  mode, and no MIG instance is two containers' (:mod:`hami_kubesim.stack.checks.mig`); the
   ``env`` check holds a MIG container to the MIG UUIDs of its reservations and no HAMi-core
   limits.
 * ``vendors``: the other vendors' devices are never over-committed and every Running
   container got exactly the devices its vendor's allocated list names
-  (:mod:`hami_kubesim.stack.vendor_checks`).
+  (:mod:`hami_kubesim.stack.checks.vendors`).
 * ``outcomes``: every pod is Running, Succeeded, Failed with a reason, or Pending unassigned with
   a FailedScheduling reason — none lost in between.
 
@@ -49,11 +49,12 @@ from typing import Any, Final
 
 from hami_kube.objects import NodeView, PodView
 from hami_kube.timefmt import parse_time
-from hami_kubesim.stack.mig_checks import (
+from hami_kubesim.stack.checks.mig import (
     container_reservations_of,
     mig_env_problems,
     mig_problems,
 )
+from hami_kubesim.stack.checks.vendors import vendor_problems
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -71,7 +72,6 @@ from hami_kubesim.stack.state import (
     record_envs,
     replica_gpu,
 )
-from hami_kubesim.stack.vendor_checks import vendor_problems
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, owner_state

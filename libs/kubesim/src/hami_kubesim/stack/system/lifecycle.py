@@ -6,7 +6,7 @@
    file per GPU node, and picks free ports — the API server's too — and each node's plugin
    dir (:mod:`.services` holds every service's flags);
 2. launches the webhook, the extender (one process per replica; with two or more, Lease
-   election and a :class:`~hami_kubesim.stack.router.LeaderRouter` in front) and one device
+   election and a :class:`~.router.LeaderRouter` in front) and one device
    plugin per GPU node (``--device-backend fake``, ``--kubelet-socket <node plugin
    dir>/kubelet.sock``, ``--pod-resources-socket`` where that node's kubelet stand-in serves
    pod-resources) and, with :attr:`~.spec.SystemSpec.vgpu_monitor`, one vGPU monitor per such
@@ -29,12 +29,12 @@
    in its cache (its ``hami_scheduler_cache_objects`` metric), then yields the :class:`System`.
 
 :meth:`System.state` snapshots the cluster together with the pods the scheduling loop will try
-again on its own, so :func:`~hami_kubesim.stack.settle.settled` never takes a pod backing off
+again on its own, so :func:`~.settle.settled` never takes a pod backing off
 after a node change for one the scheduler has given up on.
 
 :meth:`System.monitor_usage` reads back what the vGPU monitors report per container and
 :meth:`System.wait_monitors` waits until that matches what the scheduler allocated
-(:mod:`.usage`).
+(:mod:`hami_kubesim.stack.checks.usage`).
 
 Leaving the block stops every process (SIGTERM, then SIGKILL after a bounded wait) — also when
 the block fails — then the cluster, and removes the temporary working directory.
@@ -73,11 +73,13 @@ from hami_kubesim.cluster.simulated import Cluster, running_cluster, scheduler_c
 from hami_kubesim.kubelet.settings import pod_resources_socket_for
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.scheduler.loop import SchedulingLoop
+from hami_kubesim.stack.checks.usage import MonitorUsage, monitor_problems, parse_usage
 from hami_kubesim.stack.metrics import sample_value, scrape
-from hami_kubesim.stack.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
-from hami_kubesim.stack.processes import ServiceProcess, free_port, stop_all
-from hami_kubesim.stack.router import LeaderRouter
-from hami_kubesim.stack.services import (
+from hami_kubesim.stack.state import ClusterState
+from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
+from hami_kubesim.stack.system.processes import ServiceProcess, free_port, stop_all
+from hami_kubesim.stack.system.router import LeaderRouter
+from hami_kubesim.stack.system.services import (
     HOOK_PATH,
     LEASE,
     ServicePlan,
@@ -89,16 +91,14 @@ from hami_kubesim.stack.services import (
     scheduler_processes,
     webhook_process,
 )
-from hami_kubesim.stack.settle import POLL_INTERVAL, until, wait_for
-from hami_kubesim.stack.spec import (
+from hami_kubesim.stack.system.settle import POLL_INTERVAL, until, wait_for
+from hami_kubesim.stack.system.spec import (
     GpuNode,
     SystemSpec,
     dump_yaml,
     fake_devices_document,
     node_config_document,
 )
-from hami_kubesim.stack.state import ClusterState
-from hami_kubesim.stack.usage import MonitorUsage, monitor_problems, parse_usage
 from hami_kubesim.testing import format_url
 from hami_protocol import keys
 
@@ -189,9 +189,9 @@ class System:
 
     async def wait_monitors(self, *, within: float) -> tuple[MonitorUsage, list[str]]:
         """Until the monitors report every running container with devices as allocated
-        (:func:`~.usage.monitor_problems` finds nothing), at most ``within`` seconds; returns
-        the last reading and its problems (empty when it got there, or when the system runs no
-        monitor)."""
+        (:func:`~hami_kubesim.stack.checks.usage.monitor_problems` finds nothing), at most
+        ``within`` seconds; returns the last reading and its problems (empty when it got there,
+        or when the system runs no monitor)."""
         if not self.monitors:
             return MonitorUsage(), []
         last: list[tuple[MonitorUsage, list[str]]] = []

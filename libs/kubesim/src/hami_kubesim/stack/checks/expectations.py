@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.mig_checks import reservations_of
+from hami_kubesim.stack.checks.mig import reservations_of
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
