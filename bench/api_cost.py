@@ -27,7 +27,8 @@ from collections import Counter
 from typing import Final
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node
 from hami_runtime.logs import configure_logging

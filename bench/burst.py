@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_kubesim.stack.metrics import histogram_summary, scrape
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.spec import GpuNode, SchedulerOptions, SystemSpec, gpu_model_node
 from hami_runtime.logs import configure_logging

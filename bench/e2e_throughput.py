@@ -51,9 +51,11 @@ from hami_kubesim.stack.metrics import (
     parse_samples,
     scrape,
 )
-from hami_kubesim.stack.system.lifecycle import System, deviceplugin_args, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port, stop_all
+from hami_kubesim.stack.system.services import deviceplugin_args
 from hami_kubesim.stack.system.settle import until
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_runtime.logs import configure_logging

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Generator, Iterator
 import pytest
 import pytest_asyncio
 
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_quota
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 

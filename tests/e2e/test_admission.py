@@ -13,7 +13,7 @@ import pytest
 from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import Outcome, failed_scheduling, outcome
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import WEBHOOK_CONFIGURATION_NAME, gpu_pod
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.testing import eventually

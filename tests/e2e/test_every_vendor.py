@@ -22,7 +22,8 @@ from hami_kube.objects import PodView
 from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import Outcome, failed_scheduling, outcome
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import device_pod, gpu_quota
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, vendor_node

@@ -15,8 +15,10 @@ import pytest_asyncio
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.metrics import sample_value, scrape
 from hami_kubesim.stack.state import Outcome, failed_scheduling, outcome, pod_key
-from hami_kubesim.stack.system.lifecycle import LEASE, System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
+from hami_kubesim.stack.system.services import LEASE
 from hami_kubesim.stack.system.settle import settled, until
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 

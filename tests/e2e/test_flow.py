@@ -24,7 +24,7 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.settle import settled
 from hami_protocol import keys

@@ -27,7 +27,8 @@ from hami_kubesim.stack.state import (
     record_containers,
     record_envs,
 )
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import SystemSpec, mig_node
 from hami_protocol import keys

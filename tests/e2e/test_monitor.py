@@ -13,7 +13,8 @@ import pytest_asyncio
 from hami_kube.objects import PodView
 from hami_kubesim.stack.checks.usage import monitor_problems
 from hami_kubesim.stack.state import Outcome, container_devices, outcome
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.services import HOOK_PATH
 from hami_kubesim.stack.system.settle import settled

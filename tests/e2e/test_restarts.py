@@ -16,7 +16,7 @@ import pytest
 
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import Outcome, outcome, pod_key
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.processes import ServiceProcess
 from hami_kubesim.stack.system.settle import settled

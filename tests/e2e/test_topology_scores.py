@@ -17,7 +17,8 @@ import pytest_asyncio
 
 from hami_kube.objects import ObjectView
 from hami_kubesim.stack.state import ClusterState, Outcome, outcome
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_protocol import keys

@@ -19,7 +19,8 @@ import pytest_asyncio
 from hami_kube.objects import PodView
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.state import ClusterState, Outcome, failed_scheduling, outcome
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import device_pod
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node, vendor_node

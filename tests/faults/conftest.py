@@ -9,7 +9,8 @@ import pytest
 import pytest_asyncio
 
 from hami_kubesim.stack.chaos import ChaosSummary, chaos_spec
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 
 SUMMARIES = pytest.StashKey[list[str]]()
 

@@ -26,7 +26,7 @@ import pytest
 from hami_kubesim.stack.chaos import CHAOS_LOCK_TIMEOUT, ChaosSummary, chaos_config, run_scenario
 from hami_kubesim.stack.chaos.scenarios import describe, generate_scenario
 from hami_kubesim.stack.checks.invariants import check_all
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 

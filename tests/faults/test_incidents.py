@@ -23,7 +23,7 @@ from hami_kubesim.stack.chaos import (
 )
 from hami_kubesim.stack.chaos.incidents import incident_named
 from hami_kubesim.stack.chaos.scenarios import describe, incident_scenario
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 
 pytestmark = [pytest.mark.asyncio(loop_scope="package"), pytest.mark.timeout(120)]
 

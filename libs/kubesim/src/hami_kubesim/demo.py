@@ -64,7 +64,8 @@ from hami_kubesim.stack.checks.expectations import ExpectationResult, evaluate, 
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
-from hami_kubesim.stack.system.lifecycle import System, running_system
+from hami_kubesim.stack.system.handle import System
+from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import (
     REPO_ROOT,

@@ -3,8 +3,8 @@
 * :mod:`.system` — running it: what to run (:mod:`.system.spec`: GPU nodes, service options;
   :mod:`.system.objects`: the objects it creates), each service's flags, ports and certificates
   (:mod:`.system.services`), the processes (:mod:`.system.processes`, :mod:`.system.router` for
-  extender replicas), ``running_system`` (:mod:`.system.lifecycle`) and waits with deadlines
-  (:mod:`.system.settle`);
+  extender replicas), ``running_system`` (:mod:`.system.lifecycle`), the
+  :class:`~.system.handle.System` it hands out, and waits with deadlines (:mod:`.system.settle`);
 * :mod:`.state` — a cluster snapshot (with the pods the scheduling loop will retry, and a
   timeline of node locks and pods when one was recorded) and what the services wrote in it;
   :mod:`.metrics` — the services' Prometheus metrics; :mod:`.report` and :mod:`.vendor_report` —

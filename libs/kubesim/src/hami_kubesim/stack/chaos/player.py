@@ -46,7 +46,7 @@ from hami_kubesim.stack.chaos.scenarios import (
 )
 from hami_kubesim.stack.checks.invariants import GPU_RESOURCE
 from hami_kubesim.stack.state import device_loads, node_devices, replica_gpu
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.processes import ServiceProcess
 from hami_kubesim.stack.system.settle import POLL_INTERVAL
 

@@ -29,7 +29,7 @@ from hami_kubesim.stack.chaos.scenarios import Incident, Scenario, ScenarioConfi
 from hami_kubesim.stack.chaos.timeline import TimelineRecorder
 from hami_kubesim.stack.checks.invariants import Violation, check_all, stale_locks
 from hami_kubesim.stack.state import ClusterState, failed_scheduling, outcome
-from hami_kubesim.stack.system.lifecycle import System
+from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.settle import settled, unsettled
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
 from hami_protocol.durations import parse_go_duration
