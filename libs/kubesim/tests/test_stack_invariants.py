@@ -19,8 +19,8 @@ from hami_kubesim.stack.checks.invariants import (
     check_mig,
     check_outcomes,
     check_replicas,
-    stale_locks,
 )
+from hami_kubesim.stack.checks.locks import stale_locks
 from hami_kubesim.stack.state import (
     ALLOCATIONS_ANNOTATION,
     ClusterState,

@@ -27,7 +27,8 @@ from hami_kubesim.stack.chaos.incidents import INCIDENTS
 from hami_kubesim.stack.chaos.player import Player
 from hami_kubesim.stack.chaos.scenarios import Incident, Scenario, ScenarioConfig, generate_scenario
 from hami_kubesim.stack.chaos.timeline import TimelineRecorder
-from hami_kubesim.stack.checks.invariants import Violation, check_all, stale_locks
+from hami_kubesim.stack.checks.invariants import Violation, check_all
+from hami_kubesim.stack.checks.locks import stale_locks
 from hami_kubesim.stack.state import ClusterState, failed_scheduling, outcome
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.settle import settled, unsettled
