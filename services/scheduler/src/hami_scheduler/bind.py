@@ -74,8 +74,7 @@ from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import decide_on
 from hami_scheduler.events import SchedulerEvents
-from hami_scheduler.filter import not_leader_message
-from hami_scheduler.leader import AlwaysLeader, LeaderView
+from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.nodelock.locker import LockContendedError, LockError, NodeLocker, describe_lock
 from hami_scheduler.nodelock.owners import LockOwners

@@ -55,7 +55,7 @@ from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo
 from hami_scheduler.core.joint.hints import JointRequest, KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import choose, resolved
 from hami_scheduler.events import SchedulerEvents
-from hami_scheduler.leader import AlwaysLeader, LeaderView
+from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.joint_plan import joint_request, managed
@@ -69,7 +69,6 @@ __all__ = [
     "FilterReply",
     "FilterService",
     "Synced",
-    "not_leader_message",
 ]
 
 log = structlog.get_logger("hami_scheduler")
@@ -77,10 +76,6 @@ log = structlog.get_logger("hami_scheduler")
 MISSING_POD: Final = "extender args missing pod"
 _NO_NODES: Final = "extender args carry neither NodeNames nor Nodes"
 _MAX_PRIORITY: Final = 10
-
-
-def not_leader_message(leader: str) -> str:
-    return f"not the leader; leader is {leader or 'unknown'}"
 
 
 class Synced(Protocol):
