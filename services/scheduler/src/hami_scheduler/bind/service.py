@@ -4,7 +4,7 @@ and say why.
 :meth:`BindService.bind`:
 
 1. not the leader → ``Error`` (the pod's pending decision forgotten);
-2. the pod: as the filter kept it (:class:`~hami_scheduler.pending.PendingBinds`, with the
+2. the pod: as the filter kept it (:class:`~hami_scheduler.bind.pending.PendingBinds`, with the
    decision assumed there), else read with a GET (the extender restarted between filter and
    bind, or another replica filtered: not found → ``Error``; another UID than asked →
    ``Error``).  Already bound (the pod read, or the pod watch's copy) to that node → done,
@@ -23,7 +23,7 @@ and say why.
    PodGroup members: ``--node-lock-retry-timeout`` if longer) has passed since the bind
    arrived, then ``Error`` naming the owner (``node n1 is locked by ns/pod, waiting for its
    device plugin since <time>; waited 20s``).  A lock found overdue is reported
-   (:class:`~hami_scheduler.upkeep.OverdueLocks`).  No NVIDIA (or RDMA) lock on a node whose
+   (:class:`~hami_scheduler.bind.upkeep.OverdueLocks`).  No NVIDIA (or RDMA) lock on a node whose
    device plugin says ``hami.io/node-allocate-identity: pod-resources``: it tells pods apart
    through the kubelet's PodResources API, so binds there neither lock nor queue for it.  Only
    our NVIDIA plugin writes that annotation: other vendors' locks are taken there all the same;
@@ -70,6 +70,8 @@ from hami_protocol.node.lock import LockAction, decode_node_lock
 from hami_protocol.node.lock_keys import LockRule, lock_rule
 from hami_protocol.request.containers import PodDeviceRequests
 from hami_protocol.vendor.table import NVIDIA
+from hami_scheduler.bind.pending import PendingBinds
+from hami_scheduler.bind.upkeep import OverdueLocks
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import decide_on
@@ -79,12 +81,10 @@ from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.nodelock.locker import LockContendedError, LockError, NodeLocker, describe_lock
 from hami_scheduler.nodelock.owners import LockOwners
 from hami_scheduler.nodelock.waits import LockWaits, Turn
-from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.joint_plan import joint_request, managed, wants_rdma
 from hami_scheduler.selection.plan import DecisionRecord, Planner
 from hami_scheduler.selection.select import node_refusal, record_of
 from hami_scheduler.settings import DEFAULT_NODE_LOCK_WAIT_S, FilterMode
-from hami_scheduler.upkeep import OverdueLocks
 from hami_scheduler.wire import BindingArgs
 
 __all__ = ["BindService"]
