@@ -25,7 +25,7 @@ from hami_scheduler.core import (
     node_layout,
     pod_plan,
 )
-from hami_scheduler.core.usage import NO_CUSTOM
+from hami_scheduler.core.usage.device import NO_CUSTOM
 
 T4 = "NVIDIA-Tesla T4"
 

@@ -74,7 +74,7 @@ def test_core_imports_no_io() -> None:
     root = Path(core.__file__).parent
     modules = [info.name for info in pkgutil.iter_modules([str(root)])]
     assert {"usage", "fit", "score", "quota", "decide", "select"} <= set(modules)
-    for path in root.glob("*.py"):
+    for path in root.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names: list[str] = []

@@ -20,7 +20,7 @@ from hami_scheduler.core.joint.route import (
     decide_on,
     takes_joint_path,
 )
-from hami_scheduler.core.usage import NodeUsage
+from hami_scheduler.core.usage.node import NodeUsage
 
 from .core_helpers import dev, node
 from .core_joint_helpers import (

@@ -29,7 +29,7 @@ from hami_scheduler.core import (
     remove_usage,
     select_node,
 )
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 
 from .core_helpers import dev, node
 

@@ -30,6 +30,7 @@ from hami_protocol import keys
 from hami_protocol.node.registry import DeviceInfo
 from hami_protocol.pod.allocation import allocation_keys
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
+from hami_scheduler.bind.pending import PendingBinds
 from hami_scheduler.cache.pods import carries_allocation
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import (
@@ -43,7 +44,6 @@ from hami_scheduler.core import (
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.wire import ExtenderArgs
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from hami_protocol import keys
 from hami_protocol.vendor.table import DEFAULT_VENDORS
+from hami_scheduler.bind.pending import PendingBinds
 from hami_scheduler.cache.nics import nic_pod_usage_of
 from hami_scheduler.cache.nodes import read_node, slim_node
 from hami_scheduler.cache.pods import NIC_ANNOTATIONS, PodNicAllocation, read_pod, slim_pod
@@ -22,7 +23,6 @@ from hami_scheduler.core.joint.nics import NicUsage, build_nic_usage
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.wire import ExtenderArgs
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hami_protocol.pod.devices import ContainerDevice
 from hami_scheduler.core import DeviceSelectors, FitContext
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors import ascend
 from hami_scheduler.core.vendors.context import VendorContext
 

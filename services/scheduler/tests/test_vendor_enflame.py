@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import FitContext
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors import enflame
 from hami_scheduler.core.vendors.context import DrsProfile, VendorContext
 from hami_scheduler.core.vendors.enflame import DIRECT, ENFLAME_DRS, GCU, SPEC, parse_profile

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import FitContext
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors import metax_sgpu
 from hami_scheduler.core.vendors.context import SgpuTasks, VendorContext
 from hami_scheduler.core.vendors.metax_sgpu import METAX_SGPU, app_class_fits, link_score

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from hami_protocol.pod.devices import ContainerDevice
 from hami_scheduler.core import FitContext
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors import vastai
 from hami_scheduler.core.vendors.vastai import VASTAI
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
 from hami_scheduler.core import DeviceSelectors, FitContext
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 
 from .core_helpers import dev
 

@@ -53,7 +53,9 @@ from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
 from hami_runtime.tls import ReloadingServerTLS
-from hami_scheduler.bind import BindService
+from hami_scheduler.bind.pending import PendingBinds
+from hami_scheduler.bind.service import BindService
+from hami_scheduler.bind.upkeep import OverdueLocks, Upkeep
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.cache.watch import CacheWatcher
 from hami_scheduler.events import SchedulerEvents
@@ -65,11 +67,9 @@ from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.nodelock.locker import NodeLocker
 from hami_scheduler.nodelock.owners import LockOwners
 from hami_scheduler.nodelock.waits import LockWaits
-from hami_scheduler.pending import PendingBinds
 from hami_scheduler.pod_writes import RoleLabeller
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.settings import Settings
-from hami_scheduler.upkeep import OverdueLocks, Upkeep
 
 __all__ = ["EXIT_SHARES", "RunningScheduler", "run", "serving"]
 

@@ -6,7 +6,7 @@ followed by ``<count> nodes <Reason>(<nodes>)`` per reason, or the error), ``Bin
 (``Successfully binding node [<node>] to <ns>/<name>``) and ``BindingFailed`` (the error).  On a
 node: ``InvalidDeviceAnnotation`` (Warning) when a device annotation cannot be read, and
 ``NodeLockOverdue`` (Warning) when a pod holds the node lock past ``--node-lock-timeout`` while
-still waiting for its Allocate (:mod:`hami_scheduler.upkeep`).
+still waiting for its Allocate (:mod:`hami_scheduler.bind.upkeep`).
 
 Events are queued (:meth:`~hami_kube.events.EventRecorder.emit`), never awaited on the request
 path; messages are built only up to the API's length limit, so a 5,000-node answer does not

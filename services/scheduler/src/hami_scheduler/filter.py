@@ -19,7 +19,7 @@
    candidates (``node unregistered`` for unknown ones, the annotation or handshake problem for
    troubled ones — an unreadable ``hami.io/node-rdma-register`` for pods asking NICs — HAMi's
    reason text for the rest), assume the decision in the cache and keep it for the bind
-   (:class:`~hami_scheduler.pending.PendingBinds`: the annotations HAMi's filter patch wrote —
+   (:class:`~hami_scheduler.bind.pending.PendingBinds`: the annotations HAMi's filter patch wrote —
    ``hami.io/vgpu-node``, ``hami.io/vgpu-time``, each vendor's to-allocate and allocated
    lists, and for a joint decision the RDMA lists and ``scheduling.koordinator.sh/
    device-allocated`` — now travel in the Binding).  **Nothing is written**: the API cost of a
@@ -50,14 +50,14 @@ from hami_kube.resources import JsonObject
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.policy import parse_pod_policy
 from hami_protocol.request.containers import PodDeviceRequests
+from hami_scheduler.bind.pending import PendingBinds
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo
 from hami_scheduler.core.joint.hints import JointRequest, KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import choose, resolved
 from hami_scheduler.events import SchedulerEvents
-from hami_scheduler.leader import AlwaysLeader, LeaderView
+from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.pending import PendingBinds
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.selection.select import node_refusal, record_of
@@ -69,7 +69,6 @@ __all__ = [
     "FilterReply",
     "FilterService",
     "Synced",
-    "not_leader_message",
 ]
 
 log = structlog.get_logger("hami_scheduler")
@@ -77,10 +76,6 @@ log = structlog.get_logger("hami_scheduler")
 MISSING_POD: Final = "extender args missing pod"
 _NO_NODES: Final = "extender args carry neither NodeNames nor Nodes"
 _MAX_PRIORITY: Final = 10
-
-
-def not_leader_message(leader: str) -> str:
-    return f"not the leader; leader is {leader or 'unknown'}"
 
 
 class Synced(Protocol):
@@ -123,7 +118,7 @@ class FilterService:
     ) -> None:
         """``leadership``: who may decide (none: this process always does); ``watches``: what
         the cache is fed by (none: it counts as synced); ``pending``: where decisions wait for
-        their bind (shared with the :class:`~hami_scheduler.bind.BindService`)."""
+        their bind (shared with the :class:`~hami_scheduler.bind.service.BindService`)."""
         self._cache = cache
         self._planner = planner
         self.pending = pending if pending is not None else PendingBinds(cache)

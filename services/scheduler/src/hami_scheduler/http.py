@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 
 from hami_runtime.sites import add_health_routes
-from hami_scheduler.bind import BindService
+from hami_scheduler.bind.service import BindService
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.wire import (

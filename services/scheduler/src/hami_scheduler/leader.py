@@ -13,6 +13,9 @@
 
 All three expose ``is_leader``, ``leader`` (the holder's identity) and ``run()``, and call
 ``on_change(is_leader)`` on every transition.
+
+:func:`not_leader_message` is what the filter and the bind answer on a replica that does not
+lead.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ __all__ = [
     "LeaseCampaign",
     "LeaseFollower",
     "holder_is",
+    "not_leader_message",
 ]
 
 log = structlog.get_logger("hami_scheduler")
@@ -57,6 +61,11 @@ class LeaderView(Protocol):
     def leader(self) -> str:
         """The holder's identity (``""``: unknown)."""
         ...
+
+
+def not_leader_message(leader: str) -> str:
+    """What a request path answers when this replica does not lead (``leader``: the holder)."""
+    return f"not the leader; leader is {leader or 'unknown'}"
 
 
 class Leadership(LeaderView, Protocol):

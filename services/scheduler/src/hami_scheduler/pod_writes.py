@@ -1,7 +1,7 @@
 """Writes onto pods through the API server: this replica's role label.
 
 (A decision is no longer written by the filter: it travels in the Binding,
-:mod:`hami_scheduler.bind`.)"""
+:mod:`hami_scheduler.bind.service`.)"""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@
 * per node the :class:`~hami_scheduler.cache.nodes.NodeFacts` (registrations, cordon, pair
   scores, handshakes) and its :class:`~hami_scheduler.cache.health.NodeHealth` (which vendors
   are marked unavailable by the handshake rule, which bad annotations were reported);
-* per pod UID what the pod holds (:class:`PodRecord`), applied to its node's usage and to the
-  namespace's :class:`~hami_scheduler.core.QuotaLedger`;
+* per pod UID what the pod holds (:class:`~hami_scheduler.cache.holdings.PodHoldings`: what
+  its annotations say, what was assumed here, what was given up), applied to its node's usage
+  and to the namespace's :class:`~hami_scheduler.core.QuotaLedger`;
 * the RDMA NICs and exclusive PCIe claims (:class:`~hami_scheduler.cache.nics.NicCache`):
   ``nics`` maps node name → :class:`~hami_scheduler.core.joint.nics.NicUsage`, the mapping
   :func:`~hami_scheduler.core.joint.decide.select_joint` reads; a pod's holding carries its NIC
@@ -17,22 +18,12 @@
 
 :attr:`SchedulerCache.fleet` is all of it as the selection rule reads it
 (:class:`~hami_scheduler.core.joint.route.Fleet`); :meth:`SchedulerCache.simulated` builds a
-throw-away one from Node objects given in a request, with the usage known for those names.
+throw-away one from Node objects given in a request, with the usage known for those names
+(:mod:`hami_scheduler.cache.simulation`).
 
 Every event costs O(devices of the pod or node): a pod event shifts one node's usage, a node
 event rebuilds only that node (and only when its registration, cordon or pair scores changed).
 Nothing here walks all pods.
-
-What a pod holds is decided per UID from three inputs:
-
-* ``observed``: what its annotations say (from the watch);
-* ``assumed``: a decision made here (by the filter, or by a bind deciding itself) whose
-  Binding has not been seen yet — it counts at once, so two quick filters cannot hand out the
-  same capacity, and is dropped by :meth:`SchedulerCache.forget` when the bind fails or
-  replaced by ``observed`` once the watch shows the pod bound with a decision (its own, or the
-  one another replica bound it with);
-* ``released``: observed allocations the scheduler has given up: they stop counting although
-  the pod still carries their annotations.
 
 The cache performs no I/O; callbacks report bad annotations and health changes to the caller.
 """
@@ -40,7 +31,6 @@ The cache performs no I/O; callbacks report bad annotations and health changes t
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -50,10 +40,12 @@ from hami_kube.timefmt import utc_now
 from hami_protocol.selectors import EVERYTHING, LabelSelector
 from hami_protocol.vendor.table import METAX_SGPU, Vendor
 from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
+from hami_scheduler.cache.holdings import PodHoldings, PodProblem
 from hami_scheduler.cache.nics import NicCache
 from hami_scheduler.cache.nodes import NodeFacts, read_node
 from hami_scheduler.cache.pods import AllocationKey, Holding, read_pod
 from hami_scheduler.cache.quotas import QuotaLimitCache
+from hami_scheduler.cache.simulation import Simulation, simulate
 from hami_scheduler.cache.vendor_facts import node_vendor_facts
 from hami_scheduler.core import (
     NodeUsage,
@@ -73,45 +65,7 @@ from hami_scheduler.core.vendors.context import (
 )
 from hami_scheduler.core.vendors.metax_sgpu import QOS_KEY
 
-__all__ = ["HandshakeWrite", "PodRecord", "SchedulerCache", "Simulation"]
-
-PodProblem = Callable[[str, str, str], None]
-"""``(namespace/name, uid, problem)`` — a pod's device list could not be decoded."""
-
-
-@dataclass(frozen=True, slots=True)
-class Simulation:
-    """Node objects from a request, read against the cache (:meth:`SchedulerCache.simulated`)."""
-
-    fleet: Fleet
-    objects: Mapping[str, JsonObject]
-    """Node name → the object as given, for the readable ones."""
-    failed: Mapping[str, str]
-    """Node name → why its object cannot be used (no name, a malformed register annotation)."""
-
-
-def _unreadable(facts: NodeFacts, words: Collection[str] | None) -> str | None:
-    """Why the node object cannot serve a pod asking vendors ``words`` (``None``: any vendor):
-    no name, or bad input of one of those vendors (the node's other vendors stay usable)."""
-    if not facts.name:
-        return "node object has no name"
-    for registration in facts.registrations:
-        if registration.error and (words is None or registration.word in words):
-            return registration.error
-    return None
-
-
-@dataclass(slots=True)
-class PodRecord:
-    """One pod's holdings (see the module docstring)."""
-
-    namespace: str
-    name: str
-    observed: Holding | None = None
-    assumed: Holding | None = None
-    released: frozenset[AllocationKey] = frozenset()
-    effective: Holding | None = None
-    problems: tuple[str, ...] = ()
+__all__ = ["HandshakeWrite", "SchedulerCache"]
 
 
 class SchedulerCache:
@@ -131,7 +85,6 @@ class SchedulerCache:
         self.vendors = tuple(vendors)
         self._selector = selector
         self._now = now
-        self._on_pod_problem = on_pod_problem
         self.nodes: dict[str, NodeUsage] = {}
         self.ledger = QuotaLedger()
         self.quotas = QuotaLimitCache(self.vendors)
@@ -142,8 +95,7 @@ class SchedulerCache:
             on_health_change=on_health_change,
         )
         self._facts: dict[str, NodeFacts] = {}
-        self._node_pods: dict[str, dict[str, Holding]] = {}
-        self._pods: dict[str, PodRecord] = {}
+        self._holdings = PodHoldings(self._moved, on_problem=on_pod_problem)
         self.nic = NicCache()
         self.troubled: set[str] = set()
         """Nodes with a malformed register annotation or a vendor marked unavailable: the
@@ -172,10 +124,10 @@ class SchedulerCache:
 
     @property
     def pod_count(self) -> int:
-        return len(self._pods)
+        return self._holdings.count
 
     def assumed_count(self) -> int:
-        return sum(1 for record in self._pods.values() if record.assumed is not None)
+        return self._holdings.assumed_count()
 
     def unavailable_count(self) -> int:
         """Node × vendor pairs marked unavailable by the handshake rule."""
@@ -242,7 +194,7 @@ class SchedulerCache:
         if facts is None or not devices:
             self.nodes.pop(name, None)
             return
-        held = self._node_pods.get(name, {})
+        held = self._holdings.on_node(name)
         self.nodes[name] = build_node_usage(
             name,
             devices,
@@ -256,12 +208,7 @@ class SchedulerCache:
     def holders_of(self, node: str, words: Collection[str]) -> list[tuple[str, str]]:
         """``(namespace, name)`` of the pods held on ``node`` that were given devices of any of
         the vendors ``words``."""
-        found: list[tuple[str, str]] = []
-        for uid, holding in self._node_pods.get(node, {}).items():
-            record = self._pods.get(uid)
-            if record is not None and not set(holding.key[1::2]).isdisjoint(words):
-                found.append((record.namespace, record.name))
-        return found
+        return self._holdings.holders_of(node, words)
 
     def sgpu_state(self, name: str) -> SgpuNodeState:
         """What the pods held on node ``name`` say about its MetaX sGPU devices: per device the
@@ -279,7 +226,7 @@ class SchedulerCache:
         reported = {dev.uuid: dev.custom.get(QOS_KEY, "") for dev in devices}
         tasks: dict[str, SgpuTasks] = {}
         pending: dict[str, str] = {}
-        for holding in self._node_pods.get(name, {}).values():
+        for holding in self._holdings.on_node(name).values():
             for summary in holding.usage:
                 report = reported.get(summary.uuid)
                 if report is None:
@@ -309,44 +256,14 @@ class SchedulerCache:
         the usage this cache knows for those names, leaving out pod ``exclude_uid``; a node
         whose input for one of ``words`` (the pod's vendors; ``None``: any) is bad is failed.
         Changes nothing."""
-        gpus: dict[str, NodeUsage] = {}
-        nics: dict[str, NicUsage] = {}
-        objects: dict[str, JsonObject] = {}
-        failed: dict[str, str] = {}
-        for obj in objs:
-            facts = read_node(obj, self.vendors)
-            problem = _unreadable(facts, words)
-            if problem is not None:
-                failed[facts.name] = problem
-                continue
-            objects[facts.name] = obj
-            devices = {r.word: r.devices for r in facts.registrations if r.devices}
-            if devices:
-                held = self._node_pods.get(facts.name, {})
-                gpus[facts.name] = build_node_usage(
-                    facts.name,
-                    devices,
-                    cordon=facts.cordon,
-                    pair_scores=facts.pair_scores,
-                    usages=[
-                        s
-                        for uid, holding in held.items()
-                        if uid != exclude_uid
-                        for s in holding.usage
-                    ],
-                    mig=[
-                        m
-                        for uid, holding in held.items()
-                        if uid != exclude_uid
-                        for m in holding.mig
-                    ],
-                    vendor=node_vendor_facts(facts),
-                )
-            usage = self.nic.simulated(facts, exclude_uid=exclude_uid)
-            if usage is not None:
-                nics[facts.name] = usage
-        claimed = {name for name, usage in nics.items() if usage.claims_gpus}
-        return Simulation(Fleet(gpus, nics, claimed, objects), objects, failed)
+        return simulate(
+            objs,
+            vendors=self.vendors,
+            held=self._holdings.on_node,
+            nic=self.nic,
+            exclude_uid=exclude_uid,
+            words=words,
+        )
 
     # -- handshakes ----------------------------------------------------------------------------
     def check_handshakes(self, names: Iterable[str], now: datetime) -> list[HandshakeWrite]:
@@ -373,118 +290,40 @@ class SchedulerCache:
     # -- pods --------------------------------------------------------------------------------
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         """A Pod was added or changed."""
-        facts = read_pod(obj, self.vendors)
-        if not facts.uid:
-            return
-        record = self._pods.get(facts.uid)
-        if record is None:
-            if facts.holding is None:
-                return
-            record = self._pods[facts.uid] = PodRecord(facts.namespace, facts.name)
-        self._note_problems(facts.uid, record, facts.problems)
-        record.observed = facts.holding
-        assumed = record.assumed
-        if facts.terminal:
-            record.assumed, record.released = None, frozenset()
-        elif assumed is not None and facts.holding is not None:
-            # The watch shows bound pods only, each with the decision its Binding carried:
-            # whatever it carries is what it holds (the same decision, or another replica's).
-            record.assumed = None
-            record.released = record.released - {assumed.key}
-        self._settle(facts.uid, record)
+        self._holdings.observe(read_pod(obj, self.vendors))
 
     def remove_pod(self, obj: Mapping[str, Any]) -> None:
         """A Pod was deleted: whatever it held is released."""
         self.drop_pod(PodView(obj).uid)
 
     def drop_pod(self, uid: str) -> None:
-        record = self._pods.pop(uid, None)
-        if record is not None:
-            self._hold(uid, None, record.effective)
-
-    def _note_problems(self, uid: str, record: PodRecord, problems: tuple[str, ...]) -> None:
-        if problems == record.problems:
-            return
-        fresh = [problem for problem in problems if problem not in record.problems]
-        record.problems = problems
-        if self._on_pod_problem is not None:
-            for problem in fresh:
-                self._on_pod_problem(f"{record.namespace}/{record.name}", uid, problem)
+        self._holdings.drop(uid)
 
     def assume(self, uid: str, name: str, holding: Holding) -> None:
         """Count a decision at once, before its annotations are written."""
-        record = self._pods.get(uid)
-        if record is None:
-            record = self._pods[uid] = PodRecord(holding.namespace, name)
-        observed = record.observed
-        if observed is not None and observed.key == holding.key:
-            # The pod already carries exactly this allocation (decided again, same devices):
-            # nothing is pending, and the rewrite may not even produce a watch event.
-            record.assumed = None
-            record.released = record.released - {holding.key}
-        else:
-            record.assumed = holding
-        self._settle(uid, record)
+        self._holdings.assume(uid, name, holding)
 
     def forget(self, uid: str, key: AllocationKey) -> None:
         """Drop the assumption ``key`` (its bind failed)."""
-        record = self._pods.get(uid)
-        if record is not None and record.assumed is not None and record.assumed.key == key:
-            record.assumed = None
-            self._settle(uid, record)
+        self._holdings.forget(uid, key)
 
     def release(self, uid: str) -> None:
         """Stop counting what the pod holds or was assumed to hold (filtered again, or its
-        bind failed); a later, different allocation counts again.
-
-        Only an observed allocation is remembered as released: an assumed one was never
-        written before its Binding, so a later event carrying it means the Binding did
-        happen (e.g. it answered with an error after all), and then it counts."""
-        record = self._pods.get(uid)
-        if record is None:
-            return
-        if record.observed is not None:
-            record.released = record.released | {record.observed.key}
-        record.assumed = None
-        self._settle(uid, record)
+        bind failed); see :meth:`PodHoldings.release
+        <hami_scheduler.cache.holdings.PodHoldings.release>`."""
+        self._holdings.release(uid)
 
     def holding(self, uid: str) -> Holding | None:
-        record = self._pods.get(uid)
-        return None if record is None else record.effective
+        return self._holdings.holding(uid)
 
     def holdings(self) -> Iterator[tuple[str, str, Holding]]:
         """``(uid, pod name, holding)`` for every pod holding devices."""
-        for uid, record in list(self._pods.items()):
-            if record.effective is not None:
-                yield uid, record.name, record.effective
+        return self._holdings.holdings()
 
-    def _settle(self, uid: str, record: PodRecord) -> None:
-        observed = record.observed
-        new = record.assumed
-        if new is None and observed is not None and observed.key not in record.released:
-            new = observed
-        old = record.effective
-        record.effective = new
-        if old is not new:
-            self._hold(uid, new, old)
-        if record.observed is None and record.assumed is None and not record.released:
-            # Released keys must outlive the holding: a late event may still carry them.
-            del self._pods[uid]
-
-    def _hold(self, uid: str, new: Holding | None, old: Holding | None) -> None:
-        if (
-            old is not None
-            and new is not None
-            and (old.node, old.namespace, old.usage, old.nics, old.mig)
-            == (new.node, new.namespace, new.usage, new.nics, new.mig)
-        ):
-            return
+    def _moved(self, uid: str, new: Holding | None, old: Holding | None) -> None:
+        """What pod ``uid`` holds changed: move its node's usage, its namespace's quota and its
+        NICs with it."""
         if old is not None:
-            held = self._node_pods.get(old.node)
-            if held is not None:
-                held.pop(uid, None)
-                if not held:
-                    del self._node_pods[old.node]
             node = self.nodes.get(old.node)
             if node is not None:
                 self.nodes[old.node] = remove_usage(node, old.usage, old.mig)
@@ -492,7 +331,6 @@ class SchedulerCache:
             if old.nics is not None:
                 self.nic.release(uid, old.node)
         if new is not None:
-            self._node_pods.setdefault(new.node, {})[uid] = new
             node = self.nodes.get(new.node)
             if node is not None:
                 self.nodes[new.node] = apply_usage(node, new.usage, new.mig)

@@ -19,18 +19,15 @@ from hami_scheduler.core.quota import (
 from hami_scheduler.core.reasons import format_reasons
 from hami_scheduler.core.score import device_score, node_better, sort_devices
 from hami_scheduler.core.select import FailureReasons, Selection, SelectMemo, select_node
-from hami_scheduler.core.usage import (
-    DeviceUsage,
-    NodeLayout,
-    NodeUsage,
-    UsageTotals,
+from hami_scheduler.core.usage.apply import (
     apply_usage,
     build_node_usage,
-    node_layout,
     pod_usage,
     remove_usage,
     unknown_devices,
 )
+from hami_scheduler.core.usage.device import DeviceUsage
+from hami_scheduler.core.usage.node import NodeLayout, NodeUsage, UsageTotals, node_layout
 
 __all__ = [
     "NO_SELECTORS",

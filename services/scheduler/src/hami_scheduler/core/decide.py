@@ -23,7 +23,7 @@ The result lists, per vendor the pod requests, one segment per container in init
 empty for containers without devices of that vendor — ready for
 :func:`~hami_protocol.pod.devices.encode_pod_devices`.  (HAMi keys that padding by device model and
 can shift entries, quirk Q1; this is the intended format.)  The node score is the usage score
-before the pod (:attr:`~hami_scheduler.core.usage.NodeUsage.base_score`); NVIDIA adds nothing
+before the pod (:attr:`~hami_scheduler.core.usage.node.NodeUsage.base_score`); NVIDIA adds nothing
 to it.  The usage the pod will hold is :func:`decision_usage` — init peak against app sum per
 device, exactly what the caches apply once the annotations are written.
 """
@@ -48,7 +48,9 @@ from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import PodQuotaTally, VendorQuota
 from hami_scheduler.core.score import device_score, sort_devices
 from hami_scheduler.core.strategy import ScoreArgs, strategy_for
-from hami_scheduler.core.usage import DeviceUsage, NodeUsage, pod_usage
+from hami_scheduler.core.usage.apply import pod_usage
+from hami_scheduler.core.usage.device import DeviceUsage
+from hami_scheduler.core.usage.node import NodeUsage
 from hami_scheduler.core.vendors.context import NO_VENDOR_CONTEXT, VendorContext, vendor_context
 
 __all__ = ["NodeDecision", "decide_node", "decision_usage"]

@@ -57,7 +57,8 @@ from hami_scheduler.core.mig import (
 )
 from hami_scheduler.core.plan import NO_SELECTORS, DeviceSelectors
 from hami_scheduler.core.topology import PairScore, best_subset, worst_connected
-from hami_scheduler.core.usage import MIG_MODE, NO_MIG, NO_MIG_GPUS, DeviceUsage
+from hami_scheduler.core.usage.device import MIG_MODE, DeviceUsage
+from hami_scheduler.core.usage.node import NO_MIG, NO_MIG_GPUS
 from hami_scheduler.core.vendors.context import NO_VENDOR_CONTEXT, VendorContext
 
 __all__ = [
@@ -92,7 +93,7 @@ class FitContext:
     pair_score: PairScore = _no_pairs
     quota: QuotaProbe | None = None
     mig_gpus: Mapping[str, MigGpu] = field(default_factory=lambda: NO_MIG_GPUS)
-    """The node's MIG-mode GPUs (:attr:`~hami_scheduler.core.usage.NodeLayout.mig_gpus`)."""
+    """The node's MIG-mode GPUs (:attr:`~hami_scheduler.core.usage.node.NodeLayout.mig_gpus`)."""
     mig: Mapping[str, GpuOccupancy] = field(default_factory=lambda: NO_MIG)
     """The slices held now: the node's pods', plus those this pod's earlier containers took."""
     vendor: VendorContext = NO_VENDOR_CONTEXT

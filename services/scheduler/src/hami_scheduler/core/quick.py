@@ -23,11 +23,12 @@ decision: the single ``mutex`` policy (sorted by use, not grouped by NUMA) and
 ``topology-aware`` (it keeps only the last NUMA run it visits).
 
 :func:`quick_verdict` returns ``True`` / ``False`` / ``None`` (unknown) accordingly.  It reads
-the node's :class:`~hami_scheduler.core.usage.OpenDevices` (devices that are healthy, not MIG,
-not cordoned and have a free slot, sorted by free memory): the bounds refuse most full nodes
-without a scan, and a scan stops once enough devices pass or memory runs short.  A node with MIG
-GPUs or MIG reservations is always left to the full decision, and so is any pod asking a vendor
-with a fit or node score of its own (:mod:`.strategy`): only the full decision knows those.
+the node's :class:`~hami_scheduler.core.usage.open_devices.OpenDevices` (devices that are
+healthy, not MIG, not cordoned and have a free slot, sorted by free memory): the bounds refuse
+most full nodes without a scan, and a scan stops once enough devices pass or memory runs
+short.  A node with MIG GPUs or MIG reservations is always left to the full decision, and so is
+any pod asking a vendor with a fit or node score of its own (:mod:`.strategy`): only the full
+decision knows those.
 
 A namespace quota is judged once per pod (:func:`_quota_effect`): when it cannot refuse any
 device it is ignored, when it refuses the pod everywhere every verdict is ``False``; with
@@ -48,7 +49,9 @@ from hami_scheduler.core.fit import MAX_CORES, clamped_cores
 from hami_scheduler.core.plan import DeviceSelectors, PodPlan
 from hami_scheduler.core.quota import VendorQuota
 from hami_scheduler.core.strategy import strategy_for
-from hami_scheduler.core.usage import DeviceUsage, NodeUsage, OpenRow
+from hami_scheduler.core.usage.device import DeviceUsage
+from hami_scheduler.core.usage.node import NodeUsage
+from hami_scheduler.core.usage.open_devices import OpenRow
 
 __all__ = ["QuickPlan", "QuickStep", "QuotaBound", "quick_plan", "quick_verdict"]
 

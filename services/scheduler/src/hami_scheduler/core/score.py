@@ -34,7 +34,7 @@ from typing import Final
 
 from hami_protocol.pod.policy import GpuPolicy, NodePolicy, ScoringWeights
 from hami_protocol.request.containers import PERCENTAGE_UNSET, ContainerDeviceRequest
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 
 __all__ = ["DEFAULT_WEIGHTS", "device_score", "node_better", "sort_devices"]
 

@@ -2,7 +2,7 @@
 
 :func:`select_node` scores every candidate and picks one by the node policy (``binpack``: the
 highest node score, ``spread``: the lowest; ties go to the earlier candidate).  Cost is
-O(candidates × devices): it reads the cached :class:`~hami_scheduler.core.usage.NodeUsage`
+O(candidates × devices): it reads the cached :class:`~hami_scheduler.core.usage.node.NodeUsage`
 values and never looks at pods.
 
 * Each candidate first gets the quick verdict (:mod:`.quick`): a few bounds and a scan that
@@ -34,7 +34,7 @@ from hami_scheduler.core import reasons as why
 from hami_scheduler.core.decide import NodeDecision, decide_node
 from hami_scheduler.core.plan import PodPlan
 from hami_scheduler.core.quick import QuickPlan, quick_plan, quick_verdict
-from hami_scheduler.core.usage import NodeUsage
+from hami_scheduler.core.usage.node import NodeUsage
 
 __all__ = ["FailureReasons", "SelectMemo", "Selection", "select_node"]
 

@@ -45,7 +45,8 @@ from hami_protocol.pod.devices import ContainerDevices
 from hami_protocol.pod.policy import NodePolicy
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core.fit import FitContext, FitResult, fit_request
-from hami_scheduler.core.usage import DeviceUsage, NodeUsage
+from hami_scheduler.core.usage.device import DeviceUsage
+from hami_scheduler.core.usage.node import NodeUsage
 from hami_scheduler.core.vendors.context import NO_VENDOR_CONTEXT, VendorContext
 
 __all__ = [

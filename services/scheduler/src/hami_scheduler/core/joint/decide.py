@@ -45,7 +45,7 @@ from hami_scheduler.core.joint.nicfit import NicPlanner, PodNics, nic_planner
 from hami_scheduler.core.joint.nics import Claim, NicUsage, build_nic_usage, nic_layout
 from hami_scheduler.core.plan import PodPlan
 from hami_scheduler.core.select import Selection
-from hami_scheduler.core.usage import NodeLayout, NodeUsage
+from hami_scheduler.core.usage.node import NodeLayout, NodeUsage
 
 __all__ = [
     "JOINT_RULES_VIOLATION",

@@ -22,7 +22,7 @@ other pod touches.  Claims are counted, not flagged, so removal is the exact inv
 even when annotations written elsewhere overlap.
 
 All values are immutable; apply and remove return new ones, as for
-:class:`~hami_scheduler.core.usage.NodeUsage`.
+:class:`~hami_scheduler.core.usage.node.NodeUsage`.
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ from hami_scheduler.core.joint.nicfit import INSUFFICIENT_RDMA
 from hami_scheduler.core.joint.nics import NicUsage, build_nic_usage, nic_layout
 from hami_scheduler.core.plan import PodPlan
 from hami_scheduler.core.select import FailureReasons, Selection, SelectMemo, select_node
-from hami_scheduler.core.usage import NodeUsage, build_node_usage
+from hami_scheduler.core.usage.apply import build_node_usage
+from hami_scheduler.core.usage.node import NodeUsage
 
 __all__ = [
     "NO_NIC_REASON",

@@ -67,7 +67,7 @@ from hami_scheduler.core.joint.hints import (
 from hami_scheduler.core.joint.nicfit import PodNics
 from hami_scheduler.core.joint.nics import Claim, NicHold, NicLayout, NicPodUsage
 from hami_scheduler.core.plan import PodPlan
-from hami_scheduler.core.usage import NodeUsage
+from hami_scheduler.core.usage.node import NodeUsage
 
 __all__ = [
     "RDMA_DEVICE_TYPE",

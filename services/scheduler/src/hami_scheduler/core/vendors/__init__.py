@@ -10,7 +10,7 @@ One module per vendor, each a set of pure functions over the same types as
 walk them do so from the end, as HAMi does); a failure carries HAMi's reason text
 (:func:`~hami_scheduler.core.reasons.format_reasons`).  Vendors with a node score also expose a
 ``score`` whose signature each module documents.  Vendor-specific facts reach a fit through
-:attr:`DeviceUsage.custom <hami_scheduler.core.usage.DeviceUsage.custom>` (the registration's
+:attr:`DeviceUsage.custom <hami_scheduler.core.usage.device.DeviceUsage.custom>` (the registration's
 ``custominfo``) or through the keyword-only arguments a module names; the dispatch that picks a
 module by vendor word lives outside this package.
 """

@@ -33,7 +33,7 @@ from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors.common import Tally, selected_out
 
 __all__ = ["AWS_NEURON", "NODE_TYPE_KEY", "core_mask", "fit", "free_core_bits", "run_starts"]

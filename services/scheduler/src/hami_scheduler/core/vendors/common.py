@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 
 __all__ = [
     "Tally",

@@ -10,7 +10,7 @@ sources the selection layer fills:
   :class:`~hami_scheduler.core.plan.PodPlan` (part of its memo key);
 * :class:`NodeVendorFacts` — the node's vendor annotations and profiles (``hami-vnpu-core``,
   Enflame DRS profiles, MetaX topology losses and scores), in the node's
-  :class:`~hami_scheduler.core.usage.NodeLayout` (a change rebuilds the layout);
+  :class:`~hami_scheduler.core.usage.node.NodeLayout` (a change rebuilds the layout);
 * :class:`SgpuNodeState` — what the pods the cache holds on the node say about MetaX sGPU
   devices (their app classes, QoS the node does not report yet), looked up per node through
   the plan;

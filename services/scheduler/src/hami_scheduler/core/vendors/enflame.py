@@ -37,7 +37,7 @@ from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core import reasons as why
 from hami_scheduler.core.fit import FitContext, FitResult
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors.common import Tally, selected_out, type_refusal
 from hami_scheduler.core.vendors.context import DrsProfile
 

@@ -19,7 +19,7 @@ from typing import Final
 
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core.fit import FitContext, FitResult
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors.standard import standard_fit
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Final
 
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core.fit import FitContext, FitResult
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors.metax_gpu import on_pod_device
 from hami_scheduler.core.vendors.standard import standard_fit
 

@@ -21,7 +21,7 @@ from typing import Final
 from hami_protocol.pod.devices import ContainerDevice
 from hami_protocol.request.containers import ContainerDeviceRequest
 from hami_scheduler.core.fit import FitContext, FitResult
-from hami_scheduler.core.usage import DeviceUsage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.vendors.standard import count_only_walk
 
 __all__ = ["AIC_KEY", "DIE", "STRATEGY_KEY", "VASTAI", "fit", "score"]

@@ -12,7 +12,7 @@ forgets both; an entry whose pod the watch shows bound (by another replica, say)
 (:meth:`PendingBinds.pod_event`).  An entry whose bind never comes (the pod deleted while
 unbound — the pod watch only sees bound pods — or kube-scheduler giving up after the filter)
 would hold its devices for good, so :meth:`PendingBinds.sweep` (every ``--handshake-interval``,
-from :mod:`hami_scheduler.upkeep`, on every replica: a replica that lost the lead keeps what it
+from :mod:`hami_scheduler.bind.upkeep`, on every replica: a replica that lost the lead keeps what it
 had) reads the pods whose entries are older than ``max_age_s``: gone or replaced → dropped;
 bound → the entry goes, and the assumption too unless the pod carries the decision (the watch
 confirms it then); still unbound → kept, looked at again a ``max_age_s`` later.  Cost: one GET

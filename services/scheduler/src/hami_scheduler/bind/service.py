@@ -4,14 +4,15 @@ and say why.
 :meth:`BindService.bind`:
 
 1. not the leader → ``Error`` (the pod's pending decision forgotten);
-2. the pod: as the filter kept it (:class:`~hami_scheduler.pending.PendingBinds`, with the
+2. the pod: as the filter kept it (:class:`~hami_scheduler.bind.pending.PendingBinds`, with the
    decision assumed there), else read with a GET (the extender restarted between filter and
    bind, or another replica filtered: not found → ``Error``; another UID than asked →
    ``Error``).  Already bound (the pod read, or the pod watch's copy) to that node → done,
    nothing undone; to another → ``Error``, what it holds untouched;
 3. the node: from the node watch (a GET on a miss; gone → ``Error``).  Single mode: a
    decision for another node → ``Error`` (the device plugin there could not serve it);
-4. the node locks (:class:`~hami_scheduler.nodelock.locker.NodeLocker`): the lock of every
+4. the node locks (:class:`~hami_scheduler.bind.locks.BindLocks` through the
+   :class:`~hami_scheduler.nodelock.locker.NodeLocker`): the lock of every
    vendor the pod's app containers ask that has one (``hami.io/mutex.lock``, shared by most;
    Cambricon's ``cambricon.com/dsmlu.lock``), taken in the sorted order of the vendors' common
    words as HAMi takes them, each key once; ``hami.io/mutex.lock`` too when any container asks
@@ -23,7 +24,7 @@ and say why.
    PodGroup members: ``--node-lock-retry-timeout`` if longer) has passed since the bind
    arrived, then ``Error`` naming the owner (``node n1 is locked by ns/pod, waiting for its
    device plugin since <time>; waited 20s``).  A lock found overdue is reported
-   (:class:`~hami_scheduler.upkeep.OverdueLocks`).  No NVIDIA (or RDMA) lock on a node whose
+   (:class:`~hami_scheduler.bind.upkeep.OverdueLocks`).  No NVIDIA (or RDMA) lock on a node whose
    device plugin says ``hami.io/node-allocate-identity: pod-resources``: it tells pods apart
    through the kubelet's PodResources API, so binds there neither lock nor queue for it.  Only
    our NVIDIA plugin writes that annotation: other vendors' locks are taken there all the same;
@@ -57,35 +58,30 @@ from typing import Final
 import structlog
 
 from hami_kube.errors import ConflictError, KubeError, NotFoundError
-from hami_kube.objects import NodeView, PodView, key_for
+from hami_kube.objects import PodView, key_for
 from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import utc_now
 from hami_protocol import keys
-from hami_protocol.durations import format_go_duration
-from hami_protocol.errors import DecodeError, ProtocolError
-from hami_protocol.keys import NODE_ALLOCATE_IDENTITY
-from hami_protocol.node.identity import identity_is_fresh
-from hami_protocol.node.lock import LockAction, decode_node_lock
-from hami_protocol.node.lock_keys import LockRule, lock_rule
+from hami_protocol.errors import ProtocolError
+from hami_protocol.node.lock_keys import LockRule
 from hami_protocol.request.containers import PodDeviceRequests
-from hami_protocol.vendor.table import NVIDIA
+from hami_scheduler.bind.locks import BindLocks
+from hami_scheduler.bind.pending import PendingBinds
+from hami_scheduler.bind.upkeep import OverdueLocks
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import decide_on
 from hami_scheduler.events import SchedulerEvents
-from hami_scheduler.filter import not_leader_message
-from hami_scheduler.leader import AlwaysLeader, LeaderView
+from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.nodelock.locker import LockContendedError, LockError, NodeLocker, describe_lock
+from hami_scheduler.nodelock.locker import NodeLocker
 from hami_scheduler.nodelock.owners import LockOwners
-from hami_scheduler.nodelock.waits import LockWaits, Turn
-from hami_scheduler.pending import PendingBinds
-from hami_scheduler.selection.joint_plan import joint_request, managed, wants_rdma
+from hami_scheduler.nodelock.waits import LockWaits
+from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import DecisionRecord, Planner
 from hami_scheduler.selection.select import node_refusal, record_of
 from hami_scheduler.settings import DEFAULT_NODE_LOCK_WAIT_S, FilterMode
-from hami_scheduler.upkeep import OverdueLocks
 from hami_scheduler.wire import BindingArgs
 
 __all__ = ["BindService"]
@@ -101,10 +97,6 @@ class _BindError(Exception):
         super().__init__(message)
         self.message = message
         self.reason = reason
-
-
-def _waited(seconds: float) -> str:
-    return format_go_duration(float(round(seconds)))
 
 
 class BindService:
@@ -142,13 +134,22 @@ class BindService:
         self._metrics = metrics
         self._pending = pending if pending is not None else PendingBinds(cache)
         self._waits = waits if waits is not None else LockWaits()
-        self._overdue = overdue
         self._pods = pods
         self._mode = mode
         self._leadership = leadership or AlwaysLeader()
-        self._lock_wait_s = lock_wait_s
-        self._group_wait_s = max(group_wait_s, lock_wait_s)
         self._now = now
+        self._locks = BindLocks(
+            cache=cache,
+            locker=locker,
+            owners=owners,
+            metrics=metrics,
+            waits=self._waits,
+            overdue=overdue,
+            failed=self._failed,
+            lock_wait_s=lock_wait_s,
+            group_wait_s=max(group_wait_s, lock_wait_s),
+            now=now,
+        )
 
     async def bind(self, args: BindingArgs) -> str:
         """Bind the pod; returns ``""`` on success, else the error text."""
@@ -269,119 +270,17 @@ class BindService:
         self._events.binding_failed(pod, message)
         return _BindError(message, reason)
 
-    def _lock_rules(self, node: str, asked: _Asked) -> tuple[LockRule, ...]:
-        """The locks this bind takes, in HAMi's order (the vendors' common words sorted)."""
-        requests, koord = asked
-        words = {word for slot in requests.slots if not slot.is_init for word in slot.requests}
-        by_word = [(v.common_word, v.node_lock_key) for v in self._cache.vendors]
-        if wants_rdma(koord):
-            words.add(NVIDIA)
-            by_word.append((NVIDIA, keys.NODE_LOCK))
-        if NVIDIA in words and self._identifies_without_lock(node):
-            words.discard(NVIDIA)
-        rules: dict[str, LockRule] = {}
-        for _word, key in sorted((w, k) for w, k in by_word if k is not None and w in words):
-            if key not in rules:
-                rules[key] = lock_rule(key)
-        return tuple(rules.values())
-
-    def _identifies_without_lock(self, node: str) -> bool:
-        """The node's device plugin tells pods apart through the kubelet's PodResources API
-        (``hami.io/node-allocate-identity``, stamped recently): binds need no lock there, and do
-        not queue.  A stale stamp (another plugin took over, or ours died) means the lock."""
-        known = self._locker.known_node(node)
-        value = None if known is None else NodeView(known).annotations.get(NODE_ALLOCATE_IDENTITY)
-        return identity_is_fresh(value, self._now())
-
     # -- the lock -------------------------------------------------------------------------
     async def _locked(
         self, node: str, pod: PodView, record: DecisionRecord | None, asked: _Asked, started: float
     ) -> None:
         """Take the locks the pod needs (waiting in line), then finish the bind."""
-        rules = self._lock_rules(node, asked)
+        rules = self._locks.rules(node, *asked)
         if not rules:
             await self._finish(node, pod, record, asked, wrote=())
             return
-        wait = self._group_wait_s if pod.labels.get(keys.POD_GROUP_LABEL) else self._lock_wait_s
-        deadline = started + wait
-        async with self._waits.turn(node, deadline=deadline) as turn:
-            if turn is None:
-                raise self._failed(pod, self._queued(node, started), "lock_wait")
-            wrote: list[LockRule] = []
-            try:
-                for rule in rules:
-                    action = await self._lock(turn, node, pod, started, deadline, rule=rule)
-                    if action is not LockAction.REENTER:
-                        wrote.append(rule)
-            except BaseException:
-                await self._unlock(node, pod, tuple(wrote))
-                raise
-            await self._finish(node, pod, record, asked, wrote=tuple(wrote))
-
-    def _queued(self, node: str, started: float) -> str:
-        """Why a bind that never got its turn gave up."""
-        waited = _waited(asyncio.get_running_loop().time() - started)
-        behind = f"waited {waited} in line behind other binds to it"
-        value = self._waits.locks.get(node)
-        try:
-            lock = decode_node_lock(value) if value is not None else None
-        except DecodeError:
-            lock = None
-        if lock is None:
-            return f"node {node} is busy with other binds; {behind}"
-        owner = None
-        if not lock.legacy:
-            owner = self._owners.known(lock.namespace, lock.pod, node, lock)
-        return f"{describe_lock(node, lock, owner)}; {behind}"
-
-    async def _lock(
-        self,
-        turn: Turn,
-        node: str,
-        pod: PodView,
-        started: float,
-        deadline: float,
-        *,
-        rule: LockRule,
-    ) -> LockAction:
-        loop = asyncio.get_running_loop()
-        logged = False
-        while True:
-            turn.mark()
-            try:
-                action = await self._locker.acquire(
-                    node, namespace=pod.namespace, pod=pod.name, rule=rule
-                )
-            except LockContendedError as exc:
-                contention = exc.contention
-                if contention.overdue and self._overdue is not None and contention.lock.pod:
-                    self._overdue.seen(node, contention.value, contention.lock, rule)
-                now = loop.time()
-                if now >= deadline:
-                    self._metrics.lock_wait.labels(outcome="expired").observe(now - started)
-                    message = contention.message(now - started)
-                    raise self._failed(pod, message, "lock_contended") from None
-                if not logged:
-                    logged = True
-                    log.info(
-                        "node_lock_waiting",
-                        node=node,
-                        key=rule.key,
-                        pod=pod.key,
-                        owner=contention.owner_key,
-                    )
-                until = deadline
-                if contention.frees_at is not None:
-                    left = (contention.frees_at - self._now()).total_seconds()
-                    until = min(deadline, now + max(left, 0.0) + 0.01)
-                await turn.wait(owner=contention.owner_key, until=until)
-            except LockError as exc:
-                self._metrics.lock_wait.labels(outcome="failed").observe(loop.time() - started)
-                self._metrics.api_error("lock_node")
-                raise self._failed(pod, str(exc), "lock_failed") from exc
-            else:
-                self._metrics.lock_wait.labels(outcome="acquired").observe(loop.time() - started)
-                return action
+        async with self._locks.taken(node, pod, rules, started) as wrote:
+            await self._finish(node, pod, record, asked, wrote=wrote)
 
     # -- decision and Binding -------------------------------------------------------------
     async def _finish(
@@ -404,7 +303,7 @@ class BindService:
             await self._post_binding(pod, node, annotations)
         except ConflictError as exc:
             if await self._bound_after_all(pod, node, record):
-                await self._unlock(node, pod, wrote)
+                await self._locks.release(node, pod, wrote)
                 return
             await self._undo(node, pod, wrote)
             self._metrics.api_error("bind")
@@ -427,7 +326,7 @@ class BindService:
     async def _undo(self, node: str, pod: PodView, wrote: tuple[LockRule, ...]) -> None:
         if pod.uid:
             self._cache.release(pod.uid)
-        await self._unlock(node, pod, wrote)
+        await self._locks.release(node, pod, wrote)
 
     async def _post_binding(self, pod: PodView, node: str, annotations: dict[str, str]) -> None:
         meta: dict[str, object] = {
@@ -495,12 +394,3 @@ class BindService:
         )
         self._cache.assume(pod.uid, pod.name, record.holding)
         return record
-
-    async def _unlock(self, node: str, pod: PodView, wrote: tuple[LockRule, ...]) -> None:
-        """Release the locks this bind wrote, last taken first."""
-        for rule in reversed(wrote):
-            try:
-                await self._locker.release(node, namespace=pod.namespace, pod=pod.name, rule=rule)
-            except LockError as exc:
-                self._metrics.api_error("unlock_node")
-                log.warning("unlock_failed", node=node, key=rule.key, pod=pod.key, error=str(exc))

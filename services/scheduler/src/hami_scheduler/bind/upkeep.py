@@ -13,7 +13,7 @@ Cambricon lock names no pod: its owner is the pod this process wrote it for, els
 the caches show waiting for it (:meth:`~hami_scheduler.nodelock.owners.LockOwners.sole_waiting`).
 
 :class:`Upkeep` runs both every ``--handshake-interval`` on every replica: the check (only the
-leader records Events) and :meth:`~hami_scheduler.pending.PendingBinds.sweep` (a replica that
+leader records Events) and :meth:`~hami_scheduler.bind.pending.PendingBinds.sweep` (a replica that
 lost the lead sweeps what it kept while leading).
 """
 
@@ -32,9 +32,9 @@ from hami_protocol.errors import DecodeError
 from hami_protocol.node.lock import NodeLock, OwnerState, decode_node_lock, encode_node_lock
 from hami_protocol.node.lock import is_overdue as lock_is_overdue
 from hami_protocol.node.lock_keys import MUTEX_LOCK, LockRule, lock_rule
+from hami_scheduler.bind.pending import PendingBinds
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.nodelock.owners import LockOwners
-from hami_scheduler.pending import PendingBinds
 
 __all__ = ["OverdueLocks", "Upkeep"]
 
