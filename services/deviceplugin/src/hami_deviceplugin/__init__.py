@@ -10,8 +10,9 @@ Layout (pure modules take plain data and never await):
   ``metrics``; ``errors`` (pure: both error trees);
 * ``allocation/``: the Allocate path every plugin shares: ``entries`` and ``pending`` (pure:
   serving the kubelet's requests from a pod's to-allocate list), ``identity`` (pure: which pod a
-  call is for, or why none), ``node_pods`` (the node's pods from a watch), ``flow`` (identify,
-  decide, commit, unlock, fail);
+  call is for, or why none), ``decision`` (pure: what a plugin decides), ``node_pods`` (the
+  node's pods from a watch), ``sources`` (what Allocate reads, and the lookup of the pod),
+  ``node_lock`` (releasing the node lock), ``flow`` (identify, decide, commit, unlock, fail);
 * ``kubelet/``: ``server`` (the unix-socket gRPC server), ``servicer`` (what both plugins'
   services share), ``link`` (staying registered with the kubelet), ``podresources`` (the
   kubelet's pod-resources API, the first source of identity);

@@ -52,8 +52,9 @@ from typing import Any, Final, cast
 
 import structlog
 
-from hami_deviceplugin.allocation.flow import AllocationSources, FlowConfig
+from hami_deviceplugin.allocation.flow import FlowConfig
 from hami_deviceplugin.allocation.node_pods import NodePods
+from hami_deviceplugin.allocation.sources import AllocationSources
 from hami_deviceplugin.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig

@@ -24,7 +24,7 @@ from typing import Final, Protocol
 
 import grpc
 
-from hami_deviceplugin.allocation.flow import PreferredRequest
+from hami_deviceplugin.allocation.decision import PreferredRequest
 from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.replicas import PluginDevice
 from hami_kubelet_api.constants import HEALTHY, UNHEALTHY
