@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hami_deviceplugin.devices.fake_file import UNHEALTHY_REASON
 from hami_deviceplugin.errors import FakeDevicesError
-from hami_deviceplugin.fake_devices import UNHEALTHY_REASON
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.node.register import annotations_to_write
 from hami_deviceplugin.rdma.discovery import discover_nics

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hami_deviceplugin.devices.sysfs import PciePlacement, pcie_placement, read_numa_node
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.rdma.discovery import discover_nics, port_health
 from hami_deviceplugin.rdma.nics import assign_minors, function_index, mellanox_minor
 from hami_deviceplugin.rdma.sources import SysfsNicSource
-from hami_deviceplugin.sysfs import PciePlacement, pcie_placement, read_numa_node
 from hami_protocol.topology.layout import VirtualFunction
 
 from .fake_sysfs import NIC_CLASS, FakeSysfs, GpuNode, gpu_node

@@ -18,13 +18,14 @@ Layout (pure modules take plain data and never await):
   kubelet's pod-resources API, the first source of identity);
 * ``node/``: ``register`` (pure: the node annotations owed) and ``registrar`` (the loop writing
   them);
+* ``devices/``: what both plugins' device lists are built from and on: ``sysfs`` (PCIe/NUMA
+  topology), ``fake_file`` (the fake devices file), ``change_feed`` (inventories and their change
+  notification);
 * ``gpu/``: ``backends/`` (nvml, fake), ``inventory``, ``replicas`` and ``plan`` (pure),
-  ``allocator``, ``servicer``, ``nvml_smoke`` (a check on a real GPU machine);
+  ``hostdirs`` (host directories for HAMi-core), ``allocator``, ``servicer``, ``nvml_smoke`` (a
+  check on a real GPU machine);
 * ``rdma/``: ``discovery`` (sysfs), ``sources`` (sysfs and fake NIC sources), ``nics`` and
   ``plan`` (pure), ``inventory``, ``allocator``, ``servicer``, ``wiring``;
-* shared by both plugins: ``change_feed`` (inventories and their change notification),
-  ``fake_devices`` (the fake devices file), ``sysfs`` (PCIe/NUMA topology), ``hostdirs`` (host
-  directories for HAMi-core);
 * ``monitor/``: the vGPU monitor (``hami-vgpu-monitor``, a process of its own beside the plugin):
   per-container usage from HAMi-core's shared regions, HAMi's host GPU gauges and the priority
   feedback; it shares the GPU backends and ``metric_labels`` (the ``zone`` label and the host

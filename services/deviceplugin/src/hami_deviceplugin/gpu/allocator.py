@@ -34,6 +34,7 @@ from hami_deviceplugin.allocation.flow import FlowConfig, PodAllocationFlow
 from hami_deviceplugin.allocation.identity import DeviceList
 from hami_deviceplugin.allocation.sources import AllocationSources
 from hami_deviceplugin.errors import invalid
+from hami_deviceplugin.gpu.hostdirs import HostDirs
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.mig.grant import mig_grant, plan_mig_turns, pod_reservations
 from hami_deviceplugin.gpu.mig.manager import MigManager
@@ -46,7 +47,6 @@ from hami_deviceplugin.gpu.plan import (
     plan_allocation,
     preferred_replicas,
 )
-from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_kube.events import EventRecorder
 from hami_kube.rest import KubeClient

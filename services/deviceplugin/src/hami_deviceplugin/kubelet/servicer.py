@@ -74,7 +74,8 @@ def device_message(device: PluginDevice) -> api_pb2.Device:
 
 
 class Watched(Protocol):
-    """An inventory as ListAndWatch sees it (:class:`~hami_deviceplugin.change_feed.ChangeFeed`)."""
+    """An inventory as ListAndWatch sees it
+    (:class:`~hami_deviceplugin.devices.change_feed.ChangeFeed`)."""
 
     @property
     def changed(self) -> asyncio.Event: ...

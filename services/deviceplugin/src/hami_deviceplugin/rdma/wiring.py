@@ -15,7 +15,7 @@ import structlog
 
 from hami_deviceplugin.allocation.flow import FlowConfig
 from hami_deviceplugin.allocation.sources import AllocationSources
-from hami_deviceplugin.change_feed import follow_source
+from hami_deviceplugin.devices.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.kubelet.link import KubeletLink
 from hami_deviceplugin.kubelet.server import PluginServer
