@@ -65,6 +65,7 @@ __all__ = [
     "stand_in_settings",
     "submit",
     "terminate",
+    "write_atomically",
     "write_devices",
 ]
 
@@ -86,14 +87,20 @@ def gpu(
     }
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path``'s content as one step (a temporary file renamed over it): a poller never
+    reads the empty or half file an in-place write shows between its truncation and its end."""
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text)
+    staging.replace(path)
+
+
 def write_devices(
     path: Path, gpus: Sequence[Mapping[str, Any]], nics: Sequence[Mapping[str, Any]] = ()
 ) -> None:
     """Write the fake-devices file atomically (a reader never sees half a file)."""
-    staging = path.with_suffix(".tmp")
     document = {"gpus": [dict(g) for g in gpus], "nics": [dict(n) for n in nics]}
-    staging.write_text(yaml.safe_dump(document))
-    staging.replace(path)
+    write_atomically(path, yaml.safe_dump(document))
 
 
 def plugin_settings(

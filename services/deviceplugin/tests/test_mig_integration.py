@@ -41,6 +41,7 @@ from .helpers import (
     scheduled_pod,
     stand_in_settings,
     submit,
+    write_atomically,
 )
 
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -60,9 +61,8 @@ def a100(uuid: str, index: int, **mig: Any) -> dict[str, Any]:
 
 
 def write(path: Path, *gpus: dict[str, Any]) -> None:
-    staging = path.with_suffix(".tmp")
-    staging.write_text(yaml.safe_dump({"gpus": list(gpus)}))
-    staging.replace(path)  # the plugin polls the file: never let it read half of it
+    # The plugin polls the file: never let it read half of it.
+    write_atomically(path, yaml.safe_dump({"gpus": list(gpus)}))
 
 
 @pytest.fixture

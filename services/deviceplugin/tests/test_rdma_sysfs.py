@@ -15,6 +15,7 @@ from hami_deviceplugin.rdma.sources import SysfsNicSource
 from hami_protocol.topology.layout import VirtualFunction
 
 from .fake_sysfs import NIC_CLASS, FakeSysfs, GpuNode, gpu_node
+from .helpers import write_atomically
 
 
 @pytest.fixture
@@ -218,7 +219,7 @@ async def test_sysfs_source_reports_changes(node: GpuNode) -> None:
     assert all(n.healthy for n in first)
     updates = source.updates()
     state = node.sysfs.root / "class" / "infiniband" / "mlx5_3" / "ports" / "1" / "state"
-    state.write_text("1: DOWN\n")
+    write_atomically(state, "1: DOWN\n")  # as sysfs shows it: never an empty state file
     changed = await anext(updates)
     assert [n.healthy for n in changed] == [True, True, True, False]
     await updates.aclose()  # type: ignore[attr-defined]
