@@ -256,7 +256,7 @@ async def test_requesting_handshake_is_answered_promptly(
         )
         await eventually(
             lambda: annotations_of(sim, "nodes", NODE)[NVIDIA_HANDSHAKE].startswith("Reported "),
-            within=5.0,
+            within=30.0,
             what="handshake answered long before the 300 s tick",
         )
         assert plugin.registrar.patches == patches + 1
@@ -281,7 +281,7 @@ async def test_kubelet_restart_and_plugin_restart(
 
     # A new plugin process on a kubelet that kept running.
     kubelet = KubeletStandIn(
-        KubeletSettings(node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url, dial_timeout=2)
+        KubeletSettings(node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url)
     )
     settings = plugin_settings(url=sim.url, plugin_dir=plugin_dir, devices=devices, host_root=None)
     async with kubelet:

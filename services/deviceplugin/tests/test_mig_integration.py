@@ -372,8 +372,8 @@ async def test_an_allocate_that_times_out_after_creating_takes_its_instances_bac
     sim: RunningApiServer, plugin_dir: Path, devices: Path
 ) -> None:
     # The commit hangs (30 s patch latency): the deadline always ends the call, after the
-    # creation even on a loaded machine.
-    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=2.0) as (_, _plugin):
+    # creation even on a loaded machine (5 s for the identification and the creation).
+    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=5.0) as (_, _plugin):
         sim.server.inject_latency(30.0, verb="patch", resource="pods")
         try:
             await submit(sim, mig_pod("slow", [[(A, "2g.10gb", 4)]]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -220,7 +221,8 @@ async def test_sysfs_source_reports_changes(node: GpuNode) -> None:
     updates = source.updates()
     state = node.sysfs.root / "class" / "infiniband" / "mlx5_3" / "ports" / "1" / "state"
     write_atomically(state, "1: DOWN\n")  # as sysfs shows it: never an empty state file
-    changed = await anext(updates)
+    async with asyncio.timeout(30):
+        changed = await anext(updates)
     assert [n.healthy for n in changed] == [True, True, True, False]
     await updates.aclose()  # type: ignore[attr-defined]
 
