@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -252,6 +253,8 @@ async def test_fake_nic_source_follows_the_file(tmp_path: Path) -> None:
         assert len(seen) == 1
     finally:
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def test_example_node_file_parses(tmp_path: Path) -> None:
