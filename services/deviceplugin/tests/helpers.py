@@ -66,6 +66,7 @@ __all__ = [
     "stand_in_settings",
     "submit",
     "terminate",
+    "write_atomically",
     "write_devices",
 ]
 
@@ -87,14 +88,20 @@ def gpu(
     }
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path``'s content as one step (a temporary file renamed over it): a poller never
+    reads the empty or half file an in-place write shows between its truncation and its end."""
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text)
+    staging.replace(path)
+
+
 def write_devices(
     path: Path, gpus: Sequence[Mapping[str, Any]], nics: Sequence[Mapping[str, Any]] = ()
 ) -> None:
     """Write the fake-devices file atomically (a reader never sees half a file)."""
-    staging = path.with_suffix(".tmp")
     document = {"gpus": [dict(g) for g in gpus], "nics": [dict(n) for n in nics]}
-    staging.write_text(yaml.safe_dump(document))
-    staging.replace(path)
+    write_atomically(path, yaml.safe_dump(document))
 
 
 def plugin_settings(
@@ -120,7 +127,9 @@ def plugin_settings(
         "register_retry_interval_s": 0.2,
         "kubelet_poll_interval_s": 0.05,
         "fake_poll_interval_s": 0.05,
-        "allocate_timeout_s": 3.0,
+        # The product's 3 s, widened: on a loaded 2-core machine the gRPC calls and worker
+        # threads of one Allocate can stall for seconds.  Tests of the deadline set their own.
+        "allocate_timeout_s": 10.0,
         "pod_resources_socket": None,
     }
     values.update(overrides)
@@ -200,13 +209,14 @@ def resource_counts(kubelet: KubeletStandIn, resource: str = RESOURCE) -> tuple[
 
 def stand_in_settings(sim: RunningApiServer, plugin_dir: Path) -> KubeletSettings:
     """The kubelet stand-in of this suite's node: ``plugin_dir`` plays the device-plugin
-    directory, ``<plugin_dir>/pod-resources`` the pod-resources one."""
+    directory, ``<plugin_dir>/pod-resources`` the pod-resources one.  It dials a plugin within the
+    kubelet's own 10 s (a unix socket, but a loaded machine can stall a gRPC connect for seconds)
+    and gives an Allocate 30 s, well beyond the plugin's own deadline."""
     return KubeletSettings(
         node_name=NODE,
         plugin_dir=plugin_dir,
         api_url=sim.url,
-        dial_timeout=2,
-        call_timeout=10,
+        call_timeout=30,
         pod_resources_dir=plugin_dir / "pod-resources",
     )
 

@@ -9,8 +9,8 @@ import pytest
 
 from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.backends.base import Gpu
+from hami_deviceplugin.gpu.hostdirs import HostDirs
 from hami_deviceplugin.gpu.plan import ContainerGrant, HookLayout
-from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
 
 NODE = "n1"

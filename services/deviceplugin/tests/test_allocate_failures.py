@@ -149,19 +149,27 @@ async def test_api_error_on_commit_marks_failed(
 async def test_deadline(
     sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
 ) -> None:
-    async with node_stack(sim, plugin_dir, host_root, devices, allocate_timeout_s=0.3) as (
-        _,
+    async with node_stack(sim, plugin_dir, host_root, devices, allocate_timeout_s=2.0) as (
+        kubelet,
         plugin,
     ):
         value = devices_value([(UUIDS[0], 1000, 0)])
-        # The commit meets a conflict and the re-read is slow: the deadline passes after the
-        # pod was identified, so it is marked failed and its lock released.
-        sim.server.inject_error("patch", "pods", code=409, times=1)
-        sim.server.inject_latency(1.0, "get", "pods")
+        # The commit meets a conflict and the re-read hangs: the deadline passes after the pod
+        # was identified, so it is marked failed and its lock released.  The pod is identified
+        # from the watch (the kubelet admits it once the plugin's watch has it, so no GET of the
+        # pod meets the latency), within 2 s however loaded the machine; the re-read would take
+        # a minute.
+        kubelet.pause()
         await submit(sim, scheduled_pod("slow", [container("main", 1)], to_allocate=value))
+        await eventually(
+            lambda: "default/slow" in plugin.node_pods.snapshot(), what="the plugin watches it"
+        )
+        sim.server.inject_error("patch", "pods", code=409, times=1)
+        sim.server.inject_latency(60.0, "get", "pods")
+        kubelet.resume()
         await eventually(lambda: phase(sim, "slow") == "Failed", what="rejected")
         sim.server.clear_faults()
-        assert "did not finish within 0.3s" in status_message(sim, "slow")
+        assert "did not finish within 2s" in status_message(sim, "slow")
         await eventually(lambda: annotations_of(sim, "pods", "slow")[BIND_PHASE] == "failed")
         await eventually(
             lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE), what="unlocked"

@@ -28,7 +28,7 @@ from .fake_pynvml import (
     FakeGpu,
     FakeNvml,
 )
-from .helpers import eventually, gpu
+from .helpers import eventually, gpu, write_atomically
 
 MIB = 1024 * 1024
 
@@ -50,7 +50,7 @@ async def fake_links(
     tmp_path: Path, links: list[dict[str, object]]
 ) -> dict[tuple[str, str], PairLinks]:
     path = tmp_path / "devices.yaml"
-    path.write_text(yaml.safe_dump({"gpus": placed_gpus(), "links": links}))
+    write_atomically(path, yaml.safe_dump({"gpus": placed_gpus(), "links": links}))
     backend = FakeBackend(path, sysfs_root=tmp_path / "sys")
     await backend.open()
     return dict(await backend.links())
@@ -84,15 +84,16 @@ async def test_named_pairs_override_both_directions_unless_one_sided(tmp_path: P
 
 async def test_links_follow_a_rewrite(tmp_path: Path) -> None:
     path = tmp_path / "devices.yaml"
-    path.write_text(yaml.safe_dump({"gpus": placed_gpus()}))
+    write_atomically(path, yaml.safe_dump({"gpus": placed_gpus()}))
     backend = FakeBackend(path, sysfs_root=tmp_path / "sys", poll_interval=0.01)
     await backend.open()
     assert (await backend.links())[("GPU-a", "GPU-b")].nvlinks == 0
     # Only the links change: no new GPU list, but the next read sees them.
-    path.write_text(
+    write_atomically(
+        path,
         yaml.safe_dump(
             {"gpus": placed_gpus(), "links": [{"from": "GPU-a", "to": "GPU-b", "nvlinks": 6}]}
-        )
+        ),
     )
     seen: list[object] = []
 

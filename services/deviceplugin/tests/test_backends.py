@@ -12,8 +12,9 @@ from typing import cast
 import pytest
 import yaml
 
+from hami_deviceplugin.devices.fake_file import settled
+from hami_deviceplugin.devices.sysfs import PciePlacement, pcie_placement, read_numa_node
 from hami_deviceplugin.errors import BackendError, FakeDevicesError
-from hami_deviceplugin.fake_devices import settled
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.backends.fake import FakeBackend, parse_fake_devices
 from hami_deviceplugin.gpu.backends.nvml import (
@@ -22,7 +23,6 @@ from hami_deviceplugin.gpu.backends.nvml import (
     NvmlBackend,
     parse_health_env,
 )
-from hami_deviceplugin.sysfs import PciePlacement, pcie_placement, read_numa_node
 
 from .fake_pynvml import NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNKNOWN, FakeGpu, FakeNvml, NVMLError
 from .helpers import eventually, gpu, write_devices

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from hami_deviceplugin.app import serving
+from hami_deviceplugin.app import RunningPlugin, serving
+from hami_kube.objects import ObjectView
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.testing import RunningApiServer
 from hami_protocol.config.node import NodeSettings
@@ -86,6 +87,34 @@ async def place(
     await sim.server.bind("default", name, NODE)
 
 
+async def all_waiting(kubelet: KubeletStandIn, count: int) -> None:
+    """Until the paused kubelet holds ``count`` pods for admission: its pod watch has delivered
+    every binding.  Resumed before, it admits what it holds first, whatever the creation times."""
+    await eventually(
+        lambda: kubelet.describe()["waiting"] == count, what=f"{count} pods wait for admission"
+    )
+
+
+async def watched(plugin: RunningPlugin, *names: str) -> None:
+    """Until the plugin's pod watch has every pod of ``names`` (so an Allocate reads none)."""
+    await eventually(
+        lambda: {f"default/{name}" for name in names} <= set(plugin.node_pods.snapshot()),
+        what=f"the plugin's watch has {', '.join(names)}",
+    )
+
+
+async def lock_seen(sim: RunningApiServer, plugin: RunningPlugin) -> None:
+    """Until the plugin's node watch shows the node lock as it is (a pod identified through the
+    kubelet's pod-resources releases the lock its node watch shows, reading nothing)."""
+
+    def seen() -> bool:
+        node = plugin.registrar.cached_node()
+        watched = None if node is None else ObjectView(node).annotations.get(NODE_LOCK)
+        return watched == annotations_of(sim, "nodes", NODE).get(NODE_LOCK)
+
+    await eventually(seen, what="the plugin's node watch shows the lock")
+
+
 def envs(kubelet: KubeletStandIn, pod: str, name: str) -> Mapping[str, str]:
     allocation = kubelet.allocation("default", pod)
     assert allocation is not None, f"{pod} has no allocation"
@@ -143,6 +172,9 @@ async def test_hami_3096_each_pod_gets_its_own_devices_and_limits(
         await place(sim, pod_a(a_gpu), created=a_created)
         # B is bound later and takes the lock (HAMi takes an expired lock by age).
         await place(sim, pod_b(b_gpu), created=b_created)
+        await all_waiting(kubelet, 2)
+        await watched(plugin, "a", "b")
+        await lock_seen(sim, plugin)
         kubelet.resume()
         await eventually(lambda: phase(sim, "a") == "Running", what="a running")
         await eventually(lambda: phase(sim, "b") == "Running", what="b running")
@@ -181,6 +213,7 @@ async def test_hami_3096_without_pod_resources_the_first_admitted_is_refused(
         kubelet.pause()
         await place(sim, pod_a(UUIDS[0]), created=a_created)
         await place(sim, pod_b(UUIDS[1]), created=b_created)
+        await all_waiting(kubelet, 2)
         kubelet.resume()
         await eventually(lambda: phase(sim, first) == "Failed", what=f"{first} refused")
         await eventually(lambda: phase(sim, second) == "Running", what=f"{second} running")
@@ -231,6 +264,7 @@ async def test_a_default_scheduler_pod_is_refused_while_a_placed_pod_is_served(
         value = devices_value([(UUIDS[1], 2000, 20)])
         placed = scheduled_pod("placed", [container("main", 1)], to_allocate=value)
         await place(sim, placed, created=placed_created)
+        await all_waiting(kubelet, 2)
         kubelet.resume()
         await eventually(lambda: phase(sim, "stray") == "Failed", what="stray refused")
         await eventually(lambda: phase(sim, "placed") == "Running", what="placed running")
@@ -329,13 +363,19 @@ async def test_api_requests_for_one_pod(
     sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
 ) -> None:
     async with node_stack(sim, plugin_dir, host_root, devices, register_interval_s=300.0) as (
-        _,
-        _plugin,
+        kubelet,
+        plugin,
     ):
         await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
         before = sim.server.requests.counts()
         value = devices_value([(UUIDS[0], 1000, 10)])
+        # Admitted once the plugin's watches have the pod and the lock, as they do but for a
+        # watch event still in flight: then nothing needs reading.
+        kubelet.pause()
         await place(sim, scheduled_pod("one", [container("main", 1)], to_allocate=value))
+        await watched(plugin, "one")
+        await lock_seen(sim, plugin)
+        kubelet.resume()
         await eventually(lambda: phase(sim, "one") == "Running", what="pod running")
         await eventually(lambda: NODE_LOCK not in annotations_of(sim, "nodes", NODE))
         spent = sim.server.requests.counts().since(before)

@@ -243,24 +243,22 @@ async def test_health_change_is_streamed_and_registered(
 async def test_requesting_handshake_is_answered_promptly(
     sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
 ) -> None:
-    async with node_stack(sim, plugin_dir, host_root, devices, register_interval_s=300.0) as (
-        _,
-        plugin,
-    ):
+    async with node_stack(sim, plugin_dir, host_root, devices, register_interval_s=300.0):
         await eventually(lambda: NVIDIA_HANDSHAKE in annotations_of(sim, "nodes", NODE))
-        patches = plugin.registrar.patches
         await sim.server.patch(
             "nodes",
             NODE,
             {"metadata": {"annotations": {NVIDIA_HANDSHAKE: "Requesting_2026-01-01 00:00:00"}}},
             patch_type="merge",
         )
+        # Answered by a pass the node watch woke, not by the 300 s tick.  (How many patches
+        # that took is not asserted: a pass woken at start by a watch copy older than the first
+        # patch may write the same annotations again, and may do so after this point.)
         await eventually(
             lambda: annotations_of(sim, "nodes", NODE)[NVIDIA_HANDSHAKE].startswith("Reported "),
-            within=5.0,
+            within=30.0,
             what="handshake answered long before the 300 s tick",
         )
-        assert plugin.registrar.patches == patches + 1
 
 
 async def test_kubelet_restart_and_plugin_restart(
@@ -282,7 +280,7 @@ async def test_kubelet_restart_and_plugin_restart(
 
     # A new plugin process on a kubelet that kept running.
     kubelet = KubeletStandIn(
-        KubeletSettings(node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url, dial_timeout=2)
+        KubeletSettings(node_name=NODE, plugin_dir=plugin_dir, api_url=sim.url)
     )
     settings = plugin_settings(url=sim.url, plugin_dir=plugin_dir, devices=devices, host_root=None)
     async with kubelet:

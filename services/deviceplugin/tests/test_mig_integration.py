@@ -41,6 +41,7 @@ from .helpers import (
     scheduled_pod,
     stand_in_settings,
     submit,
+    write_atomically,
 )
 
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -60,9 +61,8 @@ def a100(uuid: str, index: int, **mig: Any) -> dict[str, Any]:
 
 
 def write(path: Path, *gpus: dict[str, Any]) -> None:
-    staging = path.with_suffix(".tmp")
-    staging.write_text(yaml.safe_dump({"gpus": list(gpus)}))
-    staging.replace(path)  # the plugin polls the file: never let it read half of it
+    # The plugin polls the file: never let it read half of it.
+    write_atomically(path, yaml.safe_dump({"gpus": list(gpus)}))
 
 
 @pytest.fixture
@@ -212,8 +212,12 @@ async def test_refusals_reach_the_kubelet_and_the_pod_and_leave_no_instance(
         await submit(sim, mig_pod("bad", [held], annotations=annotations))
         await eventually(lambda: phase(sim, "bad") == "Failed", what="pod rejected")
         assert annotations_of(sim, "pods", "bad")[BIND_PHASE] == "failed"
-        messages = [e.get("message", "") for e in events_for(sim, "bad")]
-        assert any(reason in m for m in messages), messages
+        # The Event is queued as the call fails and posted by the recorder's task: it may reach
+        # the API server after the kubelet has failed the pod.
+        await eventually(
+            lambda: any(reason in e.get("message", "") for e in events_for(sim, "bad")),
+            what=f"an AllocateFailed event saying {reason!r}",
+        )
         assert instances(devices) == []
 
 
@@ -226,8 +230,11 @@ async def test_an_nvml_failure_mid_creation_destroys_what_the_call_made(
     async with mig_node(sim, plugin_dir, devices) as (_, _plugin):
         await submit(sim, mig_pod("half", [[(A, "1g.5gb", 6), (A, "2g.10gb", 0)]]))
         await eventually(lambda: phase(sim, "half") == "Failed", what="pod rejected")
-        messages = [e.get("message", "") for e in events_for(sim, "half")]
-        assert any("injected failure creating a compute instance" in m for m in messages)
+        injected = "injected failure creating a compute instance"
+        await eventually(
+            lambda: any(injected in e.get("message", "") for e in events_for(sim, "half")),
+            what="an AllocateFailed event naming the injected failure",
+        )
         assert instances(devices) == []
         assert NVIDIA_MIG_ALLOCATIONS in annotations_of(sim, "pods", "half")
         realised = decode_mig_reservations(
@@ -245,8 +252,11 @@ async def test_deleting_the_pod_destroys_its_instance(
         assert len(instances(devices, B)) == 1
         await sim.server.delete("pods", "short", namespace="default")
         await eventually(lambda: instances(devices, B) == [], what="instance destroyed")
-        assert plugin.mig is not None
-        assert plugin.mig.destroyed == 1
+        mig = plugin.mig
+        assert mig is not None
+        # Counted once the pass has removed the MIG lock file (a worker thread), after the
+        # instance is gone from the GPU.
+        await eventually(lambda: mig.destroyed == 1, what="the destruction counted")
 
 
 async def test_a_restarted_plugin_keeps_a_running_pods_instance(
@@ -372,8 +382,8 @@ async def test_an_allocate_that_times_out_after_creating_takes_its_instances_bac
     sim: RunningApiServer, plugin_dir: Path, devices: Path
 ) -> None:
     # The commit hangs (30 s patch latency): the deadline always ends the call, after the
-    # creation even on a loaded machine.
-    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=2.0) as (_, _plugin):
+    # creation even on a loaded machine (5 s for the identification and the creation).
+    async with mig_node(sim, plugin_dir, devices, allocate_timeout_s=5.0) as (_, _plugin):
         sim.server.inject_latency(30.0, verb="patch", resource="pods")
         try:
             await submit(sim, mig_pod("slow", [[(A, "2g.10gb", 4)]]))

@@ -64,7 +64,7 @@ async def test_sigterm_ends_the_monitor_within_its_grace_period_while_the_api_se
             async def ready() -> bool:
                 return (await http_get(port, "/readyz"))[0] == 200
 
-            await eventually(ready, what="monitor ready")
+            await eventually(ready, within=30, what="monitor ready")
             status, text = await http_get(port, "/metrics")
             assert status == 200
             assert Samples(text).get("hami_vgpu_memory_used_bytes", pod="job") == GIB

@@ -112,7 +112,11 @@ async def test_sigterm_ends_the_process_within_its_grace_period_while_peers_hang
             return bool(kubelet.streams)
 
         await eventually(running, within=30, what="registered, ListAndWatch stream open")
-        await eventually(lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE))
+        await eventually(
+            lambda: NVIDIA_REGISTER in annotations_of(sim, "nodes", NODE),
+            within=30,
+            what="the process registered the node",
+        )
 
         with api_server_hung(sim):
             # Health flips: each is a new device list on the unread stream, and wakes the
@@ -125,6 +129,7 @@ async def test_sigterm_ends_the_process_within_its_grace_period_while_peers_hang
                 )
                 await eventually(
                     partial(logged_at_least, lines, "GPU inventory changed", flip),
+                    within=30,
                     what=f"health change {flip} seen",
                 )
 

@@ -49,6 +49,7 @@ from .helpers import (
     resource_counts,
     scheduled_pod,
     submit,
+    write_atomically,
     write_devices,
 )
 
@@ -203,7 +204,7 @@ async def test_registration_of_both_plugins(
 
         # A port goes down: 100 units unhealthy, the register says so.
         state = machine.sysfs.root / "class" / "infiniband" / "mlx5_2" / "ports" / "1" / "state"
-        state.write_text("1: DOWN\n")
+        write_atomically(state, "1: DOWN\n")  # as sysfs shows it: never an empty state file
         await eventually(lambda: resource_counts(kubelet, RDMA) == (400, 300), what="NIC unhealthy")
 
         def third_unhealthy() -> bool:

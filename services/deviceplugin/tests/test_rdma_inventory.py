@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from hami_deviceplugin.devices.fake_file import UNHEALTHY_REASON
 from hami_deviceplugin.errors import FakeDevicesError
-from hami_deviceplugin.fake_devices import UNHEALTHY_REASON
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.node.register import annotations_to_write
 from hami_deviceplugin.rdma.discovery import discover_nics
@@ -252,6 +253,8 @@ async def test_fake_nic_source_follows_the_file(tmp_path: Path) -> None:
         assert len(seen) == 1
     finally:
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def test_example_node_file_parses(tmp_path: Path) -> None:

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from hami_deviceplugin.devices.sysfs import PciePlacement, pcie_placement, read_numa_node
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.rdma.discovery import discover_nics, port_health
 from hami_deviceplugin.rdma.nics import assign_minors, function_index, mellanox_minor
 from hami_deviceplugin.rdma.sources import SysfsNicSource
-from hami_deviceplugin.sysfs import PciePlacement, pcie_placement, read_numa_node
 from hami_protocol.topology.layout import VirtualFunction
 
 from .fake_sysfs import NIC_CLASS, FakeSysfs, GpuNode, gpu_node
+from .helpers import write_atomically
 
 
 @pytest.fixture
@@ -218,8 +220,9 @@ async def test_sysfs_source_reports_changes(node: GpuNode) -> None:
     assert all(n.healthy for n in first)
     updates = source.updates()
     state = node.sysfs.root / "class" / "infiniband" / "mlx5_3" / "ports" / "1" / "state"
-    state.write_text("1: DOWN\n")
-    changed = await anext(updates)
+    write_atomically(state, "1: DOWN\n")  # as sysfs shows it: never an empty state file
+    async with asyncio.timeout(30):
+        changed = await anext(updates)
     assert [n.healthy for n in changed] == [True, True, True, False]
     await updates.aclose()  # type: ignore[attr-defined]
 

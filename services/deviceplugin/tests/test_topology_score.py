@@ -28,7 +28,7 @@ from hami_protocol.keys import NVIDIA_REGISTER, NVIDIA_SCORE
 from hami_protocol.node.pairscore import decode_pair_scores
 from hami_protocol.topology.links import ASYMMETRIC_LINK_REASON, PairLinks, PcieLink
 
-from .helpers import NODE, annotations_of, gpu, plugin_settings
+from .helpers import NODE, annotations_of, gpu, plugin_settings, write_atomically
 
 REGISTER = "[]"
 
@@ -63,9 +63,7 @@ UUIDS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
 
 def write(path: Path, links: list[dict[str, Any]]) -> None:
     gpus = [gpu(uuid, n, numa=n // 2) for n, uuid in enumerate(UUIDS)]
-    staging = path.with_suffix(".tmp")
-    staging.write_text(yaml.safe_dump({"gpus": gpus, "links": links}))
-    staging.replace(path)
+    write_atomically(path, yaml.safe_dump({"gpus": gpus, "links": links}))
 
 
 class Clock:

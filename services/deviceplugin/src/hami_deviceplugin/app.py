@@ -52,20 +52,21 @@ from typing import Any, Final, cast
 
 import structlog
 
-from hami_deviceplugin.allocation.flow import AllocationSources, FlowConfig
+from hami_deviceplugin.allocation.flow import FlowConfig
 from hami_deviceplugin.allocation.node_pods import NodePods
-from hami_deviceplugin.change_feed import follow_source
+from hami_deviceplugin.allocation.sources import AllocationSources
+from hami_deviceplugin.devices.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.allocator import Allocator, AllocatorConfig
 from hami_deviceplugin.gpu.backends.base import CLOSE_WITHIN_S, Backend, Gpu
 from hami_deviceplugin.gpu.backends.choice import choose_backend
 from hami_deviceplugin.gpu.backends.fake import FakeBackend
+from hami_deviceplugin.gpu.hostdirs import HostDirs
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.mig.control import MigControl
 from hami_deviceplugin.gpu.mig.manager import MigManager
 from hami_deviceplugin.gpu.plan import AllocateOptions
 from hami_deviceplugin.gpu.servicer import DevicePluginService
-from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.kubelet.link import KubeletLink
 from hami_deviceplugin.kubelet.podresources import PodResourcesClient
 from hami_deviceplugin.kubelet.server import PluginServer

@@ -3,23 +3,23 @@
 One allocation at a time (the GPU and RDMA plugins of one daemon share one lock), each under its
 own deadline (default 3 s).  Steps:
 
-1. **identify** the pod (:mod:`hami_deviceplugin.allocation.identity`) from the kubelet's
-   pod-resources listing and the node's pods as the watch has them
+1. **identify** the pod (:func:`~hami_deviceplugin.allocation.sources.find_pod` applying the
+   pure rule of :mod:`hami_deviceplugin.allocation.identity`) from the kubelet's pod-resources
+   listing and the node's pods as the watch has them
    (:class:`~hami_deviceplugin.allocation.node_pods.NodePods`); a listed pod the watch lacks costs
    one GET, the rule without a listing one LIST;
 2. check that the pod's next entries name what the kubelet allocated, and let the plugin decide
    every container's answer (:meth:`PodAllocationFlow._decide`, pure apart from host
-   preparation) and which annotations that consumes;
+   preparation: an :class:`~hami_deviceplugin.allocation.decision.AllocationDecision`) and which
+   annotations that consumes;
 3. **commit** with one merge patch on the pod, guarded by the resourceVersion it was decided on:
    the rewritten ``-devices-to-allocate`` and, when no list of any vendor waits any more,
    ``bind-phase: success`` and the ``hami.io/vgpu-node`` label (HAMi's tools select by it).  A
    409 (the other plugin committed, the watch was behind) re-reads the pod (one GET) and goes
    back to 2, so the last consumer always sees every list;
-4. when the pod is done, **release the node lock** if (and only if) it names that pod: one JSON
-   patch that tests the lock's value and removes it, so a lock taken meanwhile by another pod is
-   never removed.  The lock's value comes from the node watch (read again with one GET where
-   the pod must have been locked for and the watch shows no lock naming it); the lock plays no
-   part in 1.
+4. when the pod is done, **release the node lock** if (and only if) it names that pod
+   (:func:`~hami_deviceplugin.allocation.node_lock.release_node_lock`); the lock plays no part
+   in 1.
 
 API cost of a served call: 1 write (2 for the pod that completes: the lock release), 0 reads
 when the watch holds the pod.
@@ -50,66 +50,42 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
 
 import structlog
 
-from hami_deviceplugin.allocation.entries import AllocatingPod, ListPlan, allocating_pod
+from hami_deviceplugin.allocation.decision import AllocationDecision
+from hami_deviceplugin.allocation.entries import AllocatingPod, allocating_pod
 from hami_deviceplugin.allocation.identity import (
     DeviceList,
-    Evidence,
-    Fetch,
     Identified,
-    ListedPod,
     Refusal,
-    Relist,
     check_entries,
-    find,
     next_entries,
     placed_by_us,
 )
-from hami_deviceplugin.allocation.node_pods import NodePods
+from hami_deviceplugin.allocation.node_lock import release_node_lock
+from hami_deviceplugin.allocation.sources import AllocationSources, find_pod
 from hami_deviceplugin.errors import AllocateError, FailureKind
-from hami_deviceplugin.kubelet.podresources import PodResourcesClient
-from hami_kube.errors import ConflictError, InvalidError, KubeError, NotFoundError
+from hami_kube.errors import ConflictError, KubeError, NotFoundError
 from hami_kube.events import EventRecorder, EventType, ObjectReference
-from hami_kube.objects import NodeView
 from hami_kube.patch import patch_metadata
-from hami_kube.resources import NODES, PODS, JsonObject
-from hami_kube.rest import KubeClient, PatchType
-from hami_protocol.errors import DecodeError
-from hami_protocol.keys import (
-    BIND_PHASE,
-    BIND_PHASE_FAILED,
-    BIND_PHASE_SUCCESS,
-    NODE_LOCK,
-    VGPU_NODE,
-)
-from hami_protocol.node.lock import decode_node_lock
+from hami_kube.resources import PODS, JsonObject
+from hami_kube.rest import KubeClient
+from hami_protocol.keys import BIND_PHASE, BIND_PHASE_FAILED, BIND_PHASE_SUCCESS, VGPU_NODE
 from hami_protocol.pod.devices import ContainerDevices
 
-__all__ = [
-    "EVENT_REASON",
-    "AllocationDecision",
-    "AllocationSources",
-    "FlowConfig",
-    "Observe",
-    "PodAllocationFlow",
-    "PreferredRequest",
-    "list_decision",
-]
+__all__ = ["EVENT_REASON", "FlowConfig", "Observe", "PodAllocationFlow"]
 
 log = structlog.get_logger(__name__)
 
 EVENT_REASON: Final = "AllocateFailed"
-_LOCK_PATH: Final = "/metadata/annotations/" + NODE_LOCK.replace("~", "~0").replace("/", "~1")
 _ANSWERED_PODS: Final = 256
 """Pods whose answered device ids are remembered at most (oldest forgotten first)."""
 
 R = TypeVar("R")
 P = TypeVar("P")
-G = TypeVar("G", bound="_Grant")
 
 Observe = Callable[..., None]
 """``observe(ok=, seconds=, reason=)``: the plugin's allocate metrics."""
@@ -122,56 +98,6 @@ class FlowConfig:
     failure_timeout_s: float = 3.0
     """Budget for writing bind-phase failed, unlocking and queueing the Event after a failure."""
     conflict_attempts: int = 5
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationSources:
-    """What every plugin's Allocate reads: the node's pods, the node (its lock) from the node
-    watch, and the kubelet's pod-resources API."""
-
-    pods: NodePods
-    node: Callable[[], JsonObject | None]
-    """The node as the node watch has it; None before the watch delivered it."""
-    pod_resources: PodResourcesClient
-
-
-@dataclass(frozen=True, slots=True)
-class PreferredRequest:
-    """One container request of ``GetPreferredAllocation``."""
-
-    available: tuple[str, ...]
-    must_include: tuple[str, ...]
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationDecision(Generic[R]):
-    """What one plugin decided for one pod: the answer and the annotations it consumes."""
-
-    result: R
-    writes: Mapping[str, str]
-    done: bool
-    summary: Mapping[str, object] = field(default_factory=dict)
-    """Log fields describing the answer."""
-
-
-class _Grant(Protocol):
-    @property
-    def container_name(self) -> str: ...
-
-
-def list_decision(
-    plan: ListPlan[G], *, key: str, **summary: object
-) -> AllocationDecision[tuple[G, ...]]:
-    """The decision of a plugin that serves containers from the pod's ``key`` list: answer with
-    ``plan``'s grants, write the rest of the list; ``summary`` adds log fields to the containers'
-    names."""
-    return AllocationDecision(
-        result=plan.grants,
-        writes={key: plan.remaining},
-        done=plan.done,
-        summary={"containers": [grant.container_name for grant in plan.grants], **summary},
-    )
 
 
 @dataclass(slots=True)
@@ -244,40 +170,16 @@ class PodAllocationFlow(ABC, Generic[R, P]):
     async def _find(
         self, requests: tuple[tuple[str, ...], ...], *, reads: bool = True
     ) -> tuple[Identified | Refusal, Mapping[str, JsonObject]]:
-        """The pod the kubelet is admitting, and the pods it was found among.  ``reads``: a
-        miss in the watch cache may cost a GET and a LIST (Allocate); otherwise the watch cache
-        is taken as it is."""
-        devices = self._devices()
-        listing: tuple[ListedPod, ...] | None = await self._sources.pod_resources.list()
-        pods = self._sources.pods.snapshot()
-        fresh = not reads
-        gone: set[str] = set()
-        for _ in range(3):
-            evidence = Evidence(
-                node_name=self._flow.node_name,
-                requests=requests,
-                pods={key: allocating_pod(raw) for key, raw in pods.items()},
-                fresh=fresh,
-                listing=listing,
-                gone=frozenset(gone),
-                answered=self._answered,
-            )
-            outcome = find(evidence, devices)
-            if isinstance(outcome, Fetch):
-                for key in outcome.keys:
-                    found = await self._sources.pods.fetch(key)
-                    if found is None:
-                        gone.add(key)
-                    else:
-                        pods[key] = found
-                continue
-            if isinstance(outcome, Relist):
-                pods = await self._sources.pods.relist()
-                fresh = True
-                gone.update(p.key for p in listing or () if p.key not in pods)
-                continue
-            return outcome, pods
-        raise AllocateError(FailureKind.INTERNAL, "the pod could not be identified")
+        """The pod the kubelet is admitting, and the pods it was found among (``reads``: see
+        :func:`~hami_deviceplugin.allocation.sources.find_pod`)."""
+        return await find_pod(
+            self._sources,
+            node_name=self._flow.node_name,
+            devices=self._devices(),
+            requests=requests,
+            answered=self._answered,
+            reads=reads,
+        )
 
     async def preferred_entries(self, requests: int) -> tuple[ContainerDevices, ...]:
         """For a ``GetPreferredAllocation`` of ``requests`` containers: the next entries of the
@@ -416,43 +318,14 @@ class PodAllocationFlow(ABC, Generic[R, P]):
 
     # --- the node lock ------------------------------------------------------------------------
     async def _release_lock(self, pod: AllocatingPod, *, expected: bool = False) -> None:
-        """Remove the node lock if it names ``pod`` (a lock of anyone else's stays).
-
-        ``expected``: the pod was bound under the lock (it was identified without the
-        kubelet's pod-resources, where every scheduler locks the node), so a node watch showing
-        no lock naming it may lag the lock write: the node is read again (one GET) rather than
-        leave the lock to its timeout — HAMi's scheduler waits that long before binding here."""
-        node = self._sources.node()
-        reread = expected
-        for _ in range(self._flow.conflict_attempts + 1):
-            if node is None:
-                node = await self._client.get(NODES, self._flow.node_name)
-                reread = False
-            value = NodeView(node).annotations.get(NODE_LOCK)
-            try:
-                lock = None if value is None else decode_node_lock(value)
-            except DecodeError:
-                lock = None
-            if value is None or lock is None or not lock.owned_by(pod.namespace, pod.name):
-                if reread:
-                    node, reread = None, False
-                    continue
-                return
-            test_and_remove: list[dict[str, str]] = [
-                {"op": "test", "path": _LOCK_PATH, "value": value},
-                {"op": "remove", "path": _LOCK_PATH},
-            ]
-            try:
-                await self._client.patch(
-                    NODES, self._flow.node_name, test_and_remove, patch_type=PatchType.JSON
-                )
-            except InvalidError:
-                node = None  # the lock changed since it was read: read it again
-                continue
-            except NotFoundError:
-                return
-            return
-        raise AllocateError(FailureKind.API, "the node lock kept changing while it was released")
+        await release_node_lock(
+            self._client,
+            pod,
+            node_name=self._flow.node_name,
+            watched=self._sources.node(),
+            conflict_attempts=self._flow.conflict_attempts,
+            expected=expected,
+        )
 
     async def _unlock_after_success(self, pod: AllocatingPod, *, expected: bool) -> None:
         try:

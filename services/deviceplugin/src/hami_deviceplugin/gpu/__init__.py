@@ -1,2 +1,3 @@
 """The GPU plugin: backends (nvml, fake), the inventory and its replicas, the pure Allocate plan,
-the allocator that runs it and the servicer the kubelet calls."""
+the host directories HAMi-core needs, the allocator that runs the plan and the servicer the kubelet
+calls."""

@@ -24,17 +24,17 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hami_deviceplugin.allocation.entries import AllocatingPod
-from hami_deviceplugin.allocation.flow import (
+from hami_deviceplugin.allocation.decision import (
     AllocationDecision,
-    AllocationSources,
-    FlowConfig,
-    PodAllocationFlow,
     PreferredRequest,
     list_decision,
 )
+from hami_deviceplugin.allocation.entries import AllocatingPod
+from hami_deviceplugin.allocation.flow import FlowConfig, PodAllocationFlow
 from hami_deviceplugin.allocation.identity import DeviceList
+from hami_deviceplugin.allocation.sources import AllocationSources
 from hami_deviceplugin.errors import invalid
+from hami_deviceplugin.gpu.hostdirs import HostDirs
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.mig.grant import mig_grant, plan_mig_turns, pod_reservations
 from hami_deviceplugin.gpu.mig.manager import MigManager
@@ -47,7 +47,6 @@ from hami_deviceplugin.gpu.plan import (
     plan_allocation,
     preferred_replicas,
 )
-from hami_deviceplugin.hostdirs import HostDirs
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_kube.events import EventRecorder
 from hami_kube.rest import KubeClient

@@ -1,5 +1,5 @@
 """The node's current GPUs (after ``filterdevices``), as a
-:class:`~hami_deviceplugin.change_feed.ChangeFeed`.
+:class:`~hami_deviceplugin.devices.change_feed.ChangeFeed`.
 
 One :class:`Inventory` per process: the backend task replaces the list, every reader (the
 kubelet's ListAndWatch streams, the registration loop, Allocate, metrics) reads it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hami_deviceplugin.change_feed import ChangeFeed
+from hami_deviceplugin.devices.change_feed import ChangeFeed
 from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.replicas import replica_owners
 from hami_deviceplugin.node.register import visible_gpus

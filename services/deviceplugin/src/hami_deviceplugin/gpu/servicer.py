@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_deviceplugin.allocation.flow import PreferredRequest
+from hami_deviceplugin.allocation.decision import PreferredRequest
 from hami_deviceplugin.gpu.allocator import Allocator
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.gpu.plan import ContainerGrant

@@ -83,8 +83,13 @@ class KubeletLink:
     async def check(self) -> None:
         """One poll: restart and re-register when the kubelet restarted or we are not
         registered yet."""
-        stamp = await asyncio.to_thread(_stamp, self._kubelet_socket)
+        # Our socket first, then the kubelet's: a restarting kubelet clears the plugin directory
+        # (its old socket and ours) before it creates its new socket, so once ours is seen gone
+        # the stamp read next is the new kubelet's, or none yet.  Read the other way round, a
+        # poll racing the restart took the old kubelet's stamp, registered with the new kubelet
+        # under it, and the next poll restarted the server and registered a second time.
         own = await asyncio.to_thread(self._server.socket_present)
+        stamp = await asyncio.to_thread(_stamp, self._kubelet_socket)
         if stamp is None:
             if self.registered:
                 log.warning("kubelet socket disappeared", socket=str(self._kubelet_socket))

@@ -24,7 +24,7 @@ from typing import Final, Protocol
 
 import grpc
 
-from hami_deviceplugin.allocation.flow import PreferredRequest
+from hami_deviceplugin.allocation.decision import PreferredRequest
 from hami_deviceplugin.errors import AllocateError, FailureKind
 from hami_deviceplugin.gpu.replicas import PluginDevice
 from hami_kubelet_api.constants import HEALTHY, UNHEALTHY
@@ -74,7 +74,8 @@ def device_message(device: PluginDevice) -> api_pb2.Device:
 
 
 class Watched(Protocol):
-    """An inventory as ListAndWatch sees it (:class:`~hami_deviceplugin.change_feed.ChangeFeed`)."""
+    """An inventory as ListAndWatch sees it
+    (:class:`~hami_deviceplugin.devices.change_feed.ChangeFeed`)."""
 
     @property
     def changed(self) -> asyncio.Event: ...

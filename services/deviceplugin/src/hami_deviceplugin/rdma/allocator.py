@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from hami_deviceplugin.allocation.entries import AllocatingPod
-from hami_deviceplugin.allocation.flow import (
+from hami_deviceplugin.allocation.decision import (
     AllocationDecision,
-    AllocationSources,
-    FlowConfig,
-    PodAllocationFlow,
     PreferredRequest,
     list_decision,
 )
+from hami_deviceplugin.allocation.entries import AllocatingPod
+from hami_deviceplugin.allocation.flow import FlowConfig, PodAllocationFlow
 from hami_deviceplugin.allocation.identity import DeviceList
+from hami_deviceplugin.allocation.sources import AllocationSources
 from hami_deviceplugin.metrics import PluginMetrics
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.plan import (

@@ -11,8 +11,8 @@ For each such physical function (PF):
 * **name**: the first entry of ``infiniband/`` by name (the PF's own device, e.g. ``mlx5_0``);
   the minor follows :func:`~hami_deviceplugin.rdma.nics.assign_minors` (any driver, not only
   Mellanox);
-* **NUMA node** and **PCIe switch / root complex**: :mod:`hami_deviceplugin.sysfs`, the same walk
-  the GPUs use, so a GPU and a NIC under one switch report the same switch id;
+* **NUMA node** and **PCIe switch / root complex**: :mod:`hami_deviceplugin.devices.sysfs`, the
+  same walk the GPUs use, so a GPU and a NIC under one switch report the same switch id;
 * **health**: every ``<root>/class/infiniband/<name>/ports/*/state`` contains ``ACTIVE`` (the
   PF's own ``infiniband/<name>/ports`` when the class directory is missing).  A device without
   ports is unhealthy;
@@ -35,8 +35,8 @@ from typing import Final
 
 import structlog
 
+from hami_deviceplugin.devices.sysfs import pci_device_dir, pcie_placement, read_numa_node
 from hami_deviceplugin.rdma.nics import Nic, assign_minors, rdma_register_value, uverbs_name_ok
-from hami_deviceplugin.sysfs import pci_device_dir, pcie_placement, read_numa_node
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import (
     RdmaNic,

@@ -1,5 +1,6 @@
-"""The node's current RDMA NICs, as a :class:`~hami_deviceplugin.change_feed.ChangeFeed` (the
-NIC twin of :mod:`hami_deviceplugin.gpu.inventory`).
+"""The node's current RDMA NICs, as a
+:class:`~hami_deviceplugin.devices.change_feed.ChangeFeed` (the NIC twin of
+:mod:`hami_deviceplugin.gpu.inventory`).
 
 The NIC source task replaces the list; the RDMA plugin's ListAndWatch streams, the registration
 loop, the RDMA Allocate path and the metrics read it.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hami_deviceplugin.change_feed import ChangeFeed
+from hami_deviceplugin.devices.change_feed import ChangeFeed
 from hami_deviceplugin.rdma.nics import Nic, NicFunction, function_index
 
 __all__ = ["NicInventory"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_deviceplugin.allocation.flow import PreferredRequest
+from hami_deviceplugin.allocation.decision import PreferredRequest
 from hami_deviceplugin.kubelet.servicer import StreamingService, device_message
 from hami_deviceplugin.rdma.allocator import RdmaAllocator
 from hami_deviceplugin.rdma.inventory import NicInventory

@@ -11,7 +11,7 @@ under ``--sysfs-root``, rescanned every ``poll_interval`` seconds.  A missing
 later scans never fail.
 
 **fake** (:class:`FakeNicSource`): the ``nics`` list of the fake devices file
-(:mod:`hami_deviceplugin.fake_devices`).  Entry shape (unknown keys are refused)::
+(:mod:`hami_deviceplugin.devices.fake_file`).  Entry shape (unknown keys are refused)::
 
     nics:
       - name: mlx5_0                  # required: the RDMA (ibdev) device name
@@ -43,8 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from hami_deviceplugin.errors import BackendError
-from hami_deviceplugin.fake_devices import (
+from hami_deviceplugin.devices.fake_file import (
     UNHEALTHY_REASON,
     FakeFileSource,
     address_field,
@@ -56,9 +55,10 @@ from hami_deviceplugin.fake_devices import (
     parse_document,
     string_field,
 )
+from hami_deviceplugin.devices.sysfs import pcie_placement, read_numa_node
+from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.rdma.discovery import discover_nics, read_uverbs
 from hami_deviceplugin.rdma.nics import Nic, assign_minors, rdma_register_value, uverbs_name_ok
-from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import RdmaNic, VirtualFunction, VirtualFunctionGroup
 

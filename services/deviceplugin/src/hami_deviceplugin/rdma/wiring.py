@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from hami_deviceplugin.allocation.flow import AllocationSources, FlowConfig
-from hami_deviceplugin.change_feed import follow_source
+from hami_deviceplugin.allocation.flow import FlowConfig
+from hami_deviceplugin.allocation.sources import AllocationSources
+from hami_deviceplugin.devices.change_feed import follow_source
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.kubelet.link import KubeletLink
 from hami_deviceplugin.kubelet.server import PluginServer

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
 
-from hami_deviceplugin.fake_devices import (
+from hami_deviceplugin.devices.fake_file import (
     UNHEALTHY_REASON,
     FakeFileSource,
     address_field,
@@ -47,6 +47,7 @@ from hami_deviceplugin.fake_devices import (
     parse_document,
     string_field,
 )
+from hami_deviceplugin.devices.sysfs import pcie_placement, read_numa_node
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.backends.fake_links import link_table, parse_links
 from hami_deviceplugin.gpu.mig.fake_control import (
@@ -57,7 +58,6 @@ from hami_deviceplugin.gpu.mig.fake_control import (
 )
 from hami_deviceplugin.gpu.mig.model import MigMode
 from hami_deviceplugin.gpu.mig.tables import fake_capability
-from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.topology.links import LinkTable
 
 __all__ = ["FakeBackend", "FakeGpu", "parse_fake_devices"]

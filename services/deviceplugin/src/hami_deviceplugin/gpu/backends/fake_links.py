@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from hami_deviceplugin.fake_devices import (
+from hami_deviceplugin.devices.fake_file import (
     bool_field,
     entry_fields,
     fail,

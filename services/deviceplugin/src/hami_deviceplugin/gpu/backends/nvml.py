@@ -36,11 +36,11 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
+from hami_deviceplugin.devices.sysfs import pcie_placement, read_numa_node
 from hami_deviceplugin.errors import BackendError
 from hami_deviceplugin.gpu.backends.base import Gpu, GpuUsage
 from hami_deviceplugin.gpu.backends.nvml_links import LinkedGpu, read_link_table
 from hami_deviceplugin.gpu.mig.nvml_control import NvmlMigControl, read_capability
-from hami_deviceplugin.sysfs import pcie_placement, read_numa_node
 from hami_protocol.errors import ValidationError
 from hami_protocol.topology.layout import normalize_pci_bus_id
 from hami_protocol.topology.links import LinkTable
