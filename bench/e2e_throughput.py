@@ -54,7 +54,8 @@ from hami_kubesim.stack.metrics import (
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
-from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port, stop_all
+from hami_kubesim.stack.system.ports import free_port
+from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, stop_all
 from hami_kubesim.stack.system.services import deviceplugin_args
 from hami_kubesim.stack.system.settle import until
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node

@@ -41,7 +41,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.hamicore import RegionWriter
-from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port
+from hami_kubesim.stack.system.ports import free_port
+from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec
 from hami_kubesim.stack.system.settle import until
 from hami_kubesim.stack.system.spec import dump_yaml, fake_devices_document, gpu_model_node
 from hami_kubesim.testing import RunningApiServer, running_apiserver

@@ -33,7 +33,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from typing import Any
 import aiohttp
 
 from hami_kubesim.certs import TlsFiles, client_ssl_context, generate_ca
+from hami_kubesim.stack.system.ports import free_port
 from hami_runtime import loop
 from hami_runtime.logs import configure_logging
 from hami_webhook.http import WebhookState, answer_review
@@ -123,12 +123,6 @@ def bench_decision(rounds: int) -> list[float]:
         answer_review(body, state)
         samples.append(time.perf_counter() - started)
     return samples
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def wait_ready(url: str, context: Any, process: asyncio.subprocess.Process) -> None:

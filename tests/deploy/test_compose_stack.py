@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from .helpers import REPO, free_port, http_get, running, wait_until
+from hami_kubesim.stack.system.ports import free_port
+
+from .helpers import REPO, http_get, running, wait_until
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
 MODULES = {

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hami_kubesim.stack.system.ports import free_port
+
 from .conftest import RenderFn
-from .helpers import REPO, free_port
+from .helpers import REPO
 
 DOCKER_DIR = REPO / "deploy" / "docker"
 IMAGES = {

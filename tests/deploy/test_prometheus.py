@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
+from hami_kubesim.stack.system.ports import free_port
+
 from .conftest import PrometheusTools
-from .helpers import REPO, Process, free_port, http_get, python_module, running, wait_until
+from .helpers import REPO, Process, http_get, python_module, running, wait_until
 
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 DASHBOARD = REPO / "deploy" / "grafana" / "hami-dashboard.json"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from hami_kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, POD
 from hami_kube.rest import KubeClient, open_client
 from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.certs import ServerCertificate, ca_bundle_b64, generate_ca
+from hami_kubesim.stack.system.ports import free_port
 from hami_kubesim.testing import eventually, running_apiserver
 
 pytestmark = pytest.mark.timeout(60)
@@ -159,12 +159,6 @@ def hook(name: str, url: str, ca: bytes | None = None, **overrides: Any) -> dict
     }
     spec.update(overrides)
     return spec
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- mutation -------------------------------------------------------------------------------

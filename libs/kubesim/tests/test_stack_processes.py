@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -14,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from hami_kubesim.stack.system.ports import free_port, pickable_ports
 from hami_kubesim.stack.system.processes import (
     ProcessExitedError,
     ServiceProcess,
     ServiceSpec,
-    free_port,
     stop_all,
 )
 from hami_kubesim.stack.system.router import LeaderRouter
@@ -114,7 +115,8 @@ async def test_children_die_with_their_parent(tmp_path: Path) -> None:
         f"""
         import asyncio, sys
         from pathlib import Path
-        from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port
+        from hami_kubesim.stack.system.ports import free_port
+        from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec
         root = Path({str(tmp_path)!r}) / "root"
         root.mkdir()
         (root / "readyz").write_text("ok")
@@ -195,3 +197,17 @@ async def test_the_router_follows_the_leader() -> None:
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)
             await router.stop()
+
+
+def test_ports_are_picked_outside_the_ephemeral_range_and_never_twice() -> None:
+    assert pickable_ports((32768, 60999)) == range(10000, 32768)
+    assert pickable_ports((1024, 60999)) == range(61000, 65536)  # nothing left below
+    picked = [free_port() for _ in range(50)]
+    assert len(set(picked)) == 50
+    ephemeral = tuple(
+        int(word) for word in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    )
+    assert all(not ephemeral[0] <= port <= ephemeral[1] for port in picked), picked
+    for port in picked:  # each is free: a listener can take it
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from hami_kube.errors import ApiError
 from hami_kube.rest import open_client
 from hami_kubesim.admission.dispatch import AdmissionDispatcher
 from hami_kubesim.certs import client_ssl_context
+from hami_kubesim.stack.system.ports import free_port
 from hami_kubesim.testing import running_apiserver
 
 from .helpers import MWC_PATH, WebhookTls, container, eventually, gpu, pod, webhook_configuration
@@ -35,12 +35,6 @@ GRACE_S = 3.0
 EXIT_SLACK_S = 1.5
 """Past the grace period: the end of the event loop (leftover tasks get 1 s) and the interpreter's
 exit."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

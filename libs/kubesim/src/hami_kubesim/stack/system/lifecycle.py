@@ -60,7 +60,8 @@ from hami_kubesim.kubelet.settings import pod_resources_socket_for
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
-from hami_kubesim.stack.system.processes import ServiceProcess, free_port, stop_all
+from hami_kubesim.stack.system.ports import free_port
+from hami_kubesim.stack.system.processes import ServiceProcess, stop_all
 from hami_kubesim.stack.system.router import LeaderRouter
 from hami_kubesim.stack.system.services import (
     HOOK_PATH,

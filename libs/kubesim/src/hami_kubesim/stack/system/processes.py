@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,6 @@ __all__ = [
     "ProcessExitedError",
     "ServiceProcess",
     "ServiceSpec",
-    "free_port",
     "log_tail",
     "stop_all",
 ]
@@ -57,13 +55,6 @@ _POLL_INTERVAL = 0.05
 
 class ProcessExitedError(RuntimeError):
     """The service exited while it was expected to start or serve; carries its log tail."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def log_tail(path: Path, *, lines: int = 30) -> str:

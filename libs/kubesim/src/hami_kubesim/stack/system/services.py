@@ -21,7 +21,8 @@ from pathlib import Path
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
 from hami_kubesim.kubelet.settings import pod_resources_socket_for
 from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE
-from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec, free_port
+from hami_kubesim.stack.system.ports import free_port
+from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec
 from hami_kubesim.stack.system.spec import GpuNode, SystemSpec
 
 __all__ = [
