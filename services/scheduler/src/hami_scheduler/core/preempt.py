@@ -1,0 +1,248 @@
+"""Which pods to evict so that a pod fits on a node: the preempt verb's decision, one node at a
+time.
+
+kube-scheduler picks preemption victims with its in-tree filters only, which ignore the device
+resources the extender owns (``ignoredByScheduler``); the preempt verb
+(:mod:`hami_scheduler.preempt`) asks this module, per candidate node, for the pods whose release
+makes the preemptor fit *on concrete devices*.  Whether it fits is decided by
+:func:`~hami_scheduler.core.joint.route.decide_on` — the one per-node rule the filter, the bind
+and the autoscaler's simulation use, so every fit rule (memory, cores, share count, type, UUID,
+NUMA, MIG, exclusive, PCIe topology, every vendor) holds here too — on the node with the chosen
+pods' holdings taken away (:func:`~hami_scheduler.core.usage.apply.remove_usage` for devices and
+MIG slices, :func:`~hami_scheduler.core.joint.nics.remove_nic_usage` for NICs and exclusive
+claims).
+
+:func:`select_victims` follows kube-scheduler's ``SelectVictimsOnNode`` (contract
+``preemption-and-capacity.md`` §1.3), with devices as the filter:
+
+1. the ``required`` pods — those kube-scheduler's in-tree filters need gone (CPU, memory, ...) —
+   are taken away and stay victims whatever happens: dropping one would leave the preemptor
+   unfit for kube-scheduler, and the node would be preempted again and again;
+2. the candidates are the other occupants of priority strictly below the preemptor's; all of them
+   are taken away, and if the preemptor still does not fit the node is refused, with the
+   decision's reason;
+3. reprieve, in kube-scheduler's order — pods whose eviction would violate a
+   PodDisruptionBudget first, then the rest, each group most important first (higher priority,
+   then the earlier start): each pod is given back, and stays if the preemptor still fits;
+4. then every remaining victim is tried once more, given back with all other victims still
+   gone, and reprieved when it is not needed after all — repeated until a pass reprieves
+   nothing.  Step 3 already leaves nothing to find when the fit is monotone (less usage never
+   hurts); vendor fits with greedy placements need not be, and this makes the promise hold
+   for every fit.
+
+**What "smallest" means.**  The set is minimal under single removal: giving back any one chosen
+victim makes the preemptor unfit.  It is not the globally smallest set (a subset search,
+exponential in the pods on the node).  Among such sets the reprieve order keeps PDB-protected
+pods first and more important pods next, as kube-scheduler does, so the set holds few PDB
+violations, then low priorities, then few pods.  A pod that holds nothing the preemptor could
+use (another vendor's devices, a GPU it excludes, nothing at all) leaves the decision unchanged
+when given back, so it is always reprieved: a victim always frees something the preemptor needs.
+
+Victims come back most important first (kube-scheduler reads the first as the node's
+highest-priority victim, contract §2.3).  :func:`preference` is kube-scheduler's node ranking
+(``pickOneNodeForPreemption``) over such results, for tests and tools: kube-scheduler ranks the
+nodes itself.
+
+Cost: one whole-pod decision with every candidate gone, one per candidate for the reprieve, and
+one per victim per minimality pass (one pass when the fit is monotone).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from hami_protocol.pod.devices import DeviceUsageSummary
+from hami_scheduler.core.decide import NodeDecision
+from hami_scheduler.core.joint.decide import JointDecision
+from hami_scheduler.core.joint.hints import JointRequest
+from hami_scheduler.core.joint.nics import NicPodUsage, NicUsage, remove_nic_usage
+from hami_scheduler.core.joint.route import Fleet, decide_on
+from hami_scheduler.core.mig import MigHold
+from hami_scheduler.core.plan import PodPlan
+from hami_scheduler.core.usage.apply import remove_usage
+from hami_scheduler.core.usage.node import NodeUsage
+
+__all__ = [
+    "NodeState",
+    "Occupant",
+    "Victims",
+    "best_node",
+    "importance",
+    "preference",
+    "select_victims",
+]
+
+_PRIORITY_OFFSET = 2**31
+"""kube-scheduler adds ``MaxInt32 + 1`` to each victim's priority before summing, so negative
+priorities still add up to more for more pods."""
+
+
+@dataclass(frozen=True, slots=True)
+class Occupant:
+    """A pod on the node, as the victim choice reads it."""
+
+    uid: str
+    priority: int
+    """``spec.priority`` (0 when unset)."""
+    started: float | None = None
+    """``status.startTime`` in Unix seconds; ``None`` while unset — kube-scheduler then takes
+    *now*, so such a pod is the least important among its priority."""
+    usage: tuple[DeviceUsageSummary, ...] = ()
+    """What it holds on the node's devices (as the cache applies it)."""
+    mig: tuple[MigHold, ...] = ()
+    nics: NicPodUsage | None = None
+    """What it holds on the node's NICs, and its exclusive claims."""
+    violates_pdb: bool = False
+    """Whether evicting it would break a PodDisruptionBudget."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node as the cache holds it: its devices with every pod's usage, and its NICs."""
+
+    name: str
+    gpus: NodeUsage | None
+    """``None``: the node has no usable device."""
+    nics: NicUsage | None = None
+    """``None``: the node has no NIC layout (no NICs; each GPU a PCIe scope of its own)."""
+
+    def without(self, pods: Iterable[Occupant]) -> NodeState:
+        """The node with what ``pods`` hold taken away."""
+        usage: list[DeviceUsageSummary] = []
+        mig: list[MigHold] = []
+        nic: list[NicPodUsage] = []
+        for pod in pods:
+            usage.extend(pod.usage)
+            mig.extend(pod.mig)
+            if pod.nics is not None and not pod.nics.empty:
+                nic.append(pod.nics)
+        gpus = None if self.gpus is None else remove_usage(self.gpus, usage, mig)
+        nics = self.nics if self.nics is None or not nic else remove_nic_usage(self.nics, nic)
+        return NodeState(self.name, gpus, nics)
+
+    def fleet(self) -> Fleet:
+        """This node alone, as the selection rule reads a fleet."""
+        name = self.name
+        claimed = {name} if self.nics is not None and self.nics.claims_gpus else set()
+        return Fleet(
+            {} if self.gpus is None else {name: self.gpus},
+            {} if self.nics is None else {name: self.nics},
+            claimed,
+            {name},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    """The pods to evict on one node so that the preemptor fits there."""
+
+    node: str
+    pods: tuple[Occupant, ...]
+    """Most important first (:func:`importance`)."""
+    pdb_violations: int = 0
+    """How many of ``pods`` violate a PodDisruptionBudget."""
+
+    @property
+    def uids(self) -> tuple[str, ...]:
+        return tuple(pod.uid for pod in self.pods)
+
+
+def importance(pod: Occupant) -> tuple[int, float, str]:
+    """Sort key, most important first: higher priority, then the earlier start (kube-scheduler's
+    ``MoreImportantPod``; a pod not started yet counts as starting now, i.e. last); the UID
+    breaks ties so that the order never depends on the input's."""
+    started = math.inf if pod.started is None else pod.started
+    return (-pod.priority, started, pod.uid)
+
+
+def _reprieve_order(pod: Occupant) -> tuple[bool, int, float, str]:
+    # PDB-violating pods are given back first, so they are the last to be evicted.
+    return (not pod.violates_pdb, *importance(pod))
+
+
+Verdict = NodeDecision | JointDecision | str
+_Verdicts = Callable[[Iterable[Occupant]], Verdict]
+"""The decision on the node with some pods gone."""
+
+
+def _fits(verdict: Verdict) -> bool:
+    return not isinstance(verdict, str) and verdict.fits
+
+
+def _reason(verdict: Verdict) -> str:
+    return verdict if isinstance(verdict, str) else verdict.reason
+
+
+def select_victims(
+    node: NodeState,
+    plan: PodPlan,
+    request: JointRequest,
+    *,
+    priority: int,
+    occupants: Sequence[Occupant],
+    required: Sequence[Occupant] = (),
+) -> Victims | str:
+    """The victims on ``node`` for a preemptor of ``priority`` with ``plan`` and ``request`` (see
+    the module docstring), or why no set of lower-priority pods makes it fit.
+
+    ``occupants``: the pods holding something on the node (others may hold capacity too — pods
+    whose priority is unknown, say — and stay: their usage is in ``node`` and never taken
+    away).  ``required``: pods that must go whatever the devices say; they count as victims.
+    """
+    for pod in required:
+        if pod.priority >= priority:
+            return (
+                f"pod {pod.uid} has priority {pod.priority}, not below the preemptor's {priority}"
+            )
+    named = {pod.uid for pod in required}
+    candidates = [pod for pod in occupants if pod.priority < priority and pod.uid not in named]
+
+    def verdict(gone: Iterable[Occupant]) -> Verdict:
+        return decide_on(plan, request, node.without([*required, *gone]).fleet(), node.name)
+
+    emptied = verdict(candidates)
+    if not _fits(emptied):
+        return _reason(emptied)
+    victims = list(candidates)
+    for pod in sorted(candidates, key=_reprieve_order):
+        rest = [other for other in victims if other.uid != pod.uid]
+        if _fits(verdict(rest)):
+            victims = rest
+    victims = _minimal(victims, verdict)
+    chosen = sorted([*required, *victims], key=importance)
+    return Victims(node.name, tuple(chosen), sum(pod.violates_pdb for pod in chosen))
+
+
+def _minimal(victims: list[Occupant], verdict: _Verdicts) -> list[Occupant]:
+    """``victims`` with every pod the preemptor does not need gone reprieved (step 4)."""
+    changed = True
+    while changed and victims:
+        changed = False
+        for pod in sorted(victims, key=_reprieve_order):
+            rest = [other for other in victims if other.uid != pod.uid]
+            if _fits(verdict(rest)):
+                victims, changed = rest, True
+    return victims
+
+
+def preference(victims: Victims) -> tuple[int, int, int, int]:
+    """kube-scheduler's node ranking for preemption (``pickOneNodeForPreemption``, contract
+    §2.4), smaller first: fewer PDB violations, a lower highest victim priority, a lower sum of
+    victim priorities, fewer victims.  (Its last criteria — the latest start among the
+    highest-priority victims, then the input order — are left to the caller's order.)"""
+    pods = victims.pods
+    highest = max((pod.priority for pod in pods), default=-(2**63))
+    total = sum(pod.priority + _PRIORITY_OFFSET for pod in pods)
+    return (victims.pdb_violations, highest, total, len(pods))
+
+
+def best_node(results: Iterable[Victims]) -> Victims | None:
+    """The node kube-scheduler would preempt on among ``results`` (:func:`preference`; ties:
+    the first)."""
+    best: Victims | None = None
+    for result in results:
+        if best is None or preference(result) < preference(best):
+            best = result
+    return best
