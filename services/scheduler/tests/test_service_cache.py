@@ -260,3 +260,28 @@ def test_slim_pod_keeps_what_the_cache_reads() -> None:
     assert "unrelated" not in pod["metadata"]["annotations"]
     assert c1.nodes["n"].devices == c2.nodes["n"].devices
     assert held(c2, "n") == (1, 1000, 5)
+
+
+def test_residents_carry_priority_and_start_time_through_slimming() -> None:
+    pod = placed("p", "n", ";GPU-n-0,NVIDIA,1000,5:;", uid="u1")
+    pod["spec"]["priority"] = 7
+    pod["status"]["startTime"] = "2026-01-01T00:00:10Z"
+    c = cache()
+    c.upsert_node(node("n"))
+    slim_pod(pod, DEFAULT_VENDORS)
+    assert pod["spec"]["priority"] == 7
+    c.upsert_pod(pod)
+    (resident,) = c.residents("n")
+    assert (resident.uid, resident.name, resident.priority) == ("u1", "p", 7)
+    assert resident.started == NOW.timestamp() + 10
+    # No priority: 0, as kube-scheduler reads it; an unreadable start time: not started.
+    other = placed("q", "n", ";GPU-n-1,NVIDIA,1000,5:;", uid="u2")
+    other["status"]["startTime"] = "yesterday"
+    c.upsert_pod(other)
+    ranks = {r.uid: (r.priority, r.started) for r in c.residents("n")}
+    assert ranks["u2"] == (0, None)
+    # A decision assumed here, never seen on a pod: held, but not rankable.
+    assumed = Holding("n", "default", (), allocation_key("n", {"NVIDIA": "x"}))
+    c.assume("u3", "r", assumed)
+    assert {r.uid: r.priority for r in c.residents("n")}["u3"] is None
+    assert c.residents("elsewhere") == []

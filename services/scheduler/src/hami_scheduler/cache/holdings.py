@@ -13,7 +13,9 @@ pod holds is decided per UID (:class:`PodRecord`) from three inputs:
   the pod still carries their annotations.
 
 What counts (``effective``) is kept per node too, for the rebuilds and reads that need a node's
-pods.  Every change of what counts is handed to ``on_move`` — the cache moves the node's usage,
+pods — among them the preempt verb, which reads each pod's priority and start time
+(:meth:`PodHoldings.residents`); a pod known only by a decision assumed here has neither
+yet.  Every change of what counts is handed to ``on_move`` — the cache moves the node's usage,
 the namespace's quota ledger and the NICs with it — and costs O(devices of the pod).
 """
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from hami_scheduler.cache.pods import AllocationKey, Holding, PodFacts
 
-__all__ = ["Move", "PodHoldings", "PodProblem", "PodRecord"]
+__all__ = ["Move", "PodHoldings", "PodProblem", "PodRecord", "Resident"]
 
 PodProblem = Callable[[str, str, str], None]
 """``(namespace/name, uid, problem)`` — a pod's device list could not be decoded."""
@@ -44,6 +46,22 @@ class PodRecord:
     released: frozenset[AllocationKey] = frozenset()
     effective: Holding | None = None
     problems: tuple[str, ...] = ()
+    priority: int | None = None
+    """``spec.priority`` once the pod was seen (``None``: known only by an assumed decision)."""
+    started: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resident:
+    """A pod held on a node, as the preempt verb ranks it."""
+
+    uid: str
+    namespace: str
+    name: str
+    holding: Holding
+    priority: int | None
+    """``None``: the pod was never seen, only assumed here; it cannot be ranked."""
+    started: float | None
 
 
 class PodHoldings:
@@ -66,6 +84,24 @@ class PodHoldings:
         """UID → what counts for each pod held on ``node``."""
         return self._by_node.get(node, {})
 
+    def residents(self, node: str) -> list[Resident]:
+        """The pods held on ``node``, with what ranks them; O(pods on the node)."""
+        found: list[Resident] = []
+        for uid, holding in self._by_node.get(node, {}).items():
+            record = self._pods.get(uid)
+            if record is not None:
+                found.append(
+                    Resident(
+                        uid,
+                        record.namespace,
+                        record.name,
+                        holding,
+                        record.priority,
+                        record.started,
+                    )
+                )
+        return found
+
     def holders_of(self, node: str, words: Collection[str]) -> list[tuple[str, str]]:
         """``(namespace, name)`` of the pods held on ``node`` that were given devices of any of
         the vendors ``words``."""
@@ -87,6 +123,7 @@ class PodHoldings:
             record = self._pods[facts.uid] = PodRecord(facts.namespace, facts.name)
         self._note_problems(facts.uid, record, facts.problems)
         record.observed = facts.holding
+        record.priority, record.started = facts.priority, facts.started
         assumed = record.assumed
         if facts.terminal:
             record.assumed, record.released = None, frozenset()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from hami_kube.objects import PodView
+from hami_kube.timefmt import parse_time
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.devices import (
@@ -186,6 +187,10 @@ class PodFacts:
     terminal: bool = False
     """Phase ``Succeeded`` or ``Failed``: the pod holds nothing, whatever it was assumed to."""
     problems: tuple[str, ...] = ()
+    priority: int = 0
+    """``spec.priority`` (0 when unset, as kube-scheduler reads it): the preempt verb's rank."""
+    started: float | None = None
+    """``status.startTime`` in Unix seconds (``None``: not started, or unreadable)."""
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -216,6 +221,17 @@ def shared_usage(usage: Sequence[DeviceUsageSummary]) -> tuple[DeviceUsageSummar
     )
 
 
+def start_time(pod: PodView) -> float | None:
+    """``status.startTime`` in Unix seconds; ``None`` when unset or not a time."""
+    text = pod.status.get("startTime")
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_time(text).timestamp()
+    except ValueError:
+        return None
+
+
 def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     """What ``obj`` holds; never raises on bad input."""
     pod = PodView(obj)
@@ -224,8 +240,9 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     node = annotations.get(keys.VGPU_NODE, "")
     if pod.terminal:
         return PodFacts(uid, namespace, name, None, terminal=True)
+    priority, started = pod.priority, start_time(pod)
     if not node:
-        return PodFacts(uid, namespace, name, None)
+        return PodFacts(uid, namespace, name, None, priority=priority, started=started)
     written: dict[str, str] = {}
     decoded: dict[str, PodSingleDevice] = {}
     problems: list[str] = []
@@ -263,7 +280,15 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
         sgpu_class=sys.intern(annotations.get(keys.METAX_SGPU_APP_CLASS, "")) if sgpu else "",
         sgpu_qos=sys.intern(annotations.get(keys.METAX_SGPU_QOS_POLICY, "")) if sgpu else "",
     )
-    return PodFacts(uid, namespace, name, holding, problems=tuple(problems))
+    return PodFacts(
+        uid,
+        namespace,
+        name,
+        holding,
+        problems=tuple(problems),
+        priority=priority,
+        started=started,
+    )
 
 
 def mig_key_value(reservations: Sequence[MigReservation]) -> str:
@@ -331,9 +356,10 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     volumes, managed fields, labels) would take gigabytes.  What stays: name, namespace, uid,
     resourceVersion, ``hami.io/vgpu-node`` and the ``-devices-allocated`` annotations, the init
     containers (as empty entries, for their count), a terminal phase and the init containers'
-    exit codes, and what the node lock's takeover rule reads of a lock owner (``spec.nodeName``,
-    ``metadata.deletionTimestamp``, ``hami.io/bind-phase``, ``hami.io/bind-time`` and Cambricon's
-    ``CAMBRICON_DSMLU_ASSIGNED``) —
+    exit codes, what the preempt verb ranks victims by (``spec.priority``,
+    ``status.startTime``), and what the node lock's takeover rule reads of a lock owner
+    (``spec.nodeName``, ``metadata.deletionTimestamp``, ``hami.io/bind-phase``,
+    ``hami.io/bind-time`` and Cambricon's ``CAMBRICON_DSMLU_ASSIGNED``) —
     ``spec`` and ``status`` are left out entirely when they hold none of these.
     """
     pod = PodView(obj)
@@ -363,6 +389,7 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         for terminated in _init_terminations(pod)
     ]
     terminal, phase, node = pod.terminal, pod.phase, pod.node_name
+    priority, started = pod.spec.get("priority"), pod.status.get("startTime")
     obj.clear()
     obj["metadata"] = slim_meta
     slim_spec: dict[str, Any] = {}
@@ -370,6 +397,8 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         slim_spec["nodeName"] = sys.intern(node)
     if inits:
         slim_spec["initContainers"] = [{} for _ in range(inits)]
+    if isinstance(priority, int) and priority:
+        slim_spec["priority"] = priority
     if slim_spec:
         obj["spec"] = slim_spec
     slim_status: dict[str, Any] = {}
@@ -377,5 +406,7 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         slim_status["phase"] = sys.intern(phase)
     if init_statuses:
         slim_status["initContainerStatuses"] = init_statuses
+    if isinstance(started, str):
+        slim_status["startTime"] = started
     if slim_status:
         obj["status"] = slim_status

@@ -40,7 +40,7 @@ from hami_kube.timefmt import utc_now
 from hami_protocol.selectors import EVERYTHING, LabelSelector
 from hami_protocol.vendor.table import METAX_SGPU, Vendor
 from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
-from hami_scheduler.cache.holdings import PodHoldings, PodProblem
+from hami_scheduler.cache.holdings import PodHoldings, PodProblem, Resident
 from hami_scheduler.cache.nics import NicCache
 from hami_scheduler.cache.nodes import NodeFacts, read_node
 from hami_scheduler.cache.pods import AllocationKey, Holding, read_pod
@@ -209,6 +209,11 @@ class SchedulerCache:
         """``(namespace, name)`` of the pods held on ``node`` that were given devices of any of
         the vendors ``words``."""
         return self._holdings.holders_of(node, words)
+
+    def residents(self, node: str) -> list[Resident]:
+        """The pods held on ``node`` with their priority and start time (the preempt verb's
+        candidates); O(pods on the node)."""
+        return self._holdings.residents(node)
 
     def sgpu_state(self, name: str) -> SgpuNodeState:
         """What the pods held on node ``name`` say about its MetaX sGPU devices: per device the
