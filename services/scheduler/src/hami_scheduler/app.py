@@ -68,6 +68,7 @@ from hami_scheduler.nodelock.locker import NodeLocker
 from hami_scheduler.nodelock.owners import LockOwners
 from hami_scheduler.nodelock.waits import LockWaits
 from hami_scheduler.pod_writes import RoleLabeller
+from hami_scheduler.preempt import PreemptService
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.settings import Settings
 
@@ -172,6 +173,7 @@ class _Deciders:
     filters: FilterService
     binder: BindService
     upkeep: Upkeep
+    preempts: PreemptService
 
 
 def _deciders(
@@ -187,7 +189,8 @@ def _deciders(
     leadership: Leadership,
     now: Callable[[], datetime],
 ) -> _Deciders:
-    """What answers ``/filter``, ``/prioritize`` and ``/bind``, and what looks after them."""
+    """What answers ``/filter``, ``/prioritize``, ``/bind`` and ``/preempt``, and what looks after
+    them."""
     planner = Planner(
         settings.vendors,
         settings.node_policy,
@@ -253,7 +256,14 @@ def _deciders(
     metrics.track_binds(
         waiting=waits.waiting, overdue=lambda: len(overdue), pending=lambda: len(pending)
     )
-    return _Deciders(filters, binder, upkeep)
+    preempts = PreemptService(
+        cache=watcher.cache,
+        planner=planner,
+        metrics=metrics,
+        leadership=leadership,
+        watches=watcher,
+    )
+    return _Deciders(filters, binder, upkeep, preempts)
 
 
 def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
@@ -367,7 +377,13 @@ async def run(
             now=now,
         )
         filters, binder = deciders.filters, deciders.binder
-        state = ExtenderState(filters=filters, binder=binder, metrics=metrics, ready=watcher.ready)
+        state = ExtenderState(
+            filters=filters,
+            binder=binder,
+            metrics=metrics,
+            ready=watcher.ready,
+            preempts=deciders.preempts,
+        )
         metrics_port = await life.enter(
             "metrics-site",
             site(

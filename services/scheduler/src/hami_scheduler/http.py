@@ -1,11 +1,12 @@
-"""The aiohttp application: ``POST /filter``, ``/prioritize``, ``/bind``; ``GET /healthz``,
-``/readyz``.
+"""The aiohttp application: ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt``;
+``GET /healthz``, ``/readyz``.
 
 Every request gets JSON back.  A body that is not an extender request (not JSON, wrong field
 types) gets HTTP 400 with ``{"Error": "..."}``; a body over 1 MiB gets 413 (HAMi's limit); an
 unexpected failure inside a verb gets HTTP 200 with the ``Error`` field set (``internal error:
-<type>``) and a logged stack trace — kube-scheduler treats both as a failed attempt and
-retries, and the service keeps serving.  ``/readyz`` answers 200 once the caches have synced.
+<type>``; for preempt beside an empty victim map, so nothing is evicted) and a logged stack
+trace — kube-scheduler treats both as a failed attempt and retries, and the service keeps
+serving.  ``/readyz`` answers 200 once the caches have synced.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from hami_runtime.sites import add_health_routes
 from hami_scheduler.bind.service import BindService
 from hami_scheduler.filter import FilterService
 from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.preempt import PreemptService
 from hami_scheduler.wire import (
     BadArgsError,
     decode_binding_args,
     decode_extender_args,
+    decode_preemption_args,
     encode_binding_result,
     encode_filter_result,
+    encode_preemption_result,
     encode_priorities,
 )
 
@@ -45,6 +49,7 @@ class ExtenderState:
     binder: BindService | None
     metrics: SchedulerMetrics
     ready: Callable[[], bool] = lambda: True
+    preempts: PreemptService | None = None
 
 
 STATE = web.AppKey("hami_scheduler_state", ExtenderState)
@@ -93,6 +98,8 @@ def _guarded(
                 return _json(encode_priorities([]))
             if verb == "bind":
                 return _json(encode_binding_result(message))
+            if verb == "preempt":
+                return _json(encode_preemption_result({}, error=message))
             return _json(encode_filter_result(error=message))
 
     return handle
@@ -121,6 +128,15 @@ async def _bind(request: web.Request, body: bytes) -> web.Response:
     return _json(encode_binding_result(await state.binder.bind(args)))
 
 
+async def _preempt(request: web.Request, body: bytes) -> web.Response:
+    state = request.app[STATE]
+    args = decode_preemption_args(body)
+    if state.preempts is None:
+        return _json(encode_preemption_result({}, error="preempt is not available in this process"))
+    reply = state.preempts.preempt(args)
+    return _json(encode_preemption_result(reply.victims, error=reply.error))
+
+
 def build_app(state: ExtenderState, *, max_body_bytes: int = 1024 * 1024) -> web.Application:
     """The extender application (serve it with TLS in production)."""
     app = web.Application(client_max_size=max_body_bytes)
@@ -128,5 +144,6 @@ def build_app(state: ExtenderState, *, max_body_bytes: int = 1024 * 1024) -> web
     app.router.add_post("/filter", _guarded("filter", _filter))
     app.router.add_post("/prioritize", _guarded("prioritize", _prioritize))
     app.router.add_post("/bind", _guarded("bind", _bind))
+    app.router.add_post("/preempt", _guarded("preempt", _preempt))
     add_health_routes(app, ready=state.ready)
     return app

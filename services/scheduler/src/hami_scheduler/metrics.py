@@ -17,7 +17,7 @@ caches at scrape time (no bookkeeping on the request path):
   placement_start,placement_size}`` = 1;
 * ``hami_build_info`` = 1.
 
-Ours: ``hami_scheduler_request_duration_seconds{verb,outcome}`` (filter/bind/prioritize
+Ours: ``hami_scheduler_request_duration_seconds{verb,outcome}`` (filter/bind/prioritize/preempt
 latency), ``hami_scheduler_decisions_total{verb,outcome,reason}``,
 ``hami_scheduler_node_rejections_total{reason}`` (per refused node and reason word — every
 vendor's words too; a free-text reason such as a vendor's undecodable annotation counts as

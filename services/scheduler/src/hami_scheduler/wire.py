@@ -11,6 +11,12 @@ looked up case-insensitively, as Go would.
 Bodies that are not JSON, or whose fields have the wrong JSON type, raise :class:`BadArgsError`
 (the HTTP layer answers 400); everything else decodes, and missing pieces are for the caller to
 judge (a missing pod is an ``Error`` in the reply, not a decoding failure).
+
+Preempt: ``ExtenderPreemptionArgs`` carries the candidate victims either as UIDs
+(``NodeNameToMetaVictims``, ``nodeCacheCapable: true``) or as full pods (``NodeNameToVictims``);
+both decode to :class:`PreemptionArgs`.  The reply, ``ExtenderPreemptionResult``, is always the
+UID form; a failed call adds ``Error`` beside an empty map (kube-scheduler ignores the key and
+reads "no candidate": nothing is evicted; the text is for logs and people).
 """
 
 from __future__ import annotations
@@ -28,10 +34,15 @@ __all__ = [
     "BadArgsError",
     "BindingArgs",
     "ExtenderArgs",
+    "OfferedPod",
+    "OfferedVictims",
+    "PreemptionArgs",
     "decode_binding_args",
     "decode_extender_args",
+    "decode_preemption_args",
     "encode_binding_result",
     "encode_filter_result",
+    "encode_preemption_result",
     "encode_priorities",
 ]
 
@@ -56,6 +67,33 @@ class BindingArgs:
     pod_namespace: str = ""
     pod_uid: str = ""
     node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedPod:
+    """A victim kube-scheduler's in-tree preemption chose."""
+
+    uid: str
+    pod: JsonObject | None = None
+    """The full pod (``NodeNameToVictims``); ``None`` for a ``MetaPod``."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedVictims:
+    """One candidate node's ``Victims`` / ``MetaVictims``."""
+
+    pods: tuple[OfferedPod, ...] = ()
+    num_pdb_violations: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """``ExtenderPreemptionArgs``: the preemptor and the candidate nodes with their victims."""
+
+    pod: JsonObject | None
+    victims: Mapping[str, OfferedVictims]
+    meta: bool
+    """Whether the victims came as UIDs (``NodeNameToMetaVictims``)."""
 
 
 def _load(body: bytes) -> dict[str, Any]:
@@ -120,6 +158,81 @@ def decode_binding_args(body: bytes) -> BindingArgs:
         pod_uid=values.get("PodUID", ""),
         node=values.get("Node", ""),
     )
+
+
+def decode_preemption_args(body: bytes) -> PreemptionArgs:
+    """``ExtenderPreemptionArgs``; raises :class:`BadArgsError`."""
+    fields = _fields(_load(body), ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims"))
+    pod = fields.get("Pod")
+    if pod is not None and not isinstance(pod, dict):
+        raise BadArgsError("Pod must be a JSON object or null")
+    full, meta = fields.get("NodeNameToVictims"), fields.get("NodeNameToMetaVictims")
+    if full is not None and meta is not None:
+        # kube-scheduler sends one of them, by nodeCacheCapable; two could disagree.
+        raise BadArgsError("NodeNameToVictims and NodeNameToMetaVictims are both set")
+    if meta is not None:
+        return PreemptionArgs(pod, _victims_map(meta, "NodeNameToMetaVictims"), meta=True)
+    return PreemptionArgs(pod, _victims_map(full, "NodeNameToVictims"), meta=False)
+
+
+def _victims_map(value: object, name: str) -> dict[str, OfferedVictims]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadArgsError(f"{name} must be an object or null")
+    meta = name == "NodeNameToMetaVictims"
+    decoded: dict[str, OfferedVictims] = {}
+    for node, entry in value.items():
+        where = f"{name}[{node!r}]"
+        if not isinstance(entry, dict):
+            raise BadArgsError(f"{where} must be an object")
+        fields = _fields(entry, ("Pods", "NumPDBViolations"))
+        pods = fields.get("Pods")
+        if pods is None:
+            pods = []
+        if not isinstance(pods, list):
+            raise BadArgsError(f"{where}.Pods must be an array or null")
+        count = fields.get("NumPDBViolations")
+        if count is None:
+            count = 0
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise BadArgsError(f"{where}.NumPDBViolations must be a non-negative integer")
+        offered = tuple(
+            _offered(pod, f"{where}.Pods[{index}]", meta=meta) for index, pod in enumerate(pods)
+        )
+        decoded[node] = OfferedVictims(offered, count)
+    return decoded
+
+
+def _offered(value: object, where: str, *, meta: bool) -> OfferedPod:
+    if not isinstance(value, dict):
+        raise BadArgsError(f"{where} must be an object")
+    if meta:
+        uid = _fields(value, ("UID",)).get("UID")
+        if not isinstance(uid, str) or not uid:
+            raise BadArgsError(f"{where}.UID must be a non-empty string")
+        return OfferedPod(uid)
+    metadata = value.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    if not isinstance(uid, str) or not uid:
+        raise BadArgsError(f"{where}.metadata.uid must be a non-empty string")
+    return OfferedPod(uid, value)
+
+
+def encode_preemption_result(
+    victims: Mapping[str, tuple[Sequence[str], int]], *, error: str = ""
+) -> bytes:
+    """``ExtenderPreemptionResult``: node → victim UIDs (in the given order) and
+    ``NumPDBViolations``; ``Error`` is added only for a failed call."""
+    document: dict[str, object] = {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+            for node, (uids, violations) in victims.items()
+        }
+    }
+    if error:
+        document["Error"] = error
+    return _dump(document)
 
 
 def _dump(document: object) -> bytes:

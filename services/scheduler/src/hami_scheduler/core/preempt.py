@@ -149,15 +149,15 @@ class Victims:
         return tuple(pod.uid for pod in self.pods)
 
 
-def importance(pod: Occupant) -> tuple[int, float, str]:
+def importance(pod: Occupant) -> tuple[int, float]:
     """Sort key, most important first: higher priority, then the earlier start (kube-scheduler's
-    ``MoreImportantPod``; a pod not started yet counts as starting now, i.e. last); the UID
-    breaks ties so that the order never depends on the input's."""
+    ``MoreImportantPod``; a pod not started yet counts as starting now, i.e. last).  Sorts are
+    stable: ties keep the order the pods were given in (``required`` first)."""
     started = math.inf if pod.started is None else pod.started
-    return (-pod.priority, started, pod.uid)
+    return (-pod.priority, started)
 
 
-def _reprieve_order(pod: Occupant) -> tuple[bool, int, float, str]:
+def _reprieve_order(pod: Occupant) -> tuple[bool, int, float]:
     # PDB-violating pods are given back first, so they are the last to be evicted.
     return (not pod.violates_pdb, *importance(pod))
 
