@@ -73,6 +73,7 @@ def test_file_has_hamis_extender_shape() -> None:
     (extender,) = kube_config.extenders
     assert extender.filter_verb == "filter"
     assert extender.bind_verb == "bind"
+    assert extender.preempt_verb == "preempt"
     assert extender.node_cache_capable is True
     assert extender.enable_https is True
     assert extender.tls is not None
