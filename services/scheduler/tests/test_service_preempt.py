@@ -153,6 +153,13 @@ async def test_offered_victims_that_contradict_the_cache_drop_the_node() -> None
         for offered in (uid(elsewhere), uid(peer), uid(big)):
             reply = await preempt(h, {"Pod": big, "NodeNameToMetaVictims": {"n": meta(offered)}})
             assert reply == {"NodeNameToMetaVictims": {}}, offered
+        # A full pod bound elsewhere, or of the preemptor's priority, though it holds no device.
+        stray = {"metadata": {"uid": "stray"}, "spec": {"nodeName": "m"}}
+        equal = {"metadata": {"uid": "equal"}, "spec": {"nodeName": "n", "priority": HIGH}}
+        for pod in (stray, equal):
+            offered = {"n": {"Pods": [pod], "NumPDBViolations": 0}}
+            reply = await preempt(h, {"Pod": big, "NodeNameToVictims": offered})
+            assert reply == {"NodeNameToMetaVictims": {}}, pod
 
 
 async def test_bad_bodies_get_400_and_unanswerable_calls_an_empty_map() -> None:
@@ -195,3 +202,14 @@ async def test_keys_match_case_insensitively_and_a_pod_without_devices_passes_th
         offered = {"n": meta("a", "b", pdb=2), "anywhere": meta("c")}
         reply = await preempt(h, {"Pod": plain, "NodeNameToMetaVictims": offered})
         assert reply == {"NodeNameToMetaVictims": offered}
+
+
+async def test_what_the_preemptor_was_assumed_to_hold_does_not_stand_in_its_way() -> None:
+    async with harness() as h:
+        await one_gpu_nodes(h, "m")
+        await running(h, "low", 3000, 0, node="m")
+        big = await preemptor(h)
+        assert (await h.filter(big, ["m"]))["NodeNames"] == ["m"]  # assumed there, not bound
+        reply = await preempt(h, {"Pod": big, "NodeNameToMetaVictims": {"m": meta()}})
+        assert reply == {"NodeNameToMetaVictims": {"m": meta()}}
+        assert h.scheduler.cache.assumed_count() == 1  # and the assumption is left alone

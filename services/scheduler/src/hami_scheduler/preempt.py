@@ -10,7 +10,8 @@ node → victim UIDs (contract ``preemption-and-capacity.md`` §2).  Per offered
 1. drops the node when the cache does not know it (logged with the name), when the cache
    refuses it for this pod before any device is looked at (a malformed register annotation,
    devices silent on the handshake: :func:`~hami_scheduler.selection.select.node_refusal`), or
-   when an offered victim holds devices on another node, or is the preemptor itself;
+   when an offered victim holds devices on another node, is bound to another node (full
+   pods), or is the preemptor itself;
 2. keeps every victim kube-scheduler offered: its in-tree filters (CPU, memory, pods, ...)
    need them gone, and a reply without them would leave the pod unfit there — kube-scheduler
    would evict our victims and preempt again.  An offered pod the cache knows (it holds
@@ -238,6 +239,8 @@ class PreemptService:
         priority: int | None
         if victim.pod is not None:
             view = PodView(victim.pod)
+            if view.node_name and view.node_name != name:
+                return f"pod {victim.uid} runs on node {view.node_name}, not on {name}"
             priority, started = view.priority, start_time(view)
         elif resident is not None:
             priority, started = resident.priority, resident.started
