@@ -16,6 +16,7 @@ from hami_kubesim.apiserver.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
+    ForbiddenError,
     InvalidError,
     NotFoundError,
     StatusError,
@@ -24,11 +25,17 @@ from hami_kubesim.apiserver.errors import (
 from hami_kubesim.apiserver.history import ADDED, DELETED, MODIFIED, Change, Entry, History
 from hami_kubesim.apiserver.listing import Listing, ListPage
 from hami_kubesim.apiserver.watch import WatchHub
-from hami_kubesim.objects import strategies
+from hami_kubesim.objects import priorityclasses, strategies
 from hami_kubesim.objects.clock import generated_name, new_uid, rfc3339
 from hami_kubesim.objects.patching import apply_patch
 from hami_kubesim.objects.pods import bind_pod
-from hami_kubesim.objects.resources import NAMESPACES, PODS, Registry, ResourceType
+from hami_kubesim.objects.resources import (
+    NAMESPACES,
+    PODS,
+    PRIORITY_CLASSES,
+    Registry,
+    ResourceType,
+)
 
 Key = tuple[str, str]  # (namespace or "", name)
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -65,6 +72,10 @@ class Store:
         if bootstrap:
             for name in BOOTSTRAP_NAMESPACES:
                 self.create(NAMESPACES, {"metadata": {"name": name}}, namespace=None)
+            if PRIORITY_CLASSES.key in self._objects:
+                # kube-apiserver's scheduling/bootstrap-system-priority-classes hook.
+                for pc in priorityclasses.system_priority_classes():
+                    self.create(PRIORITY_CLASSES, pc, namespace=None)
 
     @contextmanager
     def dry_run(self, enabled: bool = True) -> Iterator[None]:
@@ -145,6 +156,7 @@ class Store:
         causes = strategies.validate_create(rt, obj)
         if causes:
             raise InvalidError(rt.kind, rt.group, name, causes)
+        self._validating_admission(rt, obj, updating=False)
         if name in bucket:
             raise AlreadyExistsError(rt.plural, rt.group, name)
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
@@ -245,8 +257,11 @@ class Store:
         name: str,
         *,
         options: dict[str, Any] | None = None,
+        collection: bool = False,
     ) -> Entry:
-        """Delete at once, or mark ``deletionTimestamp`` while finalizers remain."""
+        """Delete at once, or mark ``deletionTimestamp`` while finalizers remain.
+        ``collection``: part of a DELETE of the collection, which skips the per-object guards
+        of the resource's REST storage (as the real generic store's ``DeleteCollection``)."""
         old = self.entry(rt, namespace, name)
         meta = old.obj["metadata"]
         pre = (options or {}).get("preconditions") or {}
@@ -265,6 +280,10 @@ class Store:
                 precondition_failed(
                     "ResourceVersion", pre["resourceVersion"], meta["resourceVersion"]
                 ),
+            )
+        if rt is PRIORITY_CLASSES and not collection and priorityclasses.is_system_class(name):
+            raise ForbiddenError(
+                rt.plural, rt.group, name, priorityclasses.SYSTEM_CLASS_NOT_DELETABLE
             )
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
@@ -288,7 +307,7 @@ class Store:
             meta = entry.obj["metadata"]
             current = self.find(rt, meta.get("namespace"), meta["name"])
             if current is not None:
-                out.append(self.delete(rt, meta.get("namespace"), meta["name"]))
+                out.append(self.delete(rt, meta.get("namespace"), meta["name"], collection=True))
         return out
 
     def bind(self, namespace: str, name: str, binding: Any) -> Entry:
@@ -330,11 +349,25 @@ class Store:
         causes = strategies.validate_update(rt, new, old.obj, subresource)
         if causes:
             raise InvalidError(rt.kind, rt.group, meta["name"], causes)
+        if subresource is None:
+            self._validating_admission(rt, new, updating=True)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return self._remove(rt, old, new)
         if new == old.obj:
             return old  # identical writes do not reach storage: no new resourceVersion, no event
         return self._commit(rt, MODIFIED, new, old)
+
+    def _validating_admission(
+        self, rt: ResourceType, obj: dict[str, Any], *, updating: bool
+    ) -> None:
+        """The built-in validating admission plugins, after validation and before storage:
+        Priority refuses a second ``globalDefault`` PriorityClass."""
+        if rt is not PRIORITY_CLASSES:
+            return
+        classes = [e.obj for e in self._objects[rt.key].get("", {}).values()]
+        why = priorityclasses.global_default_conflict(obj, classes, updating=updating)
+        if why is not None:
+            raise ForbiddenError(rt.plural, rt.group, obj["metadata"]["name"], why)
 
     def _commit(
         self, rt: ResourceType, kind: str, obj: dict[str, Any], prev: Entry | None

@@ -174,6 +174,16 @@ MUTATING_WEBHOOKS = ResourceType(
     categories=("api-extensions",),
     field_labels=("metadata.name",),
 )
+PRIORITY_CLASSES = ResourceType(
+    "scheduling.k8s.io",
+    "v1",
+    "PriorityClass",
+    "priorityclasses",
+    "priorityclass",
+    namespaced=False,
+    short_names=("pc",),
+    field_labels=("metadata.name",),
+)
 
 ALL_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -185,6 +195,7 @@ ALL_TYPES: tuple[ResourceType, ...] = (
     LEASES,
     MUTATING_WEBHOOKS,
     EVENTS_V1,
+    PRIORITY_CLASSES,
 )
 
 

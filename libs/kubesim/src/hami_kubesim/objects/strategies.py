@@ -8,12 +8,14 @@ from typing import Any
 from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.history import clone
 from hami_kubesim.objects import pods as pod_strategy
+from hami_kubesim.objects import priorityclasses
 from hami_kubesim.objects.quantities import stringify
 from hami_kubesim.objects.resources import (
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
     PODS,
+    PRIORITY_CLASSES,
     RESOURCE_QUOTAS,
     ResourceType,
 )
@@ -119,6 +121,8 @@ def prepare_for_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         _namespace_defaults(obj)
     elif rt is MUTATING_WEBHOOKS:
         _webhook_defaults(obj)
+    elif rt is PRIORITY_CLASSES:
+        priorityclasses.prepare_for_create(obj)
 
 
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
@@ -129,6 +133,8 @@ def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
         causes.extend(pod_strategy.validate_pod_spec(obj))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(obj))
+    elif rt is PRIORITY_CLASSES:
+        causes.extend(priorityclasses.validate_priority_class(obj))
     return causes
 
 
@@ -166,12 +172,16 @@ def prepare_for_update(
         # stored (defaulted) spec.  The spec may be shared with the stored object: copy first.
         out["spec"] = clone(out["spec"])
         pod_strategy.default_pod(out)
+        # Priority is not a default but the Priority plugin's, which keeps it on updates.
+        priorityclasses.keep_pod_priority(out["spec"], old.get("spec") or {})
     elif rt is NAMESPACES:
         out["metadata"] = dict(out["metadata"])
         _namespace_defaults(out)
     elif rt is MUTATING_WEBHOOKS:
         out = clone(out)
         _webhook_defaults(out)
+    elif rt is PRIORITY_CLASSES:
+        priorityclasses.prepare_for_update(out, old)
     return out
 
 
@@ -183,6 +193,9 @@ def validate_update(
         causes.extend(pod_strategy.validate_pod_update(new, old))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(new))
+    elif rt is PRIORITY_CLASSES:
+        causes.extend(priorityclasses.validate_priority_class(new))
+        causes.extend(priorityclasses.validate_priority_class_update(new, old))
     return causes
 
 

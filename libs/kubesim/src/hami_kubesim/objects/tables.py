@@ -134,6 +134,16 @@ def _simple(
     return row
 
 
+def _priority_class(obj: dict[str, Any], now: datetime) -> Row:
+    return [
+        obj["metadata"]["name"],
+        obj.get("value", 0),
+        bool(obj.get("globalDefault")),
+        age(obj["metadata"].get("creationTimestamp"), now),
+        obj.get("preemptionPolicy") or "",
+    ]
+
+
 _COLUMNS: dict[str, list[Column]] = {
     "Pod": [
         ("Name", "string", 0),
@@ -178,6 +188,13 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Webhooks", "integer", 0),
         ("Age", "string", 0),
     ],
+    "PriorityClass": [
+        ("Name", "string", 0),
+        ("Value", "integer", 0),
+        ("Global-Default", "boolean", 0),
+        ("Age", "string", 0),
+        ("PreemptionPolicy", "string", 0),
+    ],
 }
 _ROWS: dict[str, Callable[[dict[str, Any], datetime], Row]] = {
     "Pod": _pod,
@@ -187,6 +204,7 @@ _ROWS: dict[str, Callable[[dict[str, Any], datetime], Row]] = {
     "Lease": _simple(lambda o: [(o.get("spec") or {}).get("holderIdentity") or "<none>"]),
     "ConfigMap": _simple(lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})]),
     "MutatingWebhookConfiguration": _simple(lambda o: [len(o.get("webhooks") or [])]),
+    "PriorityClass": _priority_class,
 }
 _DEFAULT_COLUMNS: list[Column] = [("Name", "string", 0), ("Age", "string", 0)]
 
