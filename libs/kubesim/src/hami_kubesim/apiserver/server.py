@@ -123,7 +123,9 @@ class ApiServer:
         self.requests = RequestCounter()
         """Requests answered over HTTP (``/metrics``; ``requests.counts()`` in-process)."""
         self.kubelets: dict[str, KubeletControl] = {}
-        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster)."""
+        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster).  Pods
+        on these nodes are deleted gracefully: their kubelet finishes the deletion."""
+        self.store.kubelet_nodes = self.kubelets
         self._watchers: set[Watcher] = set()
         self._held_watches: set[tuple[str, str]] = set()
         """``(resource key, client)`` whose watches :meth:`hold_watches` holds."""
