@@ -184,6 +184,17 @@ PRIORITY_CLASSES = ResourceType(
     short_names=("pc",),
     field_labels=("metadata.name",),
 )
+POD_DISRUPTION_BUDGETS = ResourceType(
+    "policy",
+    "v1",
+    "PodDisruptionBudget",
+    "poddisruptionbudgets",
+    "poddisruptionbudget",
+    namespaced=True,
+    short_names=("pdb",),
+    subresources=("status",),
+    has_status=True,
+)
 
 ALL_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -196,6 +207,7 @@ ALL_TYPES: tuple[ResourceType, ...] = (
     MUTATING_WEBHOOKS,
     EVENTS_V1,
     PRIORITY_CLASSES,
+    POD_DISRUPTION_BUDGETS,
 )
 
 

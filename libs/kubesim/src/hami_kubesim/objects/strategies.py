@@ -7,6 +7,7 @@ from typing import Any
 
 from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.history import clone
+from hami_kubesim.objects import disruptionbudgets as budgets
 from hami_kubesim.objects import pods as pod_strategy
 from hami_kubesim.objects import priorityclasses
 from hami_kubesim.objects.quantities import stringify
@@ -14,6 +15,7 @@ from hami_kubesim.objects.resources import (
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
+    POD_DISRUPTION_BUDGETS,
     PODS,
     PRIORITY_CLASSES,
     RESOURCE_QUOTAS,
@@ -123,6 +125,8 @@ def prepare_for_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         _webhook_defaults(obj)
     elif rt is PRIORITY_CLASSES:
         priorityclasses.prepare_for_create(obj)
+    elif rt is POD_DISRUPTION_BUDGETS:
+        budgets.prepare_for_create(obj)
 
 
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
@@ -135,6 +139,8 @@ def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
         causes.extend(_validate_webhooks(obj))
     elif rt is PRIORITY_CLASSES:
         causes.extend(priorityclasses.validate_priority_class(obj))
+    elif rt is POD_DISRUPTION_BUDGETS:
+        causes.extend(budgets.validate_budget(obj))
     return causes
 
 
@@ -182,6 +188,8 @@ def prepare_for_update(
         _webhook_defaults(out)
     elif rt is PRIORITY_CLASSES:
         priorityclasses.prepare_for_update(out, old)
+    elif rt is POD_DISRUPTION_BUDGETS:
+        budgets.prepare_for_update(out, old, subresource)
     return out
 
 
@@ -196,6 +204,12 @@ def validate_update(
     elif rt is PRIORITY_CLASSES:
         causes.extend(priorityclasses.validate_priority_class(new))
         causes.extend(priorityclasses.validate_priority_class_update(new, old))
+    elif rt is POD_DISRUPTION_BUDGETS:
+        causes.extend(
+            budgets.validate_status(new)
+            if subresource == "status"
+            else budgets.validate_budget(new)
+        )
     return causes
 
 

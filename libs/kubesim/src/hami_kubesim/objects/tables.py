@@ -144,6 +144,21 @@ def _priority_class(obj: dict[str, Any], now: datetime) -> Row:
     ]
 
 
+def _budget_bound(value: Any) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _disruption_budget(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [
+        obj["metadata"]["name"],
+        _budget_bound(spec.get("minAvailable")),
+        _budget_bound(spec.get("maxUnavailable")),
+        int(status.get("disruptionsAllowed") or 0),
+        age(obj["metadata"].get("creationTimestamp"), now),
+    ]
+
+
 _COLUMNS: dict[str, list[Column]] = {
     "Pod": [
         ("Name", "string", 0),
@@ -195,6 +210,13 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Age", "string", 0),
         ("PreemptionPolicy", "string", 0),
     ],
+    "PodDisruptionBudget": [
+        ("Name", "string", 0),
+        ("Min Available", "string", 0),
+        ("Max Unavailable", "string", 0),
+        ("Allowed Disruptions", "integer", 0),
+        ("Age", "string", 0),
+    ],
 }
 _ROWS: dict[str, Callable[[dict[str, Any], datetime], Row]] = {
     "Pod": _pod,
@@ -205,6 +227,7 @@ _ROWS: dict[str, Callable[[dict[str, Any], datetime], Row]] = {
     "ConfigMap": _simple(lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})]),
     "MutatingWebhookConfiguration": _simple(lambda o: [len(o.get("webhooks") or [])]),
     "PriorityClass": _priority_class,
+    "PodDisruptionBudget": _disruption_budget,
 }
 _DEFAULT_COLUMNS: list[Column] = [("Name", "string", 0), ("Age", "string", 0)]
 
