@@ -22,8 +22,10 @@ from hami_kubesim.objects.resources import (
     ResourceType,
 )
 from hami_kubesim.objects.validation import (
+    SUBDOMAIN_MSG,
     Cause,
     invalid,
+    is_subdomain,
     required,
     validate_meta_maps,
     validate_name,
@@ -199,6 +201,10 @@ def validate_update(
     causes = validate_meta_maps(new["metadata"])
     if rt is PODS and subresource is None:
         causes.extend(pod_strategy.validate_pod_update(new, old))
+    elif rt is PODS and subresource == "status":
+        nominated = (new.get("status") or {}).get("nominatedNodeName")
+        if nominated and not (isinstance(nominated, str) and is_subdomain(nominated)):
+            causes.append(invalid("status.nominatedNodeName", nominated, SUBDOMAIN_MSG))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(new))
     elif rt is PRIORITY_CLASSES:
