@@ -153,6 +153,14 @@ async def test_finalizers_and_grace(sim: RunningApiServer, core: client.CoreV1Ap
     assert sim.server.try_get("pods", "held", namespace="default") is not None
     await core.delete_namespaced_pod("held", "default", grace_period_seconds=0)
     assert sim.server.try_get("pods", "held", namespace="default") is None
+    # On a node without a kubelet stand-in, the pod is marked without grace, and goes with it.
+    elsewhere = pod("elsewhere", nodeName="other-node")
+    elsewhere["metadata"]["finalizers"] = ["example.com/keep"]
+    await core.create_namespaced_pod("default", elsewhere)
+    marked = await core.delete_namespaced_pod("elsewhere", "default")
+    assert marked.metadata.deletion_grace_period_seconds == 0
+    await core.patch_namespaced_pod("elsewhere", "default", {"metadata": {"finalizers": None}})
+    assert sim.server.try_get("pods", "elsewhere", namespace="default") is None
     # Without grace (any other kind), it does.
     await core.create_namespaced_config_map(
         "default", {"metadata": {"name": "cm", "finalizers": ["example.com/keep"]}}

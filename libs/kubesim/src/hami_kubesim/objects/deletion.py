@@ -70,10 +70,9 @@ def plan_delete(
     if meta.get("deletionTimestamp"):
         return _delete_again(meta, requested, finalizers)
     period = 0
-    if is_pod:
+    if is_pod and (obj.get("spec") or {}).get("nodeName") in kubelet_nodes:
+        # Elsewhere no kubelet would end the grace period: not even once finalizers are gone.
         period = pod_grace_period(obj, requested)
-        if not finalizers and (obj.get("spec") or {}).get("nodeName") not in kubelet_nodes:
-            period = 0
     if period == 0 and not finalizers:
         return REMOVE
     return {
