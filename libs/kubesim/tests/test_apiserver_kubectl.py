@@ -156,3 +156,29 @@ async def test_apply_annotate_describe(kubectl: Kubectl) -> None:
     assert as_json["spec"]["nodeName"] == "gpu-1"
     assert 'pod "demo" deleted' in await kubectl("delete", "pod", "demo")
     assert kubectl.sim.server.try_get("pods", "demo", namespace="default") is None
+
+
+async def test_priority_classes_and_budgets(kubectl: Kubectl) -> None:
+    # (kubectl create sends protobuf, which kubesim does not read: apply sends JSON.)
+    manifest = kubectl.tmp / "objects.yaml"
+    manifest.write_text(
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: batch}\n"
+        "value: 1000\npreemptionPolicy: Never\n---\n"
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\n"
+        "metadata: {name: web, namespace: default}\n"
+        "spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}\n"
+    )
+    out = await kubectl("apply", "-f", str(manifest))
+    assert "priorityclass.scheduling.k8s.io/batch created" in out
+    assert "poddisruptionbudget.policy/web created" in out
+    header, *rows = (await kubectl("get", "pc")).strip().splitlines()
+    assert header.split() == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    by_name = {row.split()[0]: row.split() for row in rows}
+    assert by_name["batch"][1:3] == ["1000", "false"]
+    assert by_name["batch"][-1] == "Never"
+    assert by_name["system-node-critical"][1] == "2000001000"
+    refused = await kubectl("delete", "pc", "system-node-critical", ok=False)
+    assert "this is a system priority class and cannot be deleted" in refused
+    header, row = (await kubectl("get", "pdb")).strip().splitlines()
+    assert header.split()[:4] == ["NAME", "MIN", "AVAILABLE", "MAX"]
+    assert row.split()[:4] == ["web", "1", "N/A", "0"]

@@ -16,6 +16,7 @@ from hami_kubesim.objects.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    PRIORITY_CLASSES,
 )
 
 
@@ -44,7 +45,10 @@ def test_bootstrap_namespaces_exist_and_one_counter(store: Store) -> None:
         int(e.obj["metadata"]["resourceVersion"]) for e in store.select(NAMESPACES).entries
     )
     assert rvs == [1, 2, 3, 4]
-    assert store.rv == 4
+    # Then the two system PriorityClasses (kube-apiserver's bootstrap hook).
+    classes = [e.obj["metadata"]["name"] for e in store.select(PRIORITY_CLASSES).entries]
+    assert classes == ["system-cluster-critical", "system-node-critical"]
+    assert store.rv == 6
 
 
 def test_create_fills_system_fields_and_pod_defaults(store: Store) -> None:

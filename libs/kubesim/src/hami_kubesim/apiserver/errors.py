@@ -114,6 +114,16 @@ class ConflictError(StatusError):
         )
 
 
+class ForbiddenError(StatusError):
+    """403 as ``apierrors.NewForbidden``: ``pods "x" is forbidden: <why>``; the name is left out
+    when there is none (a refused create of a ``generateName`` object names the prefix)."""
+
+    def __init__(self, resource: str, group: str, name: str, why: str) -> None:
+        what = qualified(resource, group)
+        message = f'{what} "{name}" is forbidden: {why}' if name else f"{what} is forbidden: {why}"
+        super().__init__(403, message, details=_details(name, group, resource))
+
+
 class InvalidError(StatusError):
     """422 with field causes; ``kind`` is the object kind (``Pod``), as the API server reports."""
 

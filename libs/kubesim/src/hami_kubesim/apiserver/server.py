@@ -12,7 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hami_kubesim.apiserver.errors import BadRequestError, StatusError, reason_for
+from hami_kubesim.apiserver.errors import (
+    BadRequestError,
+    ForbiddenError,
+    StatusError,
+    reason_for,
+)
 from hami_kubesim.apiserver.faults import ErrorRule, Faults, LatencyRule
 from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Change, Entry, clone
 from hami_kubesim.apiserver.hooks import AdmissionDenied, KubeletControl, MutatingAdmission
@@ -25,7 +30,8 @@ from hami_kubesim.apiserver.selectors import (
 from hami_kubesim.apiserver.store import Store
 from hami_kubesim.apiserver.watch import Watcher
 from hami_kubesim.objects.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
-from hami_kubesim.objects.resources import PODS, ResourceType
+from hami_kubesim.objects.priorityclasses import admit_pod_priority
+from hami_kubesim.objects.resources import PODS, PRIORITY_CLASSES, ResourceType
 from hami_protocol.selectors import EVERYTHING, LabelSelector
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -81,6 +87,21 @@ class LocalWatch:
         await self.aclose()
 
 
+def admit_priority(store: Store, pod: dict[str, Any]) -> None:
+    """The Priority admission plugin on a pod CREATE (``spec.priority`` and
+    ``spec.preemptionPolicy`` from the pod's PriorityClass, or the global default), or the 403
+    it answers.  In place: the request owns ``pod``."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return  # validation refuses it later
+    classes = {e.obj["metadata"]["name"]: e.obj for e in store.select(PRIORITY_CLASSES).entries}
+    why = admit_pod_priority(spec, classes)
+    if why is not None:
+        meta = pod.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or "Unknown"
+        raise ForbiddenError(PODS.plural, PODS.group, str(name), why)
+
+
 class ApiServer:
     """Objects, watches, admission seam and fault plan of one emulated cluster."""
 
@@ -102,7 +123,9 @@ class ApiServer:
         self.requests = RequestCounter()
         """Requests answered over HTTP (``/metrics``; ``requests.counts()`` in-process)."""
         self.kubelets: dict[str, KubeletControl] = {}
-        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster)."""
+        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster).  Pods
+        on these nodes are deleted gracefully: their kubelet finishes the deletion."""
+        self.store.kubelet_nodes = self.kubelets
         self._watchers: set[Watcher] = set()
         self._held_watches: set[tuple[str, str]] = set()
         """``(resource key, client)`` whose watches :meth:`hold_watches` holds."""
@@ -132,10 +155,14 @@ class ApiServer:
     async def create_entry(
         self, rt: ResourceType, body: Any, namespace: str | None, *, dry_run: bool = False
     ) -> Entry:
-        """CREATE with the admission chain (pods) between defaulting and storage."""
+        """CREATE with the admission chain (pods) between defaulting and storage: the built-in
+        plugins first (:func:`admit_priority`), then the mutating webhooks, as kube-apiserver
+        orders them (Priority is in its default plugin list, webhooks come last)."""
         obj = self.store.prepare_create(rt, body, namespace)
+        if rt is PODS:
+            self.store.check_namespace(namespace or "")  # NamespaceLifecycle comes first
+            admit_priority(self.store, obj)
         if rt is PODS and self.admission is not None:
-            self.store.check_namespace(namespace or "")
             try:
                 obj = await self.admission(
                     "CREATE",
@@ -286,11 +313,16 @@ class ApiServer:
     ) -> dict[str, Any]:
         """Store an object that already existed, as found in etcd when the server starts: it is
         validated and defaulted but keeps its ``status`` and ``creationTimestamp``, and goes
-        through no admission — e.g. a pod placed and started long ago. Watchers see it ADDED."""
+        through no admission webhook — e.g. a pod placed and started long ago (a pod without
+        ``spec.priority`` gets it from its class, as admission gave it). Watchers see it ADDED."""
         rt = self.resource(resource)
         if namespace is None and rt.namespaced:
             namespace = (obj.get("metadata") or {}).get("namespace") or "default"
-        return self.wire(rt, self.store.create(rt, clone(obj), namespace=namespace, restore=True))
+        obj = clone(obj)
+        if rt is PODS and (obj.get("spec") or {}).get("priority") is None:
+            # Admitted when it was first created: the Priority plugin gave it its priority then.
+            admit_priority(self.store, obj)
+        return self.wire(rt, self.store.create(rt, obj, namespace=namespace, restore=True))
 
     async def update(
         self,

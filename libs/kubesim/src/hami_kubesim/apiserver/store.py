@@ -8,7 +8,7 @@ passed in and never mutates a dict once stored; callers must not mutate what the
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,6 +16,7 @@ from hami_kubesim.apiserver.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
+    ForbiddenError,
     InvalidError,
     NotFoundError,
     StatusError,
@@ -24,11 +25,17 @@ from hami_kubesim.apiserver.errors import (
 from hami_kubesim.apiserver.history import ADDED, DELETED, MODIFIED, Change, Entry, History
 from hami_kubesim.apiserver.listing import Listing, ListPage
 from hami_kubesim.apiserver.watch import WatchHub
-from hami_kubesim.objects import strategies
+from hami_kubesim.objects import deletion, priorityclasses, strategies
 from hami_kubesim.objects.clock import generated_name, new_uid, rfc3339
 from hami_kubesim.objects.patching import apply_patch
 from hami_kubesim.objects.pods import bind_pod
-from hami_kubesim.objects.resources import NAMESPACES, PODS, Registry, ResourceType
+from hami_kubesim.objects.resources import (
+    NAMESPACES,
+    PODS,
+    PRIORITY_CLASSES,
+    Registry,
+    ResourceType,
+)
 
 Key = tuple[str, str]  # (namespace or "", name)
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -58,6 +65,10 @@ class Store:
         self._dry = False
         self.observers: list[Callable[[ResourceType, Change], None]] = []
         """Called synchronously with every committed change (see ``ApiServer.observe``)."""
+        self.kubelet_nodes: Container[str] = frozenset()
+        """Nodes whose kubelet stand-in finishes graceful pod deletions.  A pod DELETE with a
+        grace period marks the pod only there; elsewhere no kubelet would ever confirm it, so
+        the pod goes at once, as if its kubelet had stopped it immediately."""
         for rt in self.registry.types:
             self._objects[rt.key] = {}
             self._history[rt.key] = History(history)
@@ -65,6 +76,10 @@ class Store:
         if bootstrap:
             for name in BOOTSTRAP_NAMESPACES:
                 self.create(NAMESPACES, {"metadata": {"name": name}}, namespace=None)
+            if PRIORITY_CLASSES.key in self._objects:
+                # kube-apiserver's scheduling/bootstrap-system-priority-classes hook.
+                for pc in priorityclasses.system_priority_classes():
+                    self.create(PRIORITY_CLASSES, pc, namespace=None)
 
     @contextmanager
     def dry_run(self, enabled: bool = True) -> Iterator[None]:
@@ -145,6 +160,7 @@ class Store:
         causes = strategies.validate_create(rt, obj)
         if causes:
             raise InvalidError(rt.kind, rt.group, name, causes)
+        self._validating_admission(rt, obj, updating=False)
         if name in bucket:
             raise AlreadyExistsError(rt.plural, rt.group, name)
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
@@ -245,8 +261,12 @@ class Store:
         name: str,
         *,
         options: dict[str, Any] | None = None,
+        collection: bool = False,
     ) -> Entry:
-        """Delete at once, or mark ``deletionTimestamp`` while finalizers remain."""
+        """Delete at once, or mark ``deletionTimestamp``: while finalizers remain, and for a pod
+        a node's kubelet must stop first (graceful deletion, see :attr:`kubelet_nodes`).
+        ``collection``: part of a DELETE of the collection, which skips the per-object guards
+        of the resource's REST storage (as the real generic store's ``DeleteCollection``)."""
         old = self.entry(rt, namespace, name)
         meta = old.obj["metadata"]
         pre = (options or {}).get("preconditions") or {}
@@ -266,29 +286,40 @@ class Store:
                     "ResourceVersion", pre["resourceVersion"], meta["resourceVersion"]
                 ),
             )
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return old
-            marked = {
-                **old.obj,
-                "metadata": {
-                    **meta,
-                    "deletionTimestamp": self._clock(),
-                    "deletionGracePeriodSeconds": 0,
-                },
-            }
-            return self._commit(rt, MODIFIED, marked, old)
+        if rt is PRIORITY_CLASSES and not collection and priorityclasses.is_system_class(name):
+            raise ForbiddenError(
+                rt.plural, rt.group, name, priorityclasses.SYSTEM_CLASS_NOT_DELETABLE
+            )
+        plan = deletion.plan_delete(
+            old.obj,
+            options,
+            is_pod=rt is PODS,
+            kubelet_nodes=self.kubelet_nodes,
+            now=self._clock(),
+        )
+        if isinstance(plan, dict):
+            return self._commit(rt, MODIFIED, {**old.obj, "metadata": plan}, old)
+        if plan == deletion.KEEP:
+            return old
         if rt is NAMESPACES:
             self._delete_namespace_contents(name)
         return self._remove(rt, old)
 
-    def delete_collection(self, rt: ResourceType, entries: Iterable[Entry]) -> list[Entry]:
+    def delete_collection(
+        self,
+        rt: ResourceType,
+        entries: Iterable[Entry],
+        *,
+        options: dict[str, Any] | None = None,
+    ) -> list[Entry]:
+        """Each object deleted as :meth:`delete` would, with the same ``options``."""
         out = []
         for entry in list(entries):
             meta = entry.obj["metadata"]
             current = self.find(rt, meta.get("namespace"), meta["name"])
             if current is not None:
-                out.append(self.delete(rt, meta.get("namespace"), meta["name"]))
+                namespace, name = meta.get("namespace"), meta["name"]
+                out.append(self.delete(rt, namespace, name, options=options, collection=True))
         return out
 
     def bind(self, namespace: str, name: str, binding: Any) -> Entry:
@@ -330,11 +361,31 @@ class Store:
         causes = strategies.validate_update(rt, new, old.obj, subresource)
         if causes:
             raise InvalidError(rt.kind, rt.group, meta["name"], causes)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if subresource is None:
+            self._validating_admission(rt, new, updating=True)
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
+            # The last finalizer of an object deleted without grace is gone (a pod waiting for
+            # its kubelet stays until the kubelet deletes it).
             return self._remove(rt, old, new)
         if new == old.obj:
             return old  # identical writes do not reach storage: no new resourceVersion, no event
         return self._commit(rt, MODIFIED, new, old)
+
+    def _validating_admission(
+        self, rt: ResourceType, obj: dict[str, Any], *, updating: bool
+    ) -> None:
+        """The built-in validating admission plugins, after validation and before storage:
+        Priority refuses a second ``globalDefault`` PriorityClass."""
+        if rt is not PRIORITY_CLASSES:
+            return
+        classes = [e.obj for e in self._objects[rt.key].get("", {}).values()]
+        why = priorityclasses.global_default_conflict(obj, classes, updating=updating)
+        if why is not None:
+            raise ForbiddenError(rt.plural, rt.group, obj["metadata"]["name"], why)
 
     def _commit(
         self, rt: ResourceType, kind: str, obj: dict[str, Any], prev: Entry | None

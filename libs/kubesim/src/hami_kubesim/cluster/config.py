@@ -44,6 +44,8 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       enabled: true
       config: kube-scheduler-config.yaml  # KubeSchedulerConfiguration (none: default profile)
       extenderURLs: ["http://127.0.0.1:8888"]  # replace urlPrefix of extenders, in order
+    controllers:
+      disruption: true                    # PodDisruptionBudget status (kube-controller-manager)
     objects: [ ... full Kubernetes objects, created in order ... ]
     objectFiles: [extra-objects.yaml]     # multi-document YAML, created after ``objects``
 
@@ -176,6 +178,13 @@ class AdmissionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllersSpec:
+    """Which kube-controller-manager controllers run (a real cluster runs them all)."""
+
+    disruption: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulingSpec:
     enabled: bool = True
     config: Path | None = None
@@ -192,6 +201,7 @@ class ClusterConfig:
     admission: AdmissionSpec = AdmissionSpec()
     scheduling: SchedulingSpec = SchedulingSpec()
     objects: tuple[Mapping[str, Any], ...] = ()
+    controllers: ControllersSpec = ControllersSpec()
 
 
 def load_cluster_config(path: Path | str) -> ClusterConfig:
@@ -238,6 +248,7 @@ def parse_cluster_config(data: object, *, base_dir: Path) -> ClusterConfig:
         admission=_admission(_mapping("admission", root.get("admission", {}))),
         scheduling=_scheduling(_mapping("scheduling", root.get("scheduling", {})), base_dir),
         objects=tuple(objects),
+        controllers=_controllers(_mapping("controllers", root.get("controllers", {}))),
     )
 
 
@@ -386,6 +397,13 @@ def _scheduling(raw: Mapping[str, Any], base_dir: Path) -> SchedulingSpec:
         config=None if config is None else base_dir / _str("scheduling.config", config),
         extender_urls=tuple(_str(f"scheduling.extenderURLs[{i}]", u) for i, u in enumerate(urls)),
     )
+
+
+def _controllers(raw: Mapping[str, Any]) -> ControllersSpec:
+    unknown = sorted(set(raw) - {"disruption"})
+    if unknown:
+        raise ClusterConfigError(f"controllers.{unknown[0]}", raw[unknown[0]], "unknown key")
+    return ControllersSpec(disruption=_bool("controllers.disruption", raw.get("disruption", True)))
 
 
 def _object_file(key: str, path: Path) -> list[Mapping[str, Any]]:

@@ -2,11 +2,12 @@
 
 ``async with running_cluster(config) as cluster:`` serves the API server, creates the configured
 namespaces and nodes, connects the admission dispatcher (webhook calls on pod CREATE), creates the
-initial objects, then starts the scheduling loop and one kubelet stand-in per node, together.  It
-returns once everything has synced; a stand-in that crashes cancels the block, which then raises
-the stand-in's error.  Leaving the block stops everything — each stand-in within its bound
-(:mod:`hami_kubesim.background_tasks`), a stuck one named in the log and left behind — and
-removes any temporary plugin directory it created.
+initial objects, then starts the scheduling loop, the disruption controller and one kubelet
+stand-in per node, together.  It returns once everything has synced; from then on, pods on those
+nodes are deleted gracefully (their kubelet stand-in finishes the deletion).  A stand-in that
+crashes cancels the block, which then raises the stand-in's error.  Leaving the block stops
+everything — each stand-in within its bound (:mod:`hami_kubesim.background_tasks`), a stuck one
+named in the log and left behind — and removes any temporary plugin directory it created.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from hami_kubesim.cluster.config import (
     SchedulingSpec,
     load_cluster_config,
 )
+from hami_kubesim.controllers.disruption import DisruptionController
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.objects.resources import ResourceType
@@ -69,6 +71,8 @@ class Cluster:
     scheduler: SchedulingLoop | None
     vendor_agents: Mapping[str, VendorAgent] = field(default_factory=dict)
     """The vendor device-plugin stand-ins by node name (nodes with ``vendors``)."""
+    disruption: DisruptionController | None = None
+    """kube-controller-manager's disruption controller (PodDisruptionBudget status)."""
 
     def kubelet(self, node: str) -> KubeletStandIn:
         return self.kubelets[node]
@@ -165,6 +169,7 @@ async def running_cluster(
         scheduler = (
             None if scheduler_config is None else SchedulingLoop(scheduler_config, api_url=sim.url)
         )
+        disruption = DisruptionController(sim.url) if config.controllers.disruption else None
         cluster = Cluster(
             url=sim.url,
             config=config,
@@ -174,10 +179,13 @@ async def running_cluster(
             admission=admission,
             scheduler=scheduler,
             vendor_agents=agents,
+            disruption=disruption,
         )
         stand_ins: list[RunsInBackground] = [*kubelets.values()]
         if scheduler is not None:
             stand_ins.append(scheduler)
+        if disruption is not None:
+            stand_ins.append(disruption)
         async with asyncio.TaskGroup() as starting:  # a failed start cancels the others
             for stand_in in stand_ins:
                 starting.create_task(stack.enter_async_context(stand_in))

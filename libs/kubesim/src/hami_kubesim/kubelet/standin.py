@@ -23,7 +23,10 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
   which is unexpected`` and posts a Warning Event, as ``rejectPod`` does. Pods asking for no
   device-plugin resource go straight to ``Running``.
 * Devices are freed when a pod is deleted or reaches ``Succeeded``/``Failed``; a pod marked for
-  deletion is deleted with grace period 0 once "stopped".
+  deletion (a graceful DELETE, see ``Store.kubelet_nodes``) counts as stopped at once and is
+  deleted with grace period 0, retried on 5xx and lost connections. The real kubelet first
+  kills the containers (up to the grace period) and writes a terminal phase; neither happens
+  here.
 * A pod already ``Running`` when the stand-in first sees it is not admitted again: it joins the
   pod manager with the devices its allocation record names (the kubelet's checkpoint; see below),
   or none when it has no record.
@@ -55,7 +58,6 @@ repeated one as the kubelet's recorder does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -90,7 +92,7 @@ from hami_kubesim.kubelet.status import (
     running_status,
     start_failed_status,
 )
-from hami_kubesim.kubelet.statusmanager import patch_pod_status
+from hami_kubesim.kubelet.statusmanager import delete_stopped_pod, patch_pod_status
 from hami_kubesim.kubelet.workloads import Workloads
 
 log = structlog.get_logger(__name__)
@@ -135,6 +137,8 @@ class KubeletStandIn(RunsInBackground):
         )
         super().__init__(runner)
         self._client: KubeClient | None = None
+        self._group: asyncio.TaskGroup | None = None
+        """The serving task group: background pod deletions run in it."""
         self.restarts = 0
         self.workloads = (
             None
@@ -234,7 +238,7 @@ class KubeletStandIn(RunsInBackground):
                 await self._serve(client)
         finally:
             self.runner.ready.clear()
-            self._client = None
+            self._client = self._group = None
             await self._registration.stop()
             await self._pod_resources.stop()
             await self._devices.aclose()
@@ -255,6 +259,7 @@ class KubeletStandIn(RunsInBackground):
         await self._registration.start()
         await self._pod_resources.start()
         async with asyncio.TaskGroup() as group:
+            self._group = group
             group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
             group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
             group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
@@ -325,7 +330,7 @@ class KubeletStandIn(RunsInBackground):
         self._pods[uid] = pod
         if pod.deleting:
             self._free(uid)
-            await self._finalize(pod)
+            self._finalize(pod)
         elif pod.terminal:
             self._free(uid)
             self._handled.add(uid)
@@ -370,16 +375,28 @@ class KubeletStandIn(RunsInBackground):
             if found is not None and found.uid == uid:
                 del self._allocations[(pod.namespace, pod.name)]
 
-    async def _finalize(self, pod: PodView) -> None:
-        """Confirm a graceful deletion: the containers are 'stopped', delete with grace 0."""
-        uid = pod.uid
-        if uid in self._finalizing or self._client is None:
+    def _finalize(self, pod: PodView) -> None:
+        """Confirm a graceful deletion: the containers 'stop' at once (no process runs), so the
+        pod is deleted with grace 0 in the background, retried, while the pod watch goes on."""
+        uid, client, group = pod.uid, self._client, self._group
+        if uid in self._finalizing or client is None or group is None:
+            return
+        name = f"kubelet-{self.node_name}-delete-{pod.key}"
+        coroutine = self._delete_stopped(client, pod)
+        try:
+            group.create_task(coroutine, name=name)
+        except RuntimeError:  # the stand-in is stopping: its task group takes no more tasks
+            coroutine.close()
             return
         self._finalizing.add(uid)
-        with contextlib.suppress(KubeError):
-            await self._client.delete(
-                PODS, pod.name, namespace=pod.namespace, uid=uid, grace_period_seconds=0
-            )
+
+    async def _delete_stopped(self, client: KubeClient, pod: PodView) -> None:
+        try:
+            await delete_stopped_pod(client, pod)
+        except KubeError as error:
+            # Given up for now: the pod's next event (or a relist) tries again.
+            log.warning("pod deletion failed", node=self.node_name, pod=pod.key, error=str(error))
+            self._finalizing.discard(pod.uid)
 
     async def _admit_loop(self, client: KubeClient, events: EventRecorder) -> None:
         while True:

@@ -3,6 +3,7 @@
 What is written is built in :mod:`.status` (pure); here it is sent: ``PATCH pods/<name>/status``
 through ``KubeClient``, retried on 5xx, 429 and lost connections with backoff
 (``hami_kube.patch.with_retries``), a pod gone (404) read as ``None`` rather than an error.
+The status manager also sends the final ``DELETE`` (grace 0) that ends a graceful deletion.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from hami_kube.errors import NotFoundError
+from hami_kube.errors import ConflictError, NotFoundError
 from hami_kube.objects import PodView
 from hami_kube.patch import with_retries
 from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kubesim.access import RECONNECT_BACKOFF
 
-__all__ = ["patch_pod_status"]
+__all__ = ["delete_stopped_pod", "patch_pod_status"]
 
 _WRITE_ATTEMPTS = 10
 
@@ -46,3 +47,18 @@ async def patch_pod_status(
     return await _write(
         lambda: client.patch(PODS, pod.name, body, namespace=pod.namespace, subresource="status")
     )
+
+
+async def delete_stopped_pod(client: KubeClient, pod: PodView) -> None:
+    """Finish the graceful deletion of ``pod`` once its containers stopped: ``DELETE`` with grace
+    0 and the pod's UID as precondition (``canBeDeleted`` then ``Delete`` in the kubelet's
+    status manager), retried like the status writes.  A pod already gone, or replaced by a new
+    pod of the same name (the precondition fails: 409), needs nothing more."""
+    try:
+        await _write(
+            lambda: client.delete(
+                PODS, pod.name, namespace=pod.namespace, uid=pod.uid, grace_period_seconds=0
+            )
+        )
+    except ConflictError:
+        return

@@ -57,6 +57,7 @@ MERGE_KEYS: dict[str, dict[Path, str]] = {
     "Node": {("status", "conditions"): "type", ("status", "addresses"): "type"},
     "Namespace": {("status", "conditions"): "type"},
     "MutatingWebhookConfiguration": {("webhooks",): "name"},
+    "PodDisruptionBudget": {("status", "conditions"): "type"},
 }
 PRIMITIVE_MERGE_LISTS: dict[str, frozenset[Path]] = {
     "Node": frozenset({("spec", "podCIDRs")}),

@@ -58,8 +58,6 @@ def default_pod(pod: dict[str, Any]) -> None:
     spec.setdefault("securityContext", {})
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("enableServiceLinks", True)
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
-    spec.setdefault("priority", 0)
     spec.setdefault("serviceAccountName", "default")
     spec.setdefault("serviceAccount", spec["serviceAccountName"])
     tolerations = spec.setdefault("tolerations", [])

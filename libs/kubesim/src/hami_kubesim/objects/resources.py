@@ -174,6 +174,27 @@ MUTATING_WEBHOOKS = ResourceType(
     categories=("api-extensions",),
     field_labels=("metadata.name",),
 )
+PRIORITY_CLASSES = ResourceType(
+    "scheduling.k8s.io",
+    "v1",
+    "PriorityClass",
+    "priorityclasses",
+    "priorityclass",
+    namespaced=False,
+    short_names=("pc",),
+    field_labels=("metadata.name",),
+)
+POD_DISRUPTION_BUDGETS = ResourceType(
+    "policy",
+    "v1",
+    "PodDisruptionBudget",
+    "poddisruptionbudgets",
+    "poddisruptionbudget",
+    namespaced=True,
+    short_names=("pdb",),
+    subresources=("status",),
+    has_status=True,
+)
 
 ALL_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -185,6 +206,8 @@ ALL_TYPES: tuple[ResourceType, ...] = (
     LEASES,
     MUTATING_WEBHOOKS,
     EVENTS_V1,
+    PRIORITY_CLASSES,
+    POD_DISRUPTION_BUDGETS,
 )
 
 

@@ -7,19 +7,25 @@ from typing import Any
 
 from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.history import clone
+from hami_kubesim.objects import disruptionbudgets as budgets
 from hami_kubesim.objects import pods as pod_strategy
+from hami_kubesim.objects import priorityclasses
 from hami_kubesim.objects.quantities import stringify
 from hami_kubesim.objects.resources import (
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
+    POD_DISRUPTION_BUDGETS,
     PODS,
+    PRIORITY_CLASSES,
     RESOURCE_QUOTAS,
     ResourceType,
 )
 from hami_kubesim.objects.validation import (
+    SUBDOMAIN_MSG,
     Cause,
     invalid,
+    is_subdomain,
     required,
     validate_meta_maps,
     validate_name,
@@ -119,6 +125,10 @@ def prepare_for_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         _namespace_defaults(obj)
     elif rt is MUTATING_WEBHOOKS:
         _webhook_defaults(obj)
+    elif rt is PRIORITY_CLASSES:
+        priorityclasses.prepare_for_create(obj)
+    elif rt is POD_DISRUPTION_BUDGETS:
+        budgets.prepare_for_create(obj)
 
 
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
@@ -129,6 +139,10 @@ def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
         causes.extend(pod_strategy.validate_pod_spec(obj))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(obj))
+    elif rt is PRIORITY_CLASSES:
+        causes.extend(priorityclasses.validate_priority_class(obj))
+    elif rt is POD_DISRUPTION_BUDGETS:
+        causes.extend(budgets.validate_budget(obj))
     return causes
 
 
@@ -166,12 +180,18 @@ def prepare_for_update(
         # stored (defaulted) spec.  The spec may be shared with the stored object: copy first.
         out["spec"] = clone(out["spec"])
         pod_strategy.default_pod(out)
+        # Priority is not a default but the Priority plugin's, which keeps it on updates.
+        priorityclasses.keep_pod_priority(out["spec"], old.get("spec") or {})
     elif rt is NAMESPACES:
         out["metadata"] = dict(out["metadata"])
         _namespace_defaults(out)
     elif rt is MUTATING_WEBHOOKS:
         out = clone(out)
         _webhook_defaults(out)
+    elif rt is PRIORITY_CLASSES:
+        priorityclasses.prepare_for_update(out, old)
+    elif rt is POD_DISRUPTION_BUDGETS:
+        budgets.prepare_for_update(out, old, subresource)
     return out
 
 
@@ -181,8 +201,21 @@ def validate_update(
     causes = validate_meta_maps(new["metadata"])
     if rt is PODS and subresource is None:
         causes.extend(pod_strategy.validate_pod_update(new, old))
+    elif rt is PODS and subresource == "status":
+        nominated = (new.get("status") or {}).get("nominatedNodeName")
+        if nominated and not (isinstance(nominated, str) and is_subdomain(nominated)):
+            causes.append(invalid("status.nominatedNodeName", nominated, SUBDOMAIN_MSG))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(new))
+    elif rt is PRIORITY_CLASSES:
+        causes.extend(priorityclasses.validate_priority_class(new))
+        causes.extend(priorityclasses.validate_priority_class_update(new, old))
+    elif rt is POD_DISRUPTION_BUDGETS:
+        causes.extend(
+            budgets.validate_status(new)
+            if subresource == "status"
+            else budgets.validate_budget(new)
+        )
     return causes
 
 

@@ -134,6 +134,31 @@ def _simple(
     return row
 
 
+def _priority_class(obj: dict[str, Any], now: datetime) -> Row:
+    return [
+        obj["metadata"]["name"],
+        obj.get("value", 0),
+        bool(obj.get("globalDefault")),
+        age(obj["metadata"].get("creationTimestamp"), now),
+        obj.get("preemptionPolicy") or "",
+    ]
+
+
+def _budget_bound(value: Any) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _disruption_budget(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [
+        obj["metadata"]["name"],
+        _budget_bound(spec.get("minAvailable")),
+        _budget_bound(spec.get("maxUnavailable")),
+        int(status.get("disruptionsAllowed") or 0),
+        age(obj["metadata"].get("creationTimestamp"), now),
+    ]
+
+
 _COLUMNS: dict[str, list[Column]] = {
     "Pod": [
         ("Name", "string", 0),
@@ -178,6 +203,20 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Webhooks", "integer", 0),
         ("Age", "string", 0),
     ],
+    "PriorityClass": [
+        ("Name", "string", 0),
+        ("Value", "integer", 0),
+        ("Global-Default", "boolean", 0),
+        ("Age", "string", 0),
+        ("PreemptionPolicy", "string", 0),
+    ],
+    "PodDisruptionBudget": [
+        ("Name", "string", 0),
+        ("Min Available", "string", 0),
+        ("Max Unavailable", "string", 0),
+        ("Allowed Disruptions", "integer", 0),
+        ("Age", "string", 0),
+    ],
 }
 _ROWS: dict[str, Callable[[dict[str, Any], datetime], Row]] = {
     "Pod": _pod,
@@ -187,6 +226,8 @@ _ROWS: dict[str, Callable[[dict[str, Any], datetime], Row]] = {
     "Lease": _simple(lambda o: [(o.get("spec") or {}).get("holderIdentity") or "<none>"]),
     "ConfigMap": _simple(lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})]),
     "MutatingWebhookConfiguration": _simple(lambda o: [len(o.get("webhooks") or [])]),
+    "PriorityClass": _priority_class,
+    "PodDisruptionBudget": _disruption_budget,
 }
 _DEFAULT_COLUMNS: list[Column] = [("Name", "string", 0), ("Age", "string", 0)]
 

@@ -253,10 +253,17 @@ class Handlers:
             return _object_response(request, rt, entry)
         if verb == "delete" and sub is None:
             options = await _optional_body(request)
+            grace = request.query.get("gracePeriodSeconds")
+            if grace is not None:  # DeleteOptions may come as query parameters too
+                try:
+                    options = {**(options or {}), "gracePeriodSeconds": int(grace)}
+                except ValueError as exc:
+                    raise BadRequestError(f"invalid gracePeriodSeconds: {grace}") from exc
             with store.dry_run(dry):
                 entry = store.delete(rt, ns, name, options=options)
             return json_response(entry.wire_json(rt.wire_prefix))
         if verb == "deletecollection" and sub is None:
+            options = await _optional_body(request)
             page = store.select(
                 rt,
                 namespace=ns,
@@ -264,7 +271,7 @@ class Handlers:
                 fields=parse_field_selector(request.query.get("fieldSelector"), rt.field_labels),
             )
             with store.dry_run(dry):
-                deleted = store.delete_collection(rt, page.entries)
+                deleted = store.delete_collection(rt, page.entries, options=options)
             return json_response(_list_body(rt, ListPage(deleted, store.rv)))
         raise MethodNotAllowedError()
 

@@ -1,0 +1,2 @@
+"""Stand-ins for kube-controller-manager's controllers: the disruption controller
+(:mod:`.disruption`, its decisions in :mod:`.budgets`)."""
