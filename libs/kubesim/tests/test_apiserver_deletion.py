@@ -41,6 +41,7 @@ async def sim(plugin_dir: Path) -> AsyncIterator[RunningApiServer]:
                 dial_timeout=0.5,
             )
         )
+        running.server.delete_pods_gracefully()
         yield running
 
 

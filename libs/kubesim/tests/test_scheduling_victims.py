@@ -54,6 +54,7 @@ async def sim(plugin_dir: Path) -> AsyncIterator[RunningApiServer]:
                 node_name=NODE, plugin_dir=plugin_dir, api_url=running.url, pod_cidr=spec.pod_cidr
             )
         )
+        running.server.delete_pods_gracefully()
         yield running
 
 

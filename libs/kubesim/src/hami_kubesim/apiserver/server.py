@@ -123,9 +123,9 @@ class ApiServer:
         self.requests = RequestCounter()
         """Requests answered over HTTP (``/metrics``; ``requests.counts()`` in-process)."""
         self.kubelets: dict[str, KubeletControl] = {}
-        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster).  Pods
-        on these nodes are deleted gracefully: their kubelet finishes the deletion."""
-        self.store.kubelet_nodes = self.kubelets
+        """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster).  With
+        :meth:`delete_pods_gracefully`, pods on these nodes are deleted gracefully: their
+        kubelet finishes the deletion."""
         self._watchers: set[Watcher] = set()
         self._held_watches: set[tuple[str, str]] = set()
         """``(resource key, client)`` whose watches :meth:`hold_watches` holds."""
@@ -423,6 +423,13 @@ class ApiServer:
 
     def inject_latency(self, seconds: float, verb: str = "*", resource: str = "*") -> None:
         self.faults.add_latency(LatencyRule(seconds, verb, resource))
+
+    def delete_pods_gracefully(self, enabled: bool = True) -> None:
+        """Delete pods bound to the nodes of :attr:`kubelets` gracefully (marked, kept until
+        their kubelet stand-in deletes them again), as a real API server does.  Off by default
+        for now: the whole-system stack's waits and checks still take a DELETE to remove a pod
+        at once, and are to move over with the preemption loop that needs it."""
+        self.store.kubelet_nodes = self.kubelets if enabled else frozenset()
 
     def hold_watches(self, resource: str, client: str) -> int:
         """Make ``client``'s watches of ``resource`` (open and to come) lag: their events stay
