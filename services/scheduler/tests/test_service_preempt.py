@@ -28,13 +28,30 @@ pytestmark = pytest.mark.timeout(60)
 HIGH = 100
 
 
+async def priority_class(h: Harness, value: int) -> str:
+    """The name of a PriorityClass of ``value`` (made on first use): the API server's Priority
+    admission sets ``spec.priority`` from it, and refuses a pod that sets the number itself."""
+    name = f"priority-{value}"
+    if not any(c["metadata"]["name"] == name for c in h.api.list("priorityclasses")):
+        await h.api.create(
+            "priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    return name
+
+
 async def running(
     h: Harness, name: str, mem: int, priority: int, node: str = "n"
 ) -> dict[str, Any]:
     """A pod of ``priority`` holding ``mem`` MiB of one GPU on ``node``, as the cache sees it
     once bound (priority known)."""
     pod = pod_object(name, container(limits=gpu_limits(1, mem=mem)))
-    pod["spec"]["priority"] = priority
+    pod["spec"]["priorityClassName"] = await priority_class(h, priority)
     created = await h.add_pod(pod)
     reply = await h.schedule(created, [node])
     assert reply["NodeNames"] == [node], reply
@@ -51,7 +68,7 @@ async def running(
 async def preemptor(h: Harness, mem: int = 4000, priority: int = HIGH) -> dict[str, Any]:
     """A pending pod the extender never filtered."""
     pod = pod_object("big", container(limits=gpu_limits(1, mem=mem)))
-    pod["spec"]["priority"] = priority
+    pod["spec"]["priorityClassName"] = await priority_class(h, priority)
     return await h.add_pod(pod)
 
 
