@@ -33,22 +33,9 @@ if ((${#tests[@]} == 0)); then
 fi
 logs="$(mktemp -d "${TMPDIR:-/tmp}/stress-tests.XXXXXX")"
 
-busy_pids=()
-stop_busy_loops() {
-    local pid
-    for pid in "${busy_pids[@]}"; do
-        kill "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    done
-    busy_pids=()
-}
-trap stop_busy_loops EXIT
-trap 'echo; echo "interrupted (logs: $logs)"; exit 130' INT TERM
-
-for ((i = 0; i < busy_loops; i++)); do
-    ( while :; do :; done ) &
-    busy_pids+=("$!")
-done
+# shellcheck source=busy_loops.sh
+source scripts/busy_loops.sh  # from the repository root (cd above)
+start_busy_loops "$busy_loops" "$logs"
 echo "stress: ${tests[*]} x $runs runs beside $busy_loops busy loops (logs: $logs)"
 
 failed=0
