@@ -60,6 +60,7 @@ from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
+from hami_scheduler.selection.resolvable import EmptyNodes, Split, split_unresolvable
 from hami_scheduler.selection.select import node_refusal, record_of
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import ExtenderArgs
@@ -90,6 +91,9 @@ class FilterReply:
     node_names: Sequence[str] | None = None
     nodes: Sequence[JsonObject] | None = None
     failed: Mapping[str, str] | None = None
+    """``FailedNodes``: refused, but evicting pods could make room (preemption candidates)."""
+    unresolvable: Mapping[str, str] | None = None
+    """``FailedAndUnresolvableNodes``: no eviction could help (``None`` when there is none)."""
     error: str = ""
 
 
@@ -98,6 +102,12 @@ class _Refused(Exception):  # noqa: N818 - control flow inside this module
         super().__init__(message)
         self.message = message
         self.reason = reason
+
+
+def _reply(names: Sequence[str] | None, split: Split) -> FilterReply:
+    return FilterReply(
+        node_names=names, failed=split.failed, unresolvable=split.unresolvable or None
+    )
 
 
 class FilterService:
@@ -129,6 +139,7 @@ class FilterService:
         self._watches = watches
         self._clock = clock
         self.memo = SelectMemo()
+        self._empties = EmptyNodes()
 
     # -- filter ------------------------------------------------------------------------------
     async def filter(self, args: ExtenderArgs) -> FilterReply:
@@ -197,21 +208,30 @@ class FilterService:
             self.pending.drop(pod.uid)
             self._cache.release(pod.uid)
         plan = self._plan(pod, requests, quota=True)
-        failed, candidates = self._screen(args.node_names, plan, joint)
-        selection = choose(plan, joint, self._cache.fleet, candidates, memo=self.memo)
-        failed.update(resolved(selection.failed))
+        refused, candidates = self._screen(args.node_names, plan, joint)
+        fleet = self._cache.fleet_for(pod.uid, pod.priority)
+        selection = choose(plan, joint, fleet, candidates, memo=self.memo)
+        failed = {**refused, **resolved(selection.failed)}
         self._metrics.reject(failed.values())
+        split = split_unresolvable(
+            failed, plan, joint, fleet, refused=refused, empties=self._empties
+        )
         if selection.node is None or selection.decision is None:
             self._events.filtering_failed(pod, failed)
-            log.info("filter_unschedulable", pod=pod.key, failed=len(failed))
-            return FilterReply(node_names=None, failed=failed), "unschedulable"
+            log.info(
+                "filter_unschedulable",
+                pod=pod.key,
+                failed=len(split.failed),
+                unresolvable=len(split.unresolvable),
+            )
+            return _reply(None, split), "unschedulable"
         if self._mode == "all":
             fitting = list(selection.fitting)
             if pod.uid:
                 self.pending.put(pod, None)
             self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
             log.info("filter_fitting", pod=pod.key, fitting=len(fitting), failed=len(failed))
-            return FilterReply(node_names=fitting, failed=failed), "scheduled"
+            return _reply(fitting, split), "scheduled"
         record = record_of(
             selection.decision,
             plan,
@@ -231,7 +251,7 @@ class FilterService:
             fitting=len(selection.fitting),
             failed=len(failed),
         )
-        return FilterReply(node_names=[selection.node], failed=failed), "scheduled"
+        return _reply([selection.node], split), "scheduled"
 
     def _screen(
         self, names: Sequence[str], plan: PodPlan, joint: JointRequest
@@ -260,10 +280,16 @@ class FilterService:
         given = self._cache.simulated(node_objects, exclude_uid=pod.uid, words=plan.vendors)
         selection = choose(plan, joint, given.fleet, list(given.objects))
         failed = {**given.failed, **resolved(selection.failed)}
+        split = split_unresolvable(failed, plan, joint, given.fleet, refused=given.failed)
+        unresolvable = split.unresolvable or None
         if selection.node is None:
-            return FilterReply(nodes=None, failed=failed)
+            return FilterReply(nodes=None, failed=split.failed, unresolvable=unresolvable)
         picked = list(selection.fitting) if self._mode == "all" else [selection.node]
-        return FilterReply(nodes=[given.objects[name] for name in picked], failed=failed)
+        return FilterReply(
+            nodes=[given.objects[name] for name in picked],
+            failed=split.failed,
+            unresolvable=unresolvable,
+        )
 
     # -- prioritize --------------------------------------------------------------------------
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:

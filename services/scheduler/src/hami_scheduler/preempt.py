@@ -53,23 +53,25 @@ per victim per minimality pass).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import structlog
 
 from hami_kube.objects import PodView
 from hami_protocol.errors import ProtocolError
+from hami_scheduler.cache.budgets import BudgetedPod
 from hami_scheduler.cache.holdings import Resident
 from hami_scheduler.cache.pods import start_time
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core.joint.hints import JointRequest, koord_requests
 from hami_scheduler.core.plan import PodPlan
-from hami_scheduler.core.preempt import NodeState, Occupant, Victims, select_victims
+from hami_scheduler.core.preempt import NodeState, Occupant, Victims, importance, select_victims
 from hami_scheduler.filter import MISSING_POD, Synced
 from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
+from hami_scheduler.preempt_events import PreemptionEvents, VictimNote
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.selection.select import node_refusal
@@ -98,6 +100,23 @@ class _Refused(Exception):  # noqa: N818 - control flow inside this module
         self.reason = reason
 
 
+# -- Capacity totals: resource names ---------------------------------------------------------
+# The webhook writes a pod's device totals under these names in "capacity totals" mode
+# (contract §3.1; docs on the totals branch).  Defined here until libs/protocol carries them
+# as hami_protocol-level constants (another branch adds them): unify at merge.
+NVIDIA_MEMORY_TOTAL: Final = "hami.io/nvidia-memory"
+NVIDIA_CORES_TOTAL: Final = "hami.io/nvidia-cores"
+_TOTALS: Final = frozenset({NVIDIA_MEMORY_TOTAL, NVIDIA_CORES_TOTAL})
+
+
+def asks_totals(pod: PodView) -> bool:
+    """Whether a container of the pod requests a capacity total (the mode is on for it)."""
+    return any(
+        not _TOTALS.isdisjoint(ctr.requests) or not _TOTALS.isdisjoint(ctr.limits)
+        for ctr in pod.all_containers()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Preemptor:
     """What every node's choice reads about the pod."""
@@ -106,6 +125,25 @@ class _Preemptor:
     priority: int
     plan: PodPlan
     request: JointRequest
+    totals: bool = False
+    """Capacity totals mode: kube-scheduler's victims that hold devices were chosen by in-tree
+    GPU totals, so they are candidates the devices may reprieve, not required."""
+
+
+def _budgeted(
+    offered: Iterable[OfferedPod], residents: Mapping[str, Resident]
+) -> dict[str, BudgetedPod]:
+    """The pods whose labels are known — held here, or offered in full — as budgets read them."""
+    found = {uid: BudgetedPod(uid, r.namespace, r.name, r.labels) for uid, r in residents.items()}
+    for victim in offered:
+        if victim.pod is not None:
+            view = PodView(victim.pod)
+            found[victim.uid] = BudgetedPod(victim.uid, view.namespace, view.name, view.labels)
+    return found
+
+
+def _marked(pods: list[Occupant], violating: frozenset[str]) -> list[Occupant]:
+    return [replace(pod, violates_pdb=pod.uid in violating) for pod in pods]
 
 
 class PreemptService:
@@ -119,8 +157,12 @@ class PreemptService:
         metrics: SchedulerMetrics,
         leadership: LeaderView | None = None,
         watches: Synced | None = None,
+        chosen: PreemptionEvents | None = None,
     ) -> None:
+        """``chosen``: where the victims chosen per node are remembered for the Events that
+        follow kube-scheduler's preemption (none: nothing is remembered)."""
         self._cache = cache
+        self._chosen = chosen if chosen is not None else PreemptionEvents()
         self._planner = planner
         self._metrics = metrics
         self._leadership = leadership or AlwaysLeader()
@@ -154,7 +196,8 @@ class PreemptService:
             if isinstance(chosen, str):
                 dropped[name] = chosen
             else:
-                kept[name] = (chosen.uids, offered.num_pdb_violations + chosen.pdb_violations)
+                kept[name] = (chosen.uids, chosen.pdb_violations)
+                self._chosen.remember(pod, name, self._notes(name, chosen))
         log.info(
             "preempt_victims",
             pod=pod.key,
@@ -186,7 +229,7 @@ class PreemptService:
             raise _Refused(not_leader_message(self._leadership.leader), "not_leader")
         if self._watches is not None and not self._watches.synced:
             raise _Refused("scheduler caches have not synced yet", "not_synced")
-        return _Preemptor(pod.uid, pod.priority, plan, request)
+        return _Preemptor(pod.uid, pod.priority, plan, request, asks_totals(pod))
 
     def _node(self, name: str, offered: OfferedVictims, pod: _Preemptor) -> Victims | str:
         """The victims on node ``name``, or why the node is dropped."""
@@ -199,6 +242,7 @@ class PreemptService:
             return refusal
         residents = {resident.uid: resident for resident in cache.residents(name)}
         required: list[Occupant] = []
+        reprievable: list[Occupant] = []
         unique: dict[str, OfferedPod] = {}
         for victim in offered.pods:
             unique.setdefault(victim.uid, victim)
@@ -206,19 +250,36 @@ class PreemptService:
             occupant = self._offered(name, victim, residents.get(victim.uid), pod)
             if isinstance(occupant, str):
                 return occupant
-            required.append(occupant)
+            if pod.totals and victim.uid in residents:
+                # In-tree chose it by the GPU totals, which the devices judge better here.
+                reprievable.append(occupant)
+            else:
+                required.append(occupant)
         named = unique.keys()
-        occupants = [
+        occupants = reprievable + [
             self._occupant(name, resident, resident.priority, resident.started)
             for uid, resident in residents.items()
             if resident.priority is not None and uid != pod.uid and uid not in named
         ]
-        node = NodeState(name, cache.nodes.get(name), cache.nics.get(name))
+        budgeted = _budgeted(unique.values(), residents)
+        violating = cache.budgets.violating(
+            [
+                budgeted[one.uid]
+                for one in sorted([*required, *occupants], key=importance)
+                if one.priority < pod.priority and one.uid in budgeted
+            ]
+        )
+        required = _marked(required, violating)
+        occupants = _marked(occupants, violating)
+        gpus = cache.nodes.get(name)
+        if gpus is not None:
+            gpus = cache.held_node(gpus, pod.uid, pod.priority)
+        node = NodeState(name, gpus, cache.nics.get(name))
         own = residents.get(pod.uid)
         if own is not None:
             # A decision once assumed for the preemptor itself is stale: it is being placed.
             node = node.without([self._occupant(name, own, 0, None)])
-        return select_victims(
+        chosen = select_victims(
             node,
             pod.plan,
             pod.request,
@@ -226,6 +287,14 @@ class PreemptService:
             occupants=occupants,
             required=required,
         )
+        if isinstance(chosen, str):
+            return chosen
+        # Victims this cache knows no labels of (bare UIDs holding no device): what
+        # kube-scheduler counted among its own victims, less what is known of the others.
+        unknown = [uid for uid in unique if uid not in budgeted]
+        known = sum(1 for uid in unique if uid in violating)
+        guessed = min(max(offered.num_pdb_violations - known, 0), len(unknown))
+        return replace(chosen, pdb_violations=chosen.pdb_violations + guessed)
 
     def _offered(
         self, name: str, victim: OfferedPod, resident: Resident | None, pod: _Preemptor
@@ -253,6 +322,18 @@ class PreemptService:
         if resident is None:
             return Occupant(victim.uid, priority, started)
         return self._occupant(name, resident, priority, started)
+
+    def _notes(self, name: str, chosen: Victims) -> list[VictimNote]:
+        """What each chosen victim holding devices frees, for the Events."""
+        residents = {resident.uid: resident for resident in self._cache.residents(name)}
+        notes: list[VictimNote] = []
+        for victim in chosen.pods:
+            resident = residents.get(victim.uid)
+            if resident is not None and victim.usage:
+                notes.append(
+                    VictimNote.of(resident.uid, resident.namespace, resident.name, victim.usage)
+                )
+        return notes
 
     def _occupant(
         self, name: str, resident: Resident, priority: int, started: float | None
