@@ -213,10 +213,12 @@ class FilterService:
         selection = choose(plan, joint, fleet, candidates, memo=self.memo)
         failed = {**refused, **resolved(selection.failed)}
         self._metrics.reject(failed.values())
-        split = split_unresolvable(
-            failed, plan, joint, fleet, refused=refused, empties=self._empties
-        )
         if selection.node is None or selection.decision is None:
+            # kube-scheduler preempts only for a pod no node fits: only then does the split
+            # matter (it costs a decision on an empty copy of each refused node).
+            split = split_unresolvable(
+                failed, plan, joint, fleet, refused=refused, empties=self._empties
+            )
             self._events.filtering_failed(pod, failed)
             log.info(
                 "filter_unschedulable",
@@ -231,7 +233,7 @@ class FilterService:
                 self.pending.put(pod, None)
             self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
             log.info("filter_fitting", pod=pod.key, fitting=len(fitting), failed=len(failed))
-            return _reply(fitting, split), "scheduled"
+            return _reply(fitting, Split(failed)), "scheduled"
         record = record_of(
             selection.decision,
             plan,
@@ -251,7 +253,7 @@ class FilterService:
             fitting=len(selection.fitting),
             failed=len(failed),
         )
-        return _reply([selection.node], split), "scheduled"
+        return _reply([selection.node], Split(failed)), "scheduled"
 
     def _screen(
         self, names: Sequence[str], plan: PodPlan, joint: JointRequest
@@ -280,16 +282,13 @@ class FilterService:
         given = self._cache.simulated(node_objects, exclude_uid=pod.uid, words=plan.vendors)
         selection = choose(plan, joint, given.fleet, list(given.objects))
         failed = {**given.failed, **resolved(selection.failed)}
-        split = split_unresolvable(failed, plan, joint, given.fleet, refused=given.failed)
-        unresolvable = split.unresolvable or None
         if selection.node is None:
-            return FilterReply(nodes=None, failed=split.failed, unresolvable=unresolvable)
+            split = split_unresolvable(failed, plan, joint, given.fleet, refused=given.failed)
+            return FilterReply(
+                nodes=None, failed=split.failed, unresolvable=split.unresolvable or None
+            )
         picked = list(selection.fitting) if self._mode == "all" else [selection.node]
-        return FilterReply(
-            nodes=[given.objects[name] for name in picked],
-            failed=split.failed,
-            unresolvable=unresolvable,
-        )
+        return FilterReply(nodes=[given.objects[name] for name in picked], failed=failed)
 
     # -- prioritize --------------------------------------------------------------------------
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:

@@ -23,8 +23,9 @@ decision) per node, then a lookup.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo
 from hami_scheduler.core.joint.hints import JointRequest
@@ -47,12 +48,30 @@ class EmptyNodes:
         self._kept: dict[str, NodeUsage] = {}
         self.memo = SelectMemo()
 
-    def of(self, node: NodeUsage) -> NodeUsage:
-        name = node.layout.name
-        kept = self._kept.get(name)
-        if kept is None or kept.layout is not node.layout:
-            kept = self._kept[name] = empty_usage(node)
+    def of(self, nodes: Mapping[str, NodeUsage], names: Sequence[str]) -> Mapping[str, NodeUsage]:
+        """The empty copies of ``names`` (those in ``nodes``): the kept mapping itself (no
+        copy per call) once every one is current."""
+        kept = self._kept
+        present = [name for name in names if name in nodes]
+        if len(present) < len(names):
+            # A node no longer registered must not read a copy kept from before.
+            for name in names:
+                if name not in nodes:
+                    kept.pop(name, None)
+        # One C-level comparison of the layouts (identical objects compare at once) tells
+        # whether any node was registered anew since its copy was made.
+        if list(map(_LAYOUT, map(nodes.__getitem__, present))) != [
+            None if empty is None else empty.layout for empty in map(kept.get, present)
+        ]:
+            for name in present:
+                node = nodes[name]
+                empty = kept.get(name)
+                if empty is None or empty.layout is not node.layout:
+                    kept[name] = empty_usage(node)
         return kept
+
+
+_LAYOUT = attrgetter("layout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +97,16 @@ def split_unresolvable(
         return Split()
     empties = empties if empties is not None else EmptyNodes()
     names = [name for name in failed if name not in refused]
-    gpus: dict[str, NodeUsage] = {}
+    gpus = empties.of(fleet.gpus, names)
     nics: dict[str, NicUsage] = {}
-    for name in names:
-        node = fleet.gpus.get(name)
-        if node is not None:
-            gpus[name] = empties.of(node)
-        usage = fleet.nics.get(name)
-        if usage is not None:
-            nics[name] = build_nic_usage(usage.layout)
-    fits = choose(plan, request, Fleet(gpus, nics, (), fleet.seen), names, memo=empties.memo)
-    split = Split()
-    for name, reason in failed.items():
-        if name in fits.fitting:
-            split.failed[name] = reason
-        else:
-            split.unresolvable[name] = reason
-    return split
+    if fleet.nics:
+        for name in names:
+            usage = fleet.nics.get(name)
+            if usage is not None:
+                nics[name] = build_nic_usage(usage.layout)
+    fitting = choose(plan, request, Fleet(gpus, nics, (), fleet.seen), names, memo=empties.memo)
+    resolvable = fitting.fitting
+    return Split(
+        {name: reason for name, reason in failed.items() if name in resolvable},
+        {name: reason for name, reason in failed.items() if name not in resolvable},
+    )
