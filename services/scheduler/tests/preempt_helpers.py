@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hami_kubesim.testing import eventually
+
 from .service_helpers import (
     Harness,
     container,
-    eventually,
     gpu_limits,
     gpus,
     pod_object,

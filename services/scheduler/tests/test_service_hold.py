@@ -15,9 +15,10 @@ import pytest
 from hami_kube.objects import PodView
 from hami_kube.timefmt import format_time, utc_now
 from hami_kubesim.scheduler.victims import disruption_condition
+from hami_kubesim.testing import eventually
 
 from .preempt_helpers import gone, meta, one_gpu_nodes, preempt, preemptor, running, uid
-from .service_helpers import Harness, eventually, harness, refused
+from .service_helpers import Harness, harness, refused
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,8 +31,8 @@ async def evict_and_nominate(
     for victim in victims:
         name = victim["metadata"]["name"]
         condition = disruption_condition(PodView(pod), format_time(utc_now()))
-        body = {"status": {"conditions": [condition]}}
-        await h.api.patch("pods", name, body, namespace="default", subresource="status")
+        marked: dict[str, Any] = {"status": {"conditions": [condition]}}
+        await h.api.patch("pods", name, marked, namespace="default", subresource="status")
         await h.api.delete("pods", name, namespace="default")
     body = {"status": {"nominatedNodeName": node}}
     await h.api.patch(

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from hami_kubesim.testing import eventually
+
 from .preempt_helpers import meta, one_gpu_nodes, preempt, preemptor, running, uid
-from .service_helpers import Harness, container, eventually, gpu_limits, harness, pod_object
+from .service_helpers import Harness, container, gpu_limits, harness, pod_object
 
 pytestmark = pytest.mark.timeout(60)
 

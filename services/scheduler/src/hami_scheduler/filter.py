@@ -12,7 +12,8 @@
 3. full ``Nodes`` given (``nodeCacheCapable: false``, the cluster-autoscaler's simulation):
    decide from those objects' annotations with the usage the cache knows, and return the best
    node's object (``--filter-mode all``: every fitting one) — nothing written, nothing
-   assumed, the caches untouched;
+   assumed, the caches untouched (no hold for nominated pods either: the objects are the
+   request's);
 4. not the leader → ``Error: "not the leader; leader is <holder>"``; caches not synced yet →
    ``Error``;
 5. ``--filter-mode single`` (HAMi's): drop the pod's previous reservation, select among the
@@ -31,9 +32,27 @@
    kept for the bind (so it need not read it), prioritize scores the nodes and bind decides for
    the node kube-scheduler picked.
 
+Every decision reads the nodes as this pod sees them
+(:meth:`~hami_scheduler.cache.view.SchedulerCache.fleet_for`): on a node a pod of equal or
+higher priority is nominated to, the devices held for it count.
+
+**The refused nodes.**  When some node fits, every refused one is in ``FailedNodes`` and
+``FailedAndUnresolvableNodes`` is ``null``, as before (kube-scheduler preempts only for a pod
+no node fits).  When none fits, they are split
+(:func:`~hami_scheduler.selection.resolvable.split_unresolvable`, both request forms):
+``FailedAndUnresolvableNodes`` names those where no eviction could help — the pod would not
+fit even with every pod's usage on the node taken away, or the cache refuses the node outright
+(unregistered, a malformed register annotation, a silent vendor) — so kube-scheduler's
+preemption never considers them; the rest stay in ``FailedNodes``, its candidates.  The
+reason texts are the same in either map; ``FailedNodes`` is always an object,
+``FailedAndUnresolvableNodes`` ``null`` when it would be empty.
+
 Cost: O(candidates × their devices), never O(pods): the core reads the cached node usage, and
 a :class:`~hami_scheduler.core.SelectMemo` reuses per-node answers while a node is unchanged.
-Joint pods pay a full joint decision per candidate with NICs (bounded per node).
+Joint pods pay a full joint decision per candidate with NICs (bounded per node).  Holds add
+O(nodes with nominated pods) and a copy of the node mapping when one applies; a pod no node
+fits pays the split: one more memoised pass over the refused nodes' empty copies (about
+doubling that filter's cost).
 """
 
 from __future__ import annotations

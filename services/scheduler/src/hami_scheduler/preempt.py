@@ -15,11 +15,30 @@ node → victim UIDs (contract ``preemption-and-capacity.md`` §2).  Per offered
 2. keeps every victim kube-scheduler offered: its in-tree filters (CPU, memory, pods, ...)
    need them gone, and a reply without them would leave the pod unfit there — kube-scheduler
    would evict our victims and preempt again.  An offered pod the cache knows (it holds
-   devices) frees its devices too; one of the preemptor's priority or above refuses the node;
-3. asks :func:`~hami_scheduler.core.preempt.select_victims` for the devices' part: the
+   devices) frees its devices too; one of the preemptor's priority or above refuses the node.
+   **Capacity totals mode** (a container of the preemptor requests ``hami.io/nvidia-memory``
+   or ``hami.io/nvidia-cores``): in-tree chose the offered pods that hold devices by the GPU
+   totals it now counts, so they become ordinary candidates the devices may reprieve; offered
+   pods holding no device stay required;
+3. marks each lower-priority pod whose eviction would break a PodDisruptionBudget, as
+   kube-scheduler's ``filterPodsWithPDBViolation`` does, most important first
+   (:meth:`~hami_scheduler.cache.budgets.DisruptionBudgets.violating`, over the pods whose
+   labels are known: held here, or offered in full);
+4. asks :func:`~hami_scheduler.core.preempt.select_victims` for the devices' part: the
    smallest set (minimal under single removal) of the node's other lower-priority pods whose
-   release makes the pod fit, decided by the filter's own per-node rule — and drops the node
-   when no set works.  The victims kube-scheduler did not offer are added.
+   release makes the pod fit — PDB-violating pods reprieved first — decided by the filter's own
+   per-node rule on the node *as the filter sees it for this pod*: what is held for nominated
+   preemptors of equal or higher priority counts
+   (:meth:`~hami_scheduler.cache.view.SchedulerCache.held_node`), so of two preemptors racing
+   for one node the lower cannot take what the higher one holds.  The node is dropped when no
+   set works; the victims kube-scheduler did not offer are added;
+5. answers ``NumPDBViolations`` counted over the final victims.  Victims whose labels are
+   unknown (bare UIDs the cache does not hold: no device) count what kube-scheduler counted
+   among its own victims less the violations known among the others it offered, at most one
+   each.
+
+The victims chosen per node are remembered (:class:`~hami_scheduler.preempt_events.
+PreemptionEvents`) for the Events recorded once kube-scheduler acts on one.
 
 The pod's requests are read from the Pod in the request, as ``/filter`` reads them, so a pod
 the extender never filtered is judged all the same; what it holds itself (a stale assumption)
@@ -28,26 +47,25 @@ a decision assumed here have none yet and are never victims (their usage stays).
 
 Limits, plainly:
 
-* **No PodDisruptionBudget cache.**  Every pod counts as not violating a PDB, so the reprieve
-  order is priority then start time alone, and ``NumPDBViolations`` in the reply is the number
-  kube-scheduler sent for its own victims, passed through as information; victims added here
-  add nothing to it.  kube-scheduler deletes victims without the Eviction API, so PDBs only
-  ever ranked nodes; the count may now rank a node too well.
 * Offered victims the cache does not know (they hold no devices, or came as bare UIDs) are
   listed first, in kube-scheduler's order: their priority is unknown here, and kube-scheduler
-  reads the first victim as the node's highest-priority one.
+  reads the first victim as the node's highest-priority one.  Their PDB violations are
+  estimated from kube-scheduler's count (step 5).
 * Namespace quota is checked as the filter checks it, but not credited with what victims of
   the pod's own namespace would free; MetaX sGPU app classes are read as the cache holds them.
-* Nominated pods (``status.nominatedNodeName``) are not reserved for.
+* A nominated preemptor's NICs and exclusive PCIe claims are not held, only its devices
+  (:mod:`hami_scheduler.core.holds`).
 
 The verb **writes nothing** — no eviction, no Event, no change to the cache: kube-scheduler
-deletes the victims it settles on.  A body that is not ``ExtenderPreemptionArgs`` gets 400
-(:mod:`hami_scheduler.http`); a call that cannot be answered (no pod, unreadable requests, not
-the leader, caches not synced) gets an empty map with ``Error``: kube-scheduler then preempts
-nothing.  A pod asking for no managed device gets the offered victims back unchanged.
+deletes the victims it settles on (the Events follow from the watches).  A body that is not
+``ExtenderPreemptionArgs`` gets 400 (:mod:`hami_scheduler.http`); a call that cannot be
+answered (no pod, unreadable requests, not the leader, caches not synced) gets an empty map
+with ``Error``: kube-scheduler then preempts nothing.  A pod asking for no managed device gets
+the offered victims back unchanged.
 
 Cost: per node O(pods held there) plus the core's decisions (one per candidate pod, and one
-per victim per minimality pass).
+per victim per minimality pass), the PDB marking (O(pods × budgets of their namespace)) and
+the node's hold (one decision per nominated pod there, kept while nothing changes).
 """
 
 from __future__ import annotations

@@ -14,12 +14,16 @@
   ``nics`` maps node name → :class:`~hami_scheduler.core.joint.nics.NicUsage`, the mapping
   :func:`~hami_scheduler.core.joint.decide.select_joint` reads; a pod's holding carries its NIC
   part, so assumptions, releases and deletions move it together with the GPU usage;
-* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaLimitCache`).
+* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaLimitCache`);
+* the pending pods nominated to a node (:class:`~hami_scheduler.cache.nominated.Nominations`)
+  and the PodDisruptionBudgets (:class:`~hami_scheduler.cache.budgets.DisruptionBudgets`).
 
 :attr:`SchedulerCache.fleet` is all of it as the selection rule reads it
-(:class:`~hami_scheduler.core.joint.route.Fleet`); :meth:`SchedulerCache.simulated` builds a
-throw-away one from Node objects given in a request, with the usage known for those names
-(:mod:`hami_scheduler.cache.simulation`).
+(:class:`~hami_scheduler.core.joint.route.Fleet`), and :meth:`SchedulerCache.fleet_for` the
+same as one pod sees it — with the devices held for nominated preemptors of equal or higher
+priority counted: the one place the filter, the bind and the preempt verb read a node's state.
+:meth:`SchedulerCache.simulated` builds a throw-away one from Node objects given in a request,
+with the usage known for those names (:mod:`hami_scheduler.cache.simulation`).
 
 Every event costs O(devices of the pod or node): a pod event shifts one node's usage, a node
 event rebuilds only that node (and only when its registration, cordon or pair scores changed).
