@@ -118,44 +118,40 @@ class CacheWatcher(ReflectorGroup):
         def pending(obj: JsonObject) -> bool:
             return nominated(obj) is not None
 
-        self.nodes = Reflector(
-            client,
-            NODES,
-            config=base,
-            handlers=[upserting(upsert_node, remove_node)],
-            name="scheduler-nodes",
+        def watch(
+            resource: Resource,
+            name: str,
+            upsert: Callable[[JsonObject], None],
+            remove: Callable[[JsonObject], None],
+            config: ReflectorConfig = base,
+        ) -> Reflector:
+            handlers = [upserting(upsert, remove)]
+            return Reflector(client, resource, config=config, handlers=handlers, name=name)
+
+        def pods(selector: str, keep: Callable[[JsonObject], bool]) -> ReflectorConfig:
+            return dataclasses.replace(
+                base, label_selector=None, field_selector=selector, keep=keep
+            )
+
+        unlabelled = dataclasses.replace(base, label_selector=None)
+        self.nodes = watch(NODES, "scheduler-nodes", upsert_node, remove_node)
+        self.pods = watch(PODS, "scheduler-pods", upsert_pod, remove_pod, pods(BOUND_PODS, placed))
+        self.quotas = watch(
+            RESOURCE_QUOTAS, "scheduler-resourcequotas", cache.upsert_quota, cache.remove_quota
         )
-        self.pods = Reflector(
-            client,
+        self.nominated = watch(
             PODS,
-            config=dataclasses.replace(
-                base, label_selector=None, field_selector=BOUND_PODS, keep=placed
-            ),
-            handlers=[upserting(upsert_pod, remove_pod)],
-            name="scheduler-pods",
+            "scheduler-nominated-pods",
+            upsert_nominee,
+            remove_nominee,
+            pods(NOMINATED_PODS, pending),
         )
-        self.quotas = Reflector(
-            client,
-            RESOURCE_QUOTAS,
-            config=base,
-            handlers=[upserting(cache.upsert_quota, cache.remove_quota)],
-            name="scheduler-resourcequotas",
-        )
-        self.nominated = Reflector(
-            client,
-            PODS,
-            config=dataclasses.replace(
-                base, label_selector=None, field_selector=NOMINATED_PODS, keep=pending
-            ),
-            handlers=[upserting(upsert_nominee, remove_nominee)],
-            name="scheduler-nominated-pods",
-        )
-        self.budgets = Reflector(
-            client,
+        self.budgets = watch(
             PDBS,
-            config=dataclasses.replace(base, label_selector=None),
-            handlers=[upserting(cache.upsert_budget, cache.remove_budget)],
-            name="scheduler-poddisruptionbudgets",
+            "scheduler-poddisruptionbudgets",
+            cache.upsert_budget,
+            cache.remove_budget,
+            unlabelled,
         )
         super().__init__(self.nodes, self.pods, self.quotas, self.nominated, self.budgets)
 
