@@ -373,7 +373,8 @@ async def drive(
             # The first builds every reason text for this plan; later ones reuse them.
             for size in ports:
                 reply = await one(size, NO_FIT_COLD if attempt == 0 else NO_FIT, hopeless)
-                assert len(reply["FailedNodes"]) == len(node_names)
+                named = {**reply["FailedNodes"], **(reply["FailedAndUnresolvableNodes"] or {})}
+                assert len(named) == len(node_names)
         shapes = {**FILTER_SHAPES, **(VENDOR_SHAPES if mixed else {})}
         # Shape by shape within each round, so that noise and collections hit every shape alike.
         for i in range(repeat):
@@ -384,7 +385,9 @@ async def drive(
                     if reply["Error"] or not reply["NodeNames"]:
                         raise SystemExit(f"filter failed: {reply['Error']}")
                     kind = "vendor" if label.startswith("vendor:") else "nvidia"
-                    refused[size][kind] = len(reply["FailedNodes"])
+                    refused[size][kind] = len(reply["FailedNodes"]) + len(
+                        reply["FailedAndUnresolvableNodes"] or {}
+                    )
     return results, refused
 
 

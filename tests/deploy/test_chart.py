@@ -481,6 +481,7 @@ def test_scheduler_rbac_is_exactly_what_the_extender_needs(render: RenderFn) -> 
         ("", "nodes", ("get", "list", "patch", "watch")),
         ("", "events", ("create", "patch")),
         ("", "resourcequotas", ("get", "list", "watch")),
+        ("policy", "poddisruptionbudgets", ("list", "watch")),
     }
     role = rendered.one("Role", "demo-hami-scheduler-leases")
     assert role["metadata"]["namespace"] == "hami-system"

@@ -401,3 +401,12 @@ def metric(h: Harness, name: str, **labels: str) -> float:
     """A sample of the scheduler's own registry (0 when absent)."""
     value = h.scheduler.metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
+
+
+def refused(reply: Mapping[str, Any]) -> dict[str, str]:
+    """Every node a filter reply refused, with its reason: ``FailedNodes`` (eviction could
+    help) and ``FailedAndUnresolvableNodes`` (it could not) together."""
+    return {
+        **(reply.get("FailedNodes") or {}),
+        **(reply.get("FailedAndUnresolvableNodes") or {}),
+    }

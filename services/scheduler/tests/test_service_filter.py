@@ -19,6 +19,7 @@ from .service_helpers import (
     labels_of,
     node_object,
     pod_object,
+    refused,
     register_annotations,
 )
 
@@ -43,6 +44,7 @@ async def test_single_mode_picks_one_node_writes_nothing_and_the_binding_carries
         }
         assert reply["Error"] == ""
         assert reply["Nodes"] is None
+        # The pod fits: kube-scheduler will not preempt, so the refused are not split.
         assert reply["FailedAndUnresolvableNodes"] is None
         assert reply["FailedNodes"] == {"ghost": "node unregistered"}
         (chosen,) = reply["NodeNames"]
@@ -93,11 +95,11 @@ async def test_binpack_fills_the_busier_node_and_reasons_follow_hami() -> None:
         reply = await h.filter(third, ["a", "b"])
         other = "b" if node == "a" else "a"
         assert reply["NodeNames"] == [other]
-        assert reply["FailedNodes"] == {node: "1/1 CardInsufficientMemory"}
+        assert refused(reply) == {node: "1/1 CardInsufficientMemory"}
         huge = await h.add_pod(pod_object("huge", container(limits=gpu_limits(2))))
         reply = await h.filter(huge, ["a", "b"])
         assert reply["NodeNames"] is None
-        assert reply["FailedNodes"] == {
+        assert refused(reply) == {
             "a": "NodeInsufficientDevice",
             "b": "NodeInsufficientDevice",
         }
@@ -150,10 +152,10 @@ async def test_garbage_register_annotation_fails_only_that_node_with_one_event()
             )
             reply = await h.filter(pod, ["bad", "good", "worse"])
             assert reply["NodeNames"] == ["good"]
-            assert reply["FailedNodes"]["bad"].startswith(
+            assert refused(reply)["bad"].startswith(
                 f"node annotation {keys.NVIDIA_REGISTER} is invalid:"
             )
-            assert keys.NVIDIA_REGISTER in reply["FailedNodes"]["worse"]
+            assert keys.NVIDIA_REGISTER in refused(reply)["worse"]
         await eventually(lambda: len(h.events("InvalidDeviceAnnotation")) == 2, what="events")
         # A changed value is reported again; an unchanged one never twice.
         await h.api.patch(
@@ -212,7 +214,7 @@ async def test_selectors_cordon_and_policies_from_annotations() -> None:
             )
         )
         reply = await h.filter(typed, ["n"])
-        assert reply["FailedNodes"] == {"n": "1/3 CardCordoned, 2/3 CardTypeMismatch"}
+        assert refused(reply) == {"n": "1/3 CardCordoned, 2/3 CardTypeMismatch"}
 
 
 async def test_quota_from_resource_quota_objects() -> None:
@@ -232,7 +234,7 @@ async def test_quota_from_resource_quota_objects() -> None:
         second = await h.add_pod(pod_object("b", container(limits=gpu_limits(1, mem=2000))))
         reply = await h.filter(second, ["n"])
         assert reply["NodeNames"] is None
-        assert reply["FailedNodes"] == {"n": "2/2 ResourceQuotaNotFit"}
+        assert refused(reply) == {"n": "2/2 ResourceQuotaNotFit"}
         # Another namespace is not limited; deleting the first pod frees the quota.
         other = await h.add_pod(
             pod_object("c", container(limits=gpu_limits(1, mem=2000)), namespace="kube-public")
@@ -300,7 +302,7 @@ async def test_full_nodes_path_decides_from_the_objects_and_writes_nothing() -> 
         assert status == 200
         assert reply["NodeNames"] is None
         assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["big"]
-        assert reply["FailedNodes"] == {
+        assert refused(reply) == {
             "small": "1/1 CardInsufficientMemory",
             "bare": "node unregistered",
         }
@@ -331,7 +333,7 @@ async def test_all_mode_returns_every_fitting_node_and_prioritize_scores_them() 
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=1000))))
         reply = await h.filter(pod, ["busy", "idle", "tiny"])
         assert sorted(reply["NodeNames"]) == ["busy", "idle"]
-        assert reply["FailedNodes"] == {"tiny": "1/1 CardInsufficientMemory"}
+        assert refused(reply) == {"tiny": "1/1 CardInsufficientMemory"}
         assert keys.VGPU_NODE not in annotations_of(h.pod("p"))
         status, scores = await h.post("prioritize", {"Pod": pod, "NodeNames": ["busy", "idle"]})
         assert status == 200

@@ -17,6 +17,7 @@ from .service_helpers import (
     harness,
     loop_now,
     pod_object,
+    refused,
 )
 
 # Handshakes age in the loop's virtual time (hami_kubesim's looptime): the production timings
@@ -54,7 +55,7 @@ async def test_silent_vendor_becomes_unavailable_and_returns_when_it_reports() -
         assert h.scheduler.cache.unavailable_count() == 1
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=100))))
         reply = await h.filter(pod, ["n"])
-        assert reply["FailedNodes"] == {
+        assert refused(reply) == {
             "n": "NVIDIA devices unavailable: handshake hami.io/node-handshake "
             "not answered within 5m0s"
         }
@@ -114,7 +115,7 @@ async def test_a_node_that_stops_advertising_the_resource_is_unavailable_at_once
         await advertise("0")
         await eventually(lambda: "n" not in h.scheduler.cache.nodes, what="withdrawn")
         reply = await h.filter(pod, ["n"])
-        assert reply["FailedNodes"] == {
+        assert refused(reply) == {
             "n": "NVIDIA devices unavailable: the node stopped advertising nvidia.com/gpu "
             "(its device plugin is not registered)"
         }

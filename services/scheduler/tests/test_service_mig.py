@@ -20,6 +20,7 @@ from .service_helpers import (
     gpu_limits,
     harness,
     pod_object,
+    refused,
 )
 
 
@@ -88,7 +89,7 @@ async def test_a_mig_pod_is_placed_with_a_reservation_and_the_next_pod_sees_its_
         late = await h.add_pod(pod_object("late", container(limits=gpu_limits(1, mem=9000))))
         reply = await h.filter(late, ["m"])
         assert not reply["NodeNames"]
-        assert reply["FailedNodes"]["m"] == (
+        assert refused(reply)["m"] == (
             "1/1 CardMigTopologyInfeasible — GPU-m-0 2g.10gb fits 9000 MiB but free slices "
             "[6,8) offer no placement of it (placements start at 0,2,4)"
         )
@@ -178,7 +179,7 @@ async def test_an_unreadable_reservation_keeps_its_gpu_from_new_instances() -> N
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=1000))))
         reply = await h.filter(pod, ["m"])
         # The slot the pod uses is no longer explained by a reservation: slices unknown.
-        assert reply["FailedNodes"] == {"m": "1/1 CardNotHealth"}
+        assert refused(reply) == {"m": "1/1 CardNotHealth"}
 
 
 async def test_vgpu_mode_routes_pods_between_mig_and_shared_gpus() -> None:
@@ -211,5 +212,5 @@ async def test_a_register_entry_with_malformed_mig_profiles_fails_only_that_node
         pod = await h.add_pod(pod_object("p", container(limits=gpu_limits(1, mem=1000))))
         reply = await h.filter(pod, ["bad", "m"])
         assert reply["NodeNames"] == ["m"]
-        assert "hami.io/node-nvidia-register" in reply["FailedNodes"]["bad"]
-        assert "migProfiles[0]" in reply["FailedNodes"]["bad"]
+        assert "hami.io/node-nvidia-register" in refused(reply)["bad"]
+        assert "migProfiles[0]" in refused(reply)["bad"]

@@ -4,93 +4,16 @@ scheduler's own cache, and bad input answered clearly with nothing written."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from structlog.testing import capture_logs
 
 from hami_scheduler.filter import MISSING_POD
 from hami_scheduler.preempt import UNKNOWN_NODE
 
-from .service_helpers import (
-    Harness,
-    container,
-    eventually,
-    gpu_limits,
-    gpus,
-    harness,
-    metric,
-    pod_object,
-)
+from .preempt_helpers import HIGH, meta, one_gpu_nodes, preempt, preemptor, running, uid
+from .service_helpers import Harness, container, harness, metric, pod_object
 
 pytestmark = pytest.mark.timeout(60)
-
-HIGH = 100
-
-
-async def priority_class(h: Harness, value: int) -> str:
-    """The name of a PriorityClass of ``value`` (made on first use): the API server's Priority
-    admission sets ``spec.priority`` from it, and refuses a pod that sets the number itself."""
-    name = f"priority-{value}"
-    if not any(c["metadata"]["name"] == name for c in h.api.list("priorityclasses")):
-        await h.api.create(
-            "priorityclasses",
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-            },
-        )
-    return name
-
-
-async def running(
-    h: Harness, name: str, mem: int, priority: int, node: str = "n"
-) -> dict[str, Any]:
-    """A pod of ``priority`` holding ``mem`` MiB of one GPU on ``node``, as the cache sees it
-    once bound (priority known)."""
-    pod = pod_object(name, container(limits=gpu_limits(1, mem=mem)))
-    pod["spec"]["priorityClassName"] = await priority_class(h, priority)
-    created = await h.add_pod(pod)
-    reply = await h.schedule(created, [node])
-    assert reply["NodeNames"] == [node], reply
-    uid = created["metadata"]["uid"]
-    await eventually(
-        lambda: any(
-            r.uid == uid and r.priority == priority for r in h.scheduler.cache.residents(node)
-        ),
-        what=f"{name} seen bound",
-    )
-    return h.pod(name)
-
-
-async def preemptor(h: Harness, mem: int = 4000, priority: int = HIGH) -> dict[str, Any]:
-    """A pending pod the extender never filtered."""
-    pod = pod_object("big", container(limits=gpu_limits(1, mem=mem)))
-    pod["spec"]["priorityClassName"] = await priority_class(h, priority)
-    return await h.add_pod(pod)
-
-
-async def one_gpu_nodes(h: Harness, *names: str) -> None:
-    for name in names:
-        await h.add_node(name, gpus(name, 1))
-        await h.synced_node(name)
-
-
-def meta(*uids: str, pdb: int = 0) -> dict[str, Any]:
-    return {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb}
-
-
-def uid(pod: dict[str, Any]) -> str:
-    return str(pod["metadata"]["uid"])
-
-
-async def preempt(h: Harness, body: dict[str, Any]) -> dict[str, Any]:
-    status, reply = await h.post("preempt", body)
-    assert status == 200, reply
-    assert isinstance(reply, dict)
-    return reply
 
 
 def versions(h: Harness) -> dict[str, str]:

@@ -43,6 +43,7 @@ from .service_helpers import (
     harness,
     node_object,
     pod_object,
+    refused,
     register_annotations,
     scheduler_on,
 )
@@ -119,7 +120,7 @@ async def test_same_pcie_names_the_rule_when_no_gpu_set_can_meet_it() -> None:
         pod = await h.add_pod(rdma_pod("p", gpus=6, joint=SAME_PCIE))
         reply = await h.filter(pod, ["n"])
         assert reply["NodeNames"] is None
-        reason = reply["FailedNodes"]["n"]
+        reason = refused(reply)["n"]
         assert "requiredScope SamePCIe" in reason
         assert "no usable RDMA NIC on their PCIe switch" in reason
         await eventually(lambda: bool(h.events("FilteringFailed")), what="event")
@@ -225,7 +226,7 @@ async def test_a_selector_matching_no_nic_is_the_nodes_reason() -> None:
         pod = await h.add_pod(rdma_pod("p", gpus=1, hint=hint))
         reply = await h.filter(pod, ["n"])
         assert reply["NodeNames"] is None
-        reason = reply["FailedNodes"]["n"]
+        reason = refused(reply)["n"]
         assert "rdma.selector matches no RDMA NIC of this node" in reason
         assert keys.KOORD_DEVICE_ALLOCATE_HINT in reason
 
@@ -250,7 +251,7 @@ async def test_a_garbage_rdma_register_fails_nic_pods_only_and_is_reported_once(
         pod = await h.add_pod(rdma_pod("p", gpus=1))
         reply = await h.filter(pod, ["bad", "good"])
         assert reply["NodeNames"] == ["good"]
-        assert keys.RDMA_REGISTER in reply["FailedNodes"]["bad"]
+        assert keys.RDMA_REGISTER in refused(reply)["bad"]
         # GPU pods still use the node.
         assert await scheduled(h, pod_object("plain"), ["bad"]) == "bad"
         # An unchanged value is not reported again.
@@ -273,7 +274,7 @@ async def test_nodes_without_nics_are_refused_for_nic_pods() -> None:
         pod = await h.add_pod(rdma_pod("p", gpus=1))
         reply = await h.filter(pod, ["plain", "n", "ghost"])
         assert reply["NodeNames"] == ["n"]
-        assert reply["FailedNodes"] == {
+        assert refused(reply) == {
             "plain": "Insufficient rdma devices: the node has no RDMA NIC",
             "ghost": "node unregistered",
         }
@@ -285,11 +286,11 @@ async def test_pods_without_managed_requests_get_every_node_but_rdma_is_managed(
         cpu = await h.add_pod(pod_object("cpu", container(limits={"cpu": "1"})))
         reply = await h.filter(cpu, ["n", "x"])
         assert reply["NodeNames"] == ["n", "x"]
-        assert reply["FailedNodes"] == {}
+        assert refused(reply) == {}
         nic_only = await h.add_pod(rdma_pod("nic", hint=None, joint=None))
         reply = await h.schedule(nic_only, ["n", "x"])
         assert reply["NodeNames"] == ["n"]
-        assert reply["FailedNodes"] == {"x": "node unregistered"}
+        assert refused(reply) == {"x": "node unregistered"}
         assert annotations_of(h.pod("nic"))[keys.VGPU_NODE] == "n"
 
 
@@ -368,7 +369,7 @@ async def test_filter_mode_all_decides_the_joint_allocation_at_bind() -> None:
         pod = await h.add_pod(rdma_pod("p", gpus=2, joint=SAME_PCIE))
         reply = await h.filter(pod, ["n", "m"])
         assert reply["NodeNames"] == ["n"]
-        assert "requiredScope SamePCIe" in reply["FailedNodes"]["m"]
+        assert "requiredScope SamePCIe" in refused(reply)["m"]
         assert keys.VGPU_NODE not in annotations_of(h.pod("p"))
         assert await h.bind(pod, "n") == ""
         notes = annotations_of(h.pod("p"))
@@ -395,9 +396,9 @@ async def test_the_autoscaler_simulation_places_nics_from_the_given_nodes() -> N
         assert status == 200
         # NIC 0 is taken whole by the pod the cache knows: its switch cannot meet SamePCIe.
         assert reply["Nodes"] is None
-        assert "SamePCIe" in reply["FailedNodes"]["n"]
+        assert "SamePCIe" in refused(reply)["n"]
         # The same rule as the filter's: a node without NICs is refused for a NIC pod at once.
-        assert reply["FailedNodes"]["plain"] == NO_NIC_REASON
+        assert refused(reply)["plain"] == NO_NIC_REASON
         smaller = await h.add_pod(rdma_pod("q", gpus=6, joint=SAME_PCIE))
         status, reply = await h.post("filter", {**body, "Pod": smaller})
         assert [node["metadata"]["name"] for node in reply["Nodes"]["items"]] == ["n"]

@@ -37,6 +37,7 @@ from .service_helpers import (
     gpus,
     harness,
     pod_object,
+    refused,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -82,11 +83,11 @@ async def test_filter_nodes_path_and_bind_refuse_a_claimed_node_with_one_reason(
         pod = await h.add_pod(plain_pod("b", 7))
         filtered = await h.filter(pod, ["n", "m"])
         assert filtered["NodeNames"] == ["m"]
-        reason = filtered["FailedNodes"]["n"]
+        reason = refused(filtered)["n"]
         assert CLAIM_REASON in reason
         nodes_path = await simulated(h, pod, ["n", "m"])
         assert [node["metadata"]["name"] for node in nodes_path["Nodes"]["items"]] == ["m"]
-        assert nodes_path["FailedNodes"] == {"n": reason}
+        assert refused(nodes_path) == {"n": reason}
         assert await h.bind(pod, "n") == f"node n no longer fits: {reason}"
         # HAMi's path on the unclaimed node, through bind too.
         assert await h.bind(h.pod("b"), "m") == ""
@@ -112,8 +113,8 @@ async def test_single_mode_filter_takes_the_same_rule() -> None:
         pod = await h.add_pod(plain_pod("b", 7))
         reply = await h.filter(pod, ["n", "m"])
         assert reply["NodeNames"] == ["m"]
-        assert CLAIM_REASON in reply["FailedNodes"]["n"]
-        assert (await simulated(h, pod, ["n"]))["FailedNodes"] == {"n": reply["FailedNodes"]["n"]}
+        assert CLAIM_REASON in refused(reply)["n"]
+        assert refused(await simulated(h, pod, ["n"])) == {"n": refused(reply)["n"]}
 
 
 async def test_a_node_without_nics_is_refused_for_a_nic_pod_with_one_reason() -> None:
@@ -121,8 +122,8 @@ async def test_a_node_without_nics_is_refused_for_a_nic_pod_with_one_reason() ->
         await h.add_node("plain", gpus("plain", 2))
         await h.synced_node("plain")
         pod = await h.add_pod(rdma_pod("p", gpus=1))
-        assert (await h.filter(pod, ["plain"]))["FailedNodes"] == {"plain": NO_NIC_REASON}
-        assert (await simulated(h, pod, ["plain"]))["FailedNodes"] == {"plain": NO_NIC_REASON}
+        assert refused(await h.filter(pod, ["plain"])) == {"plain": NO_NIC_REASON}
+        assert refused(await simulated(h, pod, ["plain"])) == {"plain": NO_NIC_REASON}
         assert await h.bind(pod, "plain") == f"node plain: {NO_NIC_REASON}"
 
 

@@ -17,6 +17,7 @@ from .service_helpers import (
     gpus,
     harness,
     pod_object,
+    refused,
 )
 
 MLU_MEMORY = "cambricon.com/mlu.smlu.vmemory"
@@ -76,7 +77,7 @@ async def test_quota_families_carry_a_vendor_resource_in_mib() -> None:
         assert limit == {key(base): 16 * 256}
         over = await h.add_pod(pod_object("over", container(limits={**limits, MLU_MEMORY: "13"})))
         reply = await h.filter(over, ["n"])
-        assert "ResourceQuotaNotFit" in reply["FailedNodes"]["n"]
+        assert "ResourceQuotaNotFit" in refused(reply)["n"]
 
 
 async def test_decisions_and_rejections_count_vendor_pods_and_words() -> None:
@@ -112,7 +113,7 @@ async def test_a_vendors_bad_input_is_one_rejection_label_whatever_the_node() ->
         assert not reply["NodeNames"]
         rejections = await samples(h, "hami_scheduler_node_rejections_total")
     # The text names the key (and may quote a value); the label stays one word.
-    assert all(MLU_MEMORY in text for text in reply["FailedNodes"].values())
+    assert all(MLU_MEMORY in text for text in refused(reply).values())
     assert rejections == {(("reason", "Other"),): 2}
 
 

@@ -16,6 +16,7 @@ from .service_helpers import (
     gpus,
     harness,
     pod_object,
+    refused,
 )
 
 MLU_ALLOCATED = keys.devices_allocated_key("cambricon-mlu")
@@ -69,7 +70,7 @@ async def test_capacity_without_memory_fails_that_vendor_by_key_and_other_pods_s
         mlu = await h.add_pod(pod_object("mlu", container(limits={"cambricon.com/vmlu": "1"})))
         reply = await h.filter(mlu, ["n"])
         assert not reply["NodeNames"]
-        assert "cambricon.com/mlu.smlu.vmemory" in reply["FailedNodes"]["n"]
+        assert "cambricon.com/mlu.smlu.vmemory" in refused(reply)["n"]
         await eventually(lambda: bool(h.events("InvalidDeviceAnnotation")), what="event")
         (event,) = h.events("InvalidDeviceAnnotation")
         assert event["type"] == "Warning"

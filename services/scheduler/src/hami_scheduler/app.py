@@ -69,7 +69,9 @@ from hami_scheduler.nodelock.owners import LockOwners
 from hami_scheduler.nodelock.waits import LockWaits
 from hami_scheduler.pod_writes import RoleLabeller
 from hami_scheduler.preempt import PreemptService
+from hami_scheduler.preempt_events import PreemptionEvents
 from hami_scheduler.selection.plan import Planner
+from hami_scheduler.selection.select import hold_planner
 from hami_scheduler.settings import Settings
 
 __all__ = ["EXIT_SHARES", "RunningScheduler", "run", "serving"]
@@ -187,6 +189,7 @@ def _deciders(
     events: SchedulerEvents,
     metrics: SchedulerMetrics,
     leadership: Leadership,
+    chosen: PreemptionEvents,
     now: Callable[[], datetime],
 ) -> _Deciders:
     """What answers ``/filter``, ``/prioritize``, ``/bind`` and ``/preempt``, and what looks after
@@ -197,6 +200,8 @@ def _deciders(
         settings.gpu_policy,
         device_config=settings.device_config,
     )
+    # Nominated preemptors are planned as their own filter plans them, to hold devices for them.
+    watcher.cache.nominations.planner = hold_planner(planner, watcher.cache)
     filters = FilterService(
         cache=watcher.cache,
         planner=planner,
@@ -262,6 +267,7 @@ def _deciders(
         metrics=metrics,
         leadership=leadership,
         watches=watcher,
+        chosen=chosen,
     )
     return _Deciders(filters, binder, upkeep, preempts)
 
@@ -342,8 +348,17 @@ async def run(
             clock=lambda: now().timestamp(),
         )
         pending = PendingBinds(cache)
+        # Told of victims and nominations by the watches; records only while leading.
+        chosen = PreemptionEvents(
+            events,
+            leading=lambda: leadership.is_leader,
+        )
         watcher = CacheWatcher(
-            client, cache, config=reflector_config, listeners=(waits, owners, pending)
+            client,
+            cache,
+            config=reflector_config,
+            listeners=(waits, owners, pending, chosen),
+            nominee_listeners=(chosen.nominee_event,),
         )
         metrics.track_cache(cache, watcher.ready)
         watches = await life.tasks("watches", within=bound("watches"))
@@ -374,6 +389,7 @@ async def run(
             events=events,
             metrics=metrics,
             leadership=leadership,
+            chosen=chosen,
             now=now,
         )
         filters, binder = deciders.filters, deciders.binder

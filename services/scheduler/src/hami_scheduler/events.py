@@ -6,7 +6,9 @@ followed by ``<count> nodes <Reason>(<nodes>)`` per reason, or the error), ``Bin
 (``Successfully binding node [<node>] to <ns>/<name>``) and ``BindingFailed`` (the error).  On a
 node: ``InvalidDeviceAnnotation`` (Warning) when a device annotation cannot be read, and
 ``NodeLockOverdue`` (Warning) when a pod holds the node lock past ``--node-lock-timeout`` while
-still waiting for its Allocate (:mod:`hami_scheduler.bind.upkeep`).
+still waiting for its Allocate (:mod:`hami_scheduler.bind.upkeep`).  After a preemption
+(:mod:`hami_scheduler.preempt_events`): ``PreemptedForGPU`` on each victim and
+``PreemptingForGPU`` on the preemptor.
 
 Events are queued (:meth:`~hami_kube.events.EventRecorder.emit`), never awaited on the request
 path; messages are built only up to the API's length limit, so a 5,000-node answer does not
@@ -28,6 +30,8 @@ __all__ = [
     "FILTERING_SUCCEED",
     "INVALID_DEVICE_ANNOTATION",
     "NODE_LOCK_OVERDUE",
+    "PREEMPTED_FOR_GPU",
+    "PREEMPTING_FOR_GPU",
     "SchedulerEvents",
     "filter_failed_message",
     "filter_succeeded_message",
@@ -40,6 +44,8 @@ BINDING_SUCCEED: Final = "BindingSucceed"
 BINDING_FAILED: Final = "BindingFailed"
 INVALID_DEVICE_ANNOTATION: Final = "InvalidDeviceAnnotation"
 NODE_LOCK_OVERDUE: Final = "NodeLockOverdue"
+PREEMPTED_FOR_GPU: Final = "PreemptedForGPU"
+PREEMPTING_FOR_GPU: Final = "PreemptingForGPU"
 
 
 def reason_words(reason: str) -> list[str]:
@@ -135,3 +141,11 @@ class SchedulerEvents:
     def node_lock_overdue(self, node: str, message: str) -> None:
         ref = ObjectReference(kind="Node", name=node)
         self._emit(ref, EventType.WARNING, NODE_LOCK_OVERDUE, message)
+
+    def preempted_for_gpu(self, namespace: str, name: str, uid: str, message: str) -> None:
+        ref = ObjectReference(kind="Pod", name=name, namespace=namespace, uid=uid)
+        self._emit(ref, EventType.NORMAL, PREEMPTED_FOR_GPU, message)
+
+    def preempting_for_gpu(self, namespace: str, name: str, uid: str, message: str) -> None:
+        ref = ObjectReference(kind="Pod", name=name, namespace=namespace, uid=uid)
+        self._emit(ref, EventType.NORMAL, PREEMPTING_FOR_GPU, message)

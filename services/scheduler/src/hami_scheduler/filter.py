@@ -12,7 +12,8 @@
 3. full ``Nodes`` given (``nodeCacheCapable: false``, the cluster-autoscaler's simulation):
    decide from those objects' annotations with the usage the cache knows, and return the best
    node's object (``--filter-mode all``: every fitting one) — nothing written, nothing
-   assumed, the caches untouched;
+   assumed, the caches untouched (no hold for nominated pods either: the objects are the
+   request's);
 4. not the leader → ``Error: "not the leader; leader is <holder>"``; caches not synced yet →
    ``Error``;
 5. ``--filter-mode single`` (HAMi's): drop the pod's previous reservation, select among the
@@ -31,9 +32,27 @@
    kept for the bind (so it need not read it), prioritize scores the nodes and bind decides for
    the node kube-scheduler picked.
 
+Every decision reads the nodes as this pod sees them
+(:meth:`~hami_scheduler.cache.view.SchedulerCache.fleet_for`): on a node a pod of equal or
+higher priority is nominated to, the devices held for it count.
+
+**The refused nodes.**  When some node fits, every refused one is in ``FailedNodes`` and
+``FailedAndUnresolvableNodes`` is ``null``, as before (kube-scheduler preempts only for a pod
+no node fits).  When none fits, they are split
+(:func:`~hami_scheduler.selection.resolvable.split_unresolvable`, both request forms):
+``FailedAndUnresolvableNodes`` names those where no eviction could help — the pod would not
+fit even with every pod's usage on the node taken away, or the cache refuses the node outright
+(unregistered, a malformed register annotation, a silent vendor) — so kube-scheduler's
+preemption never considers them; the rest stay in ``FailedNodes``, its candidates.  The
+reason texts are the same in either map; ``FailedNodes`` is always an object,
+``FailedAndUnresolvableNodes`` ``null`` when it would be empty.
+
 Cost: O(candidates × their devices), never O(pods): the core reads the cached node usage, and
 a :class:`~hami_scheduler.core.SelectMemo` reuses per-node answers while a node is unchanged.
-Joint pods pay a full joint decision per candidate with NICs (bounded per node).
+Joint pods pay a full joint decision per candidate with NICs (bounded per node).  Holds add
+O(nodes with nominated pods) and a copy of the node mapping when one applies; a pod no node
+fits pays the split: one more memoised pass over the refused nodes' empty copies (about
+doubling that filter's cost).
 """
 
 from __future__ import annotations
@@ -60,6 +79,7 @@ from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
+from hami_scheduler.selection.resolvable import EmptyNodes, Split, split_unresolvable
 from hami_scheduler.selection.select import node_refusal, record_of
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import ExtenderArgs
@@ -90,6 +110,9 @@ class FilterReply:
     node_names: Sequence[str] | None = None
     nodes: Sequence[JsonObject] | None = None
     failed: Mapping[str, str] | None = None
+    """``FailedNodes``: refused, but evicting pods could make room (preemption candidates)."""
+    unresolvable: Mapping[str, str] | None = None
+    """``FailedAndUnresolvableNodes``: no eviction could help (``None`` when there is none)."""
     error: str = ""
 
 
@@ -98,6 +121,12 @@ class _Refused(Exception):  # noqa: N818 - control flow inside this module
         super().__init__(message)
         self.message = message
         self.reason = reason
+
+
+def _reply(names: Sequence[str] | None, split: Split) -> FilterReply:
+    return FilterReply(
+        node_names=names, failed=split.failed, unresolvable=split.unresolvable or None
+    )
 
 
 class FilterService:
@@ -129,6 +158,7 @@ class FilterService:
         self._watches = watches
         self._clock = clock
         self.memo = SelectMemo()
+        self._empties = EmptyNodes()
 
     # -- filter ------------------------------------------------------------------------------
     async def filter(self, args: ExtenderArgs) -> FilterReply:
@@ -197,21 +227,32 @@ class FilterService:
             self.pending.drop(pod.uid)
             self._cache.release(pod.uid)
         plan = self._plan(pod, requests, quota=True)
-        failed, candidates = self._screen(args.node_names, plan, joint)
-        selection = choose(plan, joint, self._cache.fleet, candidates, memo=self.memo)
-        failed.update(resolved(selection.failed))
+        refused, candidates = self._screen(args.node_names, plan, joint)
+        fleet = self._cache.fleet_for(pod.uid, pod.priority)
+        selection = choose(plan, joint, fleet, candidates, memo=self.memo)
+        failed = {**refused, **resolved(selection.failed)}
         self._metrics.reject(failed.values())
         if selection.node is None or selection.decision is None:
+            # kube-scheduler preempts only for a pod no node fits: only then does the split
+            # matter (it costs a decision on an empty copy of each refused node).
+            split = split_unresolvable(
+                failed, plan, joint, fleet, refused=refused, empties=self._empties
+            )
             self._events.filtering_failed(pod, failed)
-            log.info("filter_unschedulable", pod=pod.key, failed=len(failed))
-            return FilterReply(node_names=None, failed=failed), "unschedulable"
+            log.info(
+                "filter_unschedulable",
+                pod=pod.key,
+                failed=len(split.failed),
+                unresolvable=len(split.unresolvable),
+            )
+            return _reply(None, split), "unschedulable"
         if self._mode == "all":
             fitting = list(selection.fitting)
             if pod.uid:
                 self.pending.put(pod, None)
             self._events.filtering_succeeded(pod, selection.node, selection.fitting, len(failed))
             log.info("filter_fitting", pod=pod.key, fitting=len(fitting), failed=len(failed))
-            return FilterReply(node_names=fitting, failed=failed), "scheduled"
+            return _reply(fitting, Split(failed)), "scheduled"
         record = record_of(
             selection.decision,
             plan,
@@ -231,7 +272,7 @@ class FilterService:
             fitting=len(selection.fitting),
             failed=len(failed),
         )
-        return FilterReply(node_names=[selection.node], failed=failed), "scheduled"
+        return _reply([selection.node], Split(failed)), "scheduled"
 
     def _screen(
         self, names: Sequence[str], plan: PodPlan, joint: JointRequest
@@ -261,7 +302,10 @@ class FilterService:
         selection = choose(plan, joint, given.fleet, list(given.objects))
         failed = {**given.failed, **resolved(selection.failed)}
         if selection.node is None:
-            return FilterReply(nodes=None, failed=failed)
+            split = split_unresolvable(failed, plan, joint, given.fleet, refused=given.failed)
+            return FilterReply(
+                nodes=None, failed=split.failed, unresolvable=split.unresolvable or None
+            )
         picked = list(selection.fitting) if self._mode == "all" else [selection.node]
         return FilterReply(nodes=[given.objects[name] for name in picked], failed=failed)
 

@@ -110,7 +110,11 @@ async def _filter(request: web.Request, body: bytes) -> web.Response:
     reply = await state.filters.filter(decode_extender_args(body))
     return _json(
         encode_filter_result(
-            node_names=reply.node_names, nodes=reply.nodes, failed=reply.failed, error=reply.error
+            node_names=reply.node_names,
+            nodes=reply.nodes,
+            failed=reply.failed,
+            failed_unresolvable=reply.unresolvable,
+            error=reply.error,
         )
     )
 

@@ -30,7 +30,9 @@ and say why.
    our NVIDIA plugin writes that annotation: other vendors' locks are taken there all the same;
 5. no decision yet (``--filter-mode all``, or none kept): decide for this node now from the
    cache — HAMi's or the joint GPU + NIC one by the filter's own rule
-   (:mod:`hami_scheduler.core.joint.route`) — and assume it;
+   (:mod:`hami_scheduler.core.joint.route`), on the node as the filter sees it (what is held
+   for nominated preemptors of equal or higher priority counts:
+   :meth:`~hami_scheduler.cache.view.SchedulerCache.fleet_for`) — and assume it;
 6. POST ``pods/<name>/binding`` with ``metadata.uid`` as precondition and
    ``metadata.annotations`` = the decision's annotations (``hami.io/vgpu-node``,
    ``hami.io/vgpu-time``, every vendor's to-allocate and allocated lists, the RDMA and
@@ -378,7 +380,9 @@ class BindService:
         except ProtocolError as exc:
             raise _BindError(str(exc), "bad_annotation") from None
         problem = node_refusal(self._cache, node, plan, request)
-        decision = problem or decide_on(plan, request, self._cache.fleet, node)
+        # Capacity held for nominated pods of equal or higher priority counts here too.
+        fleet = self._cache.fleet_for(pod.uid, pod.priority)
+        decision = problem or decide_on(plan, request, fleet, node)
         if isinstance(decision, str):
             raise _BindError(f"node {node}: {decision}", "unschedulable")
         if not decision.fits:

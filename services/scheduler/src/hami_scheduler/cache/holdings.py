@@ -22,7 +22,7 @@ the namespace's quota ledger and the NICs with it — and costs O(devices of the
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami_scheduler.cache.pods import AllocationKey, Holding, PodFacts
 
@@ -49,6 +49,8 @@ class PodRecord:
     priority: int | None = None
     """``spec.priority`` once the pod was seen (``None``: known only by an assumed decision)."""
     started: float | None = None
+    terminating: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,9 @@ class Resident:
     priority: int | None
     """``None``: the pod was never seen, only assumed here; it cannot be ranked."""
     started: float | None
+    terminating: bool = False
+    """Being deleted: it holds its devices until it is gone."""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class PodHoldings:
@@ -98,6 +103,8 @@ class PodHoldings:
                         holding,
                         record.priority,
                         record.started,
+                        record.terminating,
+                        record.labels,
                     )
                 )
         return found
@@ -124,6 +131,7 @@ class PodHoldings:
         self._note_problems(facts.uid, record, facts.problems)
         record.observed = facts.holding
         record.priority, record.started = facts.priority, facts.started
+        record.terminating, record.labels = facts.terminating, facts.labels
         assumed = record.assumed
         if facts.terminal:
             record.assumed, record.released = None, frozenset()

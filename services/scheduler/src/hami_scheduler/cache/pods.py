@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from hami_kube.objects import PodView
@@ -191,6 +191,11 @@ class PodFacts:
     """``spec.priority`` (0 when unset, as kube-scheduler reads it): the preempt verb's rank."""
     started: float | None = None
     """``status.startTime`` in Unix seconds (``None``: not started, or unreadable)."""
+    terminating: bool = False
+    """``metadata.deletionTimestamp`` is set: the pod still holds its devices until it is gone,
+    but what it holds is on its way out (a nominated preemptor is placed as if it were)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The pod's labels (PodDisruptionBudgets select by them)."""
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -241,8 +246,18 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
     if pod.terminal:
         return PodFacts(uid, namespace, name, None, terminal=True)
     priority, started = pod.priority, start_time(pod)
+    terminating, labels = pod.deleting, pod.labels
     if not node:
-        return PodFacts(uid, namespace, name, None, priority=priority, started=started)
+        return PodFacts(
+            uid,
+            namespace,
+            name,
+            None,
+            priority=priority,
+            started=started,
+            terminating=terminating,
+            labels=labels,
+        )
     written: dict[str, str] = {}
     decoded: dict[str, PodSingleDevice] = {}
     problems: list[str] = []
@@ -288,6 +303,8 @@ def read_pod(obj: Mapping[str, Any], vendors: Sequence[Vendor]) -> PodFacts:
         problems=tuple(problems),
         priority=priority,
         started=started,
+        terminating=terminating,
+        labels=labels,
     )
 
 
@@ -354,10 +371,12 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
 
     The reflector keeps each watched object; without this a large cluster's pods (specs, env,
     volumes, managed fields, labels) would take gigabytes.  What stays: name, namespace, uid,
-    resourceVersion, ``hami.io/vgpu-node`` and the ``-devices-allocated`` annotations, the init
+    resourceVersion, the labels (PodDisruptionBudgets select by them), ``hami.io/vgpu-node`` and
+    the ``-devices-allocated`` annotations, the init
     containers (as empty entries, for their count), a terminal phase and the init containers'
     exit codes, what the preempt verb ranks victims by (``spec.priority``,
-    ``status.startTime``), and what the node lock's takeover rule reads of a lock owner
+    ``status.startTime``), a ``DisruptionTarget`` condition (the preemption Events), and what
+    the node lock's takeover rule reads of a lock owner
     (``spec.nodeName``, ``metadata.deletionTimestamp``, ``hami.io/bind-phase``,
     ``hami.io/bind-time`` and Cambricon's ``CAMBRICON_DSMLU_ASSIGNED``) —
     ``spec`` and ``status`` are left out entirely when they hold none of these.
@@ -383,11 +402,22 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
             kept[shared] = sys.intern(kept[shared])
     if kept:
         slim_meta["annotations"] = kept
+    labels = meta.get("labels")
+    if isinstance(labels, dict) and labels:
+        # PodDisruptionBudgets select victims by them (the preempt verb); interned, as most
+        # pods repeat their workload's few labels.
+        slim_meta["labels"] = {
+            sys.intern(k): sys.intern(v)
+            for k, v in labels.items()
+            if isinstance(k, str) and isinstance(v, str)
+        }
     inits = len(pod.init_containers)
     init_statuses = [
         {"state": {"terminated": {"exitCode": terminated.get("exitCode")}} if terminated else {}}
         for terminated in _init_terminations(pod)
     ]
+    # kube-scheduler marks its victims so before deleting them (the preemption Events read it).
+    disruption = [c for c in pod.conditions if c.get("type") == "DisruptionTarget"]
     terminal, phase, node = pod.terminal, pod.phase, pod.node_name
     priority, started = pod.spec.get("priority"), pod.status.get("startTime")
     obj.clear()
@@ -408,5 +438,7 @@ def slim_pod(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
         slim_status["initContainerStatuses"] = init_statuses
     if isinstance(started, str):
         slim_status["startTime"] = started
+    if disruption:
+        slim_status["conditions"] = [dict(c) for c in disruption]
     if slim_status:
         obj["status"] = slim_status

@@ -14,12 +14,16 @@
   ``nics`` maps node name → :class:`~hami_scheduler.core.joint.nics.NicUsage`, the mapping
   :func:`~hami_scheduler.core.joint.decide.select_joint` reads; a pod's holding carries its NIC
   part, so assumptions, releases and deletions move it together with the GPU usage;
-* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaLimitCache`).
+* the ResourceQuota limits (:class:`~hami_scheduler.cache.quotas.QuotaLimitCache`);
+* the pending pods nominated to a node (:class:`~hami_scheduler.cache.nominated.Nominations`)
+  and the PodDisruptionBudgets (:class:`~hami_scheduler.cache.budgets.DisruptionBudgets`).
 
 :attr:`SchedulerCache.fleet` is all of it as the selection rule reads it
-(:class:`~hami_scheduler.core.joint.route.Fleet`); :meth:`SchedulerCache.simulated` builds a
-throw-away one from Node objects given in a request, with the usage known for those names
-(:mod:`hami_scheduler.cache.simulation`).
+(:class:`~hami_scheduler.core.joint.route.Fleet`), and :meth:`SchedulerCache.fleet_for` the
+same as one pod sees it — with the devices held for nominated preemptors of equal or higher
+priority counted: the one place the filter, the bind and the preempt verb read a node's state.
+:meth:`SchedulerCache.simulated` builds a throw-away one from Node objects given in a request,
+with the usage known for those names (:mod:`hami_scheduler.cache.simulation`).
 
 Every event costs O(devices of the pod or node): a pod event shifts one node's usage, a node
 event rebuilds only that node (and only when its registration, cordon or pair scores changed).
@@ -39,10 +43,12 @@ from hami_kube.resources import JsonObject
 from hami_kube.timefmt import utc_now
 from hami_protocol.selectors import EVERYTHING, LabelSelector
 from hami_protocol.vendor.table import METAX_SGPU, Vendor
+from hami_scheduler.cache.budgets import DisruptionBudgets
 from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
 from hami_scheduler.cache.holdings import PodHoldings, PodProblem, Resident
 from hami_scheduler.cache.nics import NicCache
 from hami_scheduler.cache.nodes import NodeFacts, read_node
+from hami_scheduler.cache.nominated import Nominations
 from hami_scheduler.cache.pods import AllocationKey, Holding, read_pod
 from hami_scheduler.cache.quotas import QuotaLimitCache
 from hami_scheduler.cache.simulation import Simulation, simulate
@@ -100,6 +106,10 @@ class SchedulerCache:
         self.troubled: set[str] = set()
         """Nodes with a malformed register annotation or a vendor marked unavailable: the
         filter asks :meth:`node_problem` (and :meth:`nic_problem`) about these only."""
+        self.nominations = Nominations()
+        """Pending pods nominated to a node, and what is held for them there."""
+        self.budgets = DisruptionBudgets()
+        """The PodDisruptionBudgets (the preempt verb ranks victims by them)."""
 
     @property
     def nics(self) -> Mapping[str, NicUsage]:
@@ -115,6 +125,39 @@ class SchedulerCache:
     def fleet(self) -> Fleet:
         """The cached nodes, as the selection rule reads them (a view: it follows the cache)."""
         return Fleet(self.nodes, self.nic.usages, self.nic.gpu_claimed, self._facts)
+
+    def fleet_for(self, uid: str, priority: int) -> Fleet:
+        """The cached nodes as pod ``uid`` of ``priority`` sees them: on a node some other pod
+        of equal or higher priority is nominated to, what is held for it counts
+        (:mod:`~hami_scheduler.cache.nominated`).  The one place every verb that decides —
+        the filter, the bind, the preempt verb — reads a node's state from.
+
+        Cost: O(1) without nominated pods; else O(nodes they are nominated to) plus one copy
+        of the node mapping when a hold applies (a few tens of µs at 5,000 nodes)."""
+        fleet = self.fleet
+        if not len(self.nominations):
+            return fleet
+        adjusted: dict[str, NodeUsage] = {}
+        for name in self.nominations.nodes:
+            node = self.nodes.get(name)
+            if node is not None:
+                held = self.held_node(node, uid, priority)
+                if held is not node:
+                    adjusted[name] = held
+        if not adjusted:
+            return fleet
+        return Fleet({**self.nodes, **adjusted}, fleet.nics, fleet.gpu_claimed, fleet.seen)
+
+    def held_node(self, node: NodeUsage, uid: str, priority: int) -> NodeUsage:
+        """``node`` as pod ``uid`` of ``priority`` sees it (see :meth:`fleet_for`)."""
+        name = node.layout.name
+        nominees = self.nominations.placed(name, uid, priority, self._holdings.holding)
+        if not nominees:
+            return node
+        held, _ = self.nominations.node_for(
+            node, nominees, self._holdings.residents(name), self.nic.usages.get(name)
+        )
+        return held
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -342,6 +385,20 @@ class SchedulerCache:
             self.ledger.add(new.namespace, new.usage)
             if new.nics is not None:
                 self.nic.hold(uid, new.node, new.nics)
+
+    # -- nominated pods and disruption budgets -------------------------------------------------
+    def upsert_nominated(self, obj: Mapping[str, Any]) -> None:
+        """A pod of the nominated-pods watch was added or changed."""
+        self.nominations.observe(obj)
+
+    def remove_nominated(self, obj: Mapping[str, Any]) -> None:
+        self.nominations.drop(PodView(obj).uid)
+
+    def upsert_budget(self, obj: Mapping[str, Any]) -> None:
+        self.budgets.upsert(obj)
+
+    def remove_budget(self, obj: Mapping[str, Any]) -> None:
+        self.budgets.remove(obj)
 
     # -- quotas ------------------------------------------------------------------------------
     def upsert_quota(self, obj: Mapping[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Feeds the :class:`~hami_scheduler.cache.view.SchedulerCache` from three watches.
+"""Feeds the :class:`~hami_scheduler.cache.view.SchedulerCache` from five watches.
 
 * every Node (the ``--node-label-selector`` is applied by the cache, so a node that loses its
   label leaves the cache on its next event);
@@ -10,11 +10,16 @@
   and so is a pod whose decision arrives with its Binding, while memory holds only placed pods.
   Unbound pods never reach this process: a decision is counted from the filter's assumption
   until its Binding shows up here;
-* every ResourceQuota.
+* every ResourceQuota;
+* every pod with a nomination (``fieldSelector=status.nominatedNodeName!=``), of which only the
+  pending ones are kept (:func:`~hami_scheduler.cache.nominated.nominated`: unbound, not being
+  deleted) — the preemptors the cache holds freed devices for; kept whole, they are few;
+* every ``policy/v1`` PodDisruptionBudget (the preempt verb ranks victims by them).
 
 ``listeners`` (the bind's :class:`~hami_scheduler.nodelock.waits.LockWaits` and
 :class:`~hami_scheduler.nodelock.owners.LockOwners`) hear of every node event and every event of a
-kept pod, after the cache has applied it.
+kept pod, after the cache has applied it; ``nominee_listeners`` of every event of a nominated
+pod (deleted or no longer pending: ``deleted=True``).
 
 Objects are stripped to the fields the cache reads before the reflector keeps them
 (:func:`~hami_scheduler.cache.pods.slim_pod`, :func:`~hami_scheduler.cache.nodes.slim_node`), the
@@ -26,21 +31,28 @@ in stream order on the event loop, so the cache needs no locking.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upserting
-from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject
+from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject, Resource
 from hami_kube.rest import KubeClient
 from hami_protocol.pod.allocation import allocation_keys
 from hami_scheduler.cache.nodes import slim_node
+from hami_scheduler.cache.nominated import nominated
 from hami_scheduler.cache.pods import carries_allocation, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 
-__all__ = ["BOUND_PODS", "CacheListener", "CacheWatcher"]
+__all__ = ["BOUND_PODS", "NOMINATED_PODS", "PDBS", "CacheListener", "CacheWatcher"]
 
 BOUND_PODS: Final = "spec.nodeName!="
 """The pod watch's field selector: every pod bound to a node."""
+NOMINATED_PODS: Final = "status.nominatedNodeName!="
+"""The nominated-pods watch's field selector: every pod with a nomination."""
+PDBS: Final = Resource("poddisruptionbudgets", "PodDisruptionBudget", group="policy")
+
+NomineeListener = Callable[[JsonObject, bool], None]
+"""``(pod, deleted)`` — told of every event of the nominated-pods watch."""
 
 
 class CacheListener(Protocol):
@@ -61,6 +73,7 @@ class CacheWatcher(ReflectorGroup):
         *,
         config: ReflectorConfig | None = None,
         listeners: Sequence[CacheListener] = (),
+        nominee_listeners: Sequence[NomineeListener] = (),
     ) -> None:
         base = config or ReflectorConfig()
         vendors = cache.vendors
@@ -92,30 +105,55 @@ class CacheWatcher(ReflectorGroup):
         def placed(obj: JsonObject) -> bool:
             return carries_allocation(obj, allocation)
 
-        self.nodes = Reflector(
-            client,
-            NODES,
-            config=base,
-            handlers=[upserting(upsert_node, remove_node)],
-            name="scheduler-nodes",
+        def upsert_nominee(obj: JsonObject) -> None:
+            cache.upsert_nominated(obj)
+            for listener in nominee_listeners:
+                listener(obj, False)
+
+        def remove_nominee(obj: JsonObject) -> None:
+            cache.remove_nominated(obj)
+            for listener in nominee_listeners:
+                listener(obj, True)
+
+        def pending(obj: JsonObject) -> bool:
+            return nominated(obj) is not None
+
+        def watch(
+            resource: Resource,
+            name: str,
+            upsert: Callable[[JsonObject], None],
+            remove: Callable[[JsonObject], None],
+            config: ReflectorConfig = base,
+        ) -> Reflector:
+            handlers = [upserting(upsert, remove)]
+            return Reflector(client, resource, config=config, handlers=handlers, name=name)
+
+        def pods(selector: str, keep: Callable[[JsonObject], bool]) -> ReflectorConfig:
+            return dataclasses.replace(
+                base, label_selector=None, field_selector=selector, keep=keep
+            )
+
+        unlabelled = dataclasses.replace(base, label_selector=None)
+        self.nodes = watch(NODES, "scheduler-nodes", upsert_node, remove_node)
+        self.pods = watch(PODS, "scheduler-pods", upsert_pod, remove_pod, pods(BOUND_PODS, placed))
+        self.quotas = watch(
+            RESOURCE_QUOTAS, "scheduler-resourcequotas", cache.upsert_quota, cache.remove_quota
         )
-        self.pods = Reflector(
-            client,
+        self.nominated = watch(
             PODS,
-            config=dataclasses.replace(
-                base, label_selector=None, field_selector=BOUND_PODS, keep=placed
-            ),
-            handlers=[upserting(upsert_pod, remove_pod)],
-            name="scheduler-pods",
+            "scheduler-nominated-pods",
+            upsert_nominee,
+            remove_nominee,
+            pods(NOMINATED_PODS, pending),
         )
-        self.quotas = Reflector(
-            client,
-            RESOURCE_QUOTAS,
-            config=base,
-            handlers=[upserting(cache.upsert_quota, cache.remove_quota)],
-            name="scheduler-resourcequotas",
+        self.budgets = watch(
+            PDBS,
+            "scheduler-poddisruptionbudgets",
+            cache.upsert_budget,
+            cache.remove_budget,
+            unlabelled,
         )
-        super().__init__(self.nodes, self.pods, self.quotas)
+        super().__init__(self.nodes, self.pods, self.quotas, self.nominated, self.budgets)
 
     def ready(self) -> bool:
         """``/readyz``: every watch has completed its first list."""

@@ -6,22 +6,43 @@
   handshake (for the vendors the pod asks), an unreadable ``hami.io/node-rdma-register`` (for a
   pod asking for NICs);
 * :func:`record_of` — either kind of decision as the annotations the Binding carries and the
-  holding to assume.
+  holding to assume;
+* :func:`hold_planner` — how the cache plans a nominated preemptor to hold devices for it
+  (:mod:`hami_scheduler.cache.nominated`).
 """
 
 from __future__ import annotations
 
 from hami_kube.objects import PodView
 from hami_protocol.config.device import DeviceConfig
+from hami_protocol.errors import ProtocolError
+from hami_scheduler.cache.nominated import HoldPlanner
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import NodeDecision, PodPlan, build_node_usage
 from hami_scheduler.core.joint.decide import JointDecision
-from hami_scheduler.core.joint.hints import JointRequest
+from hami_scheduler.core.joint.hints import JointRequest, koord_requests
 from hami_scheduler.core.joint.route import Fleet, nics_of
-from hami_scheduler.selection.joint_plan import joint_record
-from hami_scheduler.selection.plan import DecisionRecord, decision_record
+from hami_scheduler.selection.joint_plan import joint_record, joint_request, managed
+from hami_scheduler.selection.plan import DecisionRecord, Planner, decision_record
 
-__all__ = ["node_refusal", "record_of"]
+__all__ = ["hold_planner", "node_refusal", "record_of"]
+
+
+def hold_planner(planner: Planner, cache: SchedulerCache) -> HoldPlanner:
+    """A nominated pod's plan as its own filter makes it, without the namespace quota (its
+    filter judged that); ``None`` for a pod asking no managed device or not readable."""
+
+    def plan_of(pod: PodView) -> tuple[PodPlan, JointRequest] | None:
+        try:
+            requests, koord = planner.requests(pod.raw), koord_requests(pod.raw)
+            if not managed(requests, koord):
+                return None
+            plan = planner.plan(pod, requests, sgpu_state=cache.sgpu_state)
+            return plan, joint_request(pod, plan, koord)
+        except ProtocolError:
+            return None
+
+    return plan_of
 
 
 def node_refusal(
