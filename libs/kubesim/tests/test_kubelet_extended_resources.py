@@ -109,9 +109,8 @@ async def test_the_stand_in_follows_patched_capacity_and_refuses_what_does_not_f
             "requested: 600, used: 600, capacity: 1000"
         )
         events = [e for e in sim.server.list("events") if e.get("reason") == status["reason"]]
-        assert events and events[0]["message"] == status["message"].removeprefix(
-            "Pod was rejected: "
-        )
+        assert events
+        assert events[0]["message"] == status["message"].removeprefix("Pod was rejected: ")
         # Taken out of capacity: allocatable loses it, and a pod naming it is admitted again.
         await _advertise(sim, {MEM: None})
         await eventually(lambda: MEM not in _allocatable(sim), what="allocatable drops it")

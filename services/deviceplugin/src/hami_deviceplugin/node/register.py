@@ -42,6 +42,7 @@ from hami_deviceplugin.gpu.mig.model import registered_profiles
 from hami_protocol.config.device import MigProfileAllow
 from hami_protocol.config.mig_allowlist import allowed_mig_profiles
 from hami_protocol.config.node import FilterDevices, NodeSettings
+from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import (
     NODE_ALLOCATE_IDENTITY,
     NVIDIA_HANDSHAKE,
@@ -49,14 +50,13 @@ from hami_protocol.keys import (
     NVIDIA_SCORE,
     RDMA_REGISTER,
 )
-from hami_protocol.errors import ProtocolError
 from hami_protocol.node.handshake import format_reported, parse_handshake
 from hami_protocol.node.identity import format_identity, identity_needs_stamp
 from hami_protocol.node.pairscore import encode_pair_scores
 from hami_protocol.node.registry import DeviceInfo, MigProfile, encode_node_devices_json
 from hami_protocol.request.quantity import json_quantity
-from hami_protocol.totals import TOTALS_RESOURCES, Totals
 from hami_protocol.topology.links import AsymmetricPair, LinkTable, pair_scores
+from hami_protocol.totals import TOTALS_RESOURCES, Totals
 
 __all__ = [
     "annotations_to_write",
