@@ -87,19 +87,23 @@ def _status(sim: RunningApiServer, name: str) -> dict[str, Any]:
     return found
 
 
+async def _admitted(sim: RunningApiServer, name: str, limits: dict[str, str]) -> None:
+    """Create a pod bound to the node and wait until the kubelet admitted or refused it."""
+    body = pod(name, limits)
+    del body["metadata"]["uid"]
+    body["spec"]["nodeName"] = TEST_NODE
+    await sim.server.create("pods", body)
+    await eventually(lambda: pod_phase(sim, name) in ("Running", "Failed"), what=f"{name} settled")
+
+
 async def test_the_stand_in_follows_patched_capacity_and_refuses_what_does_not_fit(
     tmp_path: Path,
 ) -> None:
     async with kubelet_on_node(tmp_path / "plugins") as (sim, _):
         await _advertise(sim, {MEM: "1000"})
         await eventually(lambda: _allocatable(sim).get(MEM) == "1000", what="allocatable follows")
-        for name, memory in (("first", "600"), ("second", "600")):
-            body = pod(name, {MEM: memory})
-            body["metadata"].pop("uid")
-            await sim.server.create(
-                "pods", {**body, "spec": {**body["spec"], "nodeName": TEST_NODE}}
-            )
-            await eventually(lambda n=name: pod_phase(sim, n) in ("Running", "Failed"), what=name)
+        await _admitted(sim, "first", {MEM: "600"})
+        await _admitted(sim, "second", {MEM: "600"})
         assert pod_phase(sim, "first") == "Running"
         assert pod_phase(sim, "second") == "Failed"
         status = _status(sim, "second")
