@@ -88,3 +88,29 @@ async def test_mode_off_removes_totals_a_previous_run_left(
     async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=False):
         await eventually(lambda: _totals(sim) == (None, None), what="stale totals removed")
         await eventually(lambda: _totals(sim, "allocatable") == (None, None), what="alloc too")
+
+
+async def test_mode_off_without_the_right_gives_up_the_removal_once(
+    sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
+) -> None:
+    await sim.server.patch(
+        "nodes",
+        NODE,
+        {"status": {"capacity": {NVIDIA_MEMORY: "99999"}}},
+        patch_type="merge",
+        subresource="status",
+    )
+    # The chart grants nodes/status only with the mode on.
+    sim.server.inject_error("patch", "nodes/status", code=403)
+    async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=False) as (_, plugin):
+        syncs = plugin.metrics.register_syncs
+        await eventually(
+            lambda: syncs.labels(outcome="patched")._value.get() >= 1, what="a pass succeeded"
+        )
+        # One refused removal, then no more tries: no pass failed, no second PATCH was sent.
+        await plugin.registrar.sync_once()
+        assert syncs.labels(outcome="error")._value.get() == 0
+        assert _status(sim, "capacity")[NVIDIA_MEMORY] == "99999"
+        counts = sim.server.requests.counts()
+        mine = counts.count(client="hami-deviceplugin", verb="PATCH", subresource="status")
+        assert mine == 1

@@ -47,7 +47,7 @@ from hami_deviceplugin.node.register import (
 )
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
-from hami_kube.errors import KubeError
+from hami_kube.errors import ForbiddenError, KubeError
 from hami_kube.events import EventRecorder, EventType, ObjectReference
 from hami_kube.objects import NodeView, key_for
 from hami_kube.patch import patch_metadata
@@ -108,6 +108,8 @@ class Registrar:
         self._wake = asyncio.Event()
         self._mig_allowlist = tuple(mig_allowlist)
         self._capacity_totals = capacity_totals
+        self._remove_stale = True
+        """Mode off: still try to remove totals a previous run left (until refused)."""
         self._register = register_value(inventory.gpus, node, mig_allowlist=self._mig_allowlist)
         self._totals = self._totals_of(self._register)
         self._rdma_register: str | None = None
@@ -193,6 +195,8 @@ class Registrar:
         self._wake.set()
 
     def _capacity_writes(self, node: Mapping[str, Any]) -> dict[str, str | None]:
+        if self._totals is None and not self._remove_stale:
+            return {}
         return capacity_to_write(NodeView(node).capacity, self._totals)
 
     def observe_node(self, node: Mapping[str, Any]) -> None:
@@ -217,15 +221,7 @@ class Registrar:
                 log.info("node annotations written", keys=sorted(writes))
             capacity = self._capacity_writes(node)
             if capacity:
-                await self._client.patch(
-                    NODES,
-                    self._node_name,
-                    {"status": {"capacity": capacity}},
-                    patch_type=PatchType.MERGE,
-                    subresource="status",
-                )
-                self.patches += 1
-                log.info("node capacity totals written", capacity=capacity)
+                await self._write_capacity(capacity)
         except (KubeError, ProtocolError) as exc:
             self._metrics.register_syncs.labels(outcome="error").inc()
             log.warning("node registration failed", node=self._node_name, error=str(exc))
@@ -235,6 +231,31 @@ class Registrar:
         patched = bool(writes or capacity)
         self._metrics.register_syncs.labels(outcome="patched" if patched else "unchanged").inc()
         return True
+
+    async def _write_capacity(self, capacity: Mapping[str, str | None]) -> None:
+        """Merge-patch the totals into node status.  With the mode off this only removes what a
+        previous run left, and the chart grants ``nodes/status`` only with the mode on: a
+        refusal is then logged once and the removal given up, not retried every pass."""
+        try:
+            await self._client.patch(
+                NODES,
+                self._node_name,
+                {"status": {"capacity": dict(capacity)}},
+                patch_type=PatchType.MERGE,
+                subresource="status",
+            )
+        except ForbiddenError as exc:
+            if self._totals is not None:
+                raise
+            log.warning(
+                "stale capacity totals not removed: no right to patch nodes/status",
+                node=self._node_name,
+                error=str(exc),
+            )
+            self._remove_stale = False
+            return
+        self.patches += 1
+        log.info("node capacity totals written", capacity=dict(capacity))
 
     async def withdraw_identity(self) -> None:
         """On a graceful exit: remove ``hami.io/node-allocate-identity`` if this plugin said it,
