@@ -152,3 +152,11 @@ def test_capacity_totals_make_kube_scheduler_count_gpus_and_totals(render: Rende
     (profile,) = parsed.profiles
     assert profile.ignored_resources.isdisjoint({"nvidia.com/gpu", NVIDIA_MEMORY, NVIDIA_CORES})
     assert "nvidia.com/gpumem" in profile.ignored_resources
+
+
+def test_kubesim_stack_runs_what_the_chart_renders_in_the_mode(render: RenderFn) -> None:
+    from hami_kubesim.stack.system.spec import capacity_totals_document
+
+    on = {"global": {"capacityTotals": True}}
+    rendered = yaml.safe_load(rendered_config(render, on, namespace="kube-system"))
+    assert rendered == capacity_totals_document(yaml.safe_load(CONFIG_FILE.read_text()))
