@@ -45,6 +45,12 @@ def _status(sim: RunningApiServer, section: str) -> dict[str, Any]:
     return dict(view.capacity if section == "capacity" else view.allocatable)
 
 
+async def _set_capacity(sim: RunningApiServer, values: dict[str, str]) -> None:
+    """Patch the node's status capacity as a kubelet or an earlier run would leave it."""
+    body = {"status": {"capacity": values}}
+    await sim.server.patch("nodes", NODE, body, patch_type="merge", subresource="status")
+
+
 def _totals(sim: RunningApiServer, section: str = "capacity") -> tuple[Any, Any]:
     values = _status(sim, section)
     return values.get(NVIDIA_MEMORY), values.get(NVIDIA_CORES)
@@ -65,26 +71,14 @@ async def test_totals_follow_the_devices_and_survive_the_kubelet(
         write_devices(devices, [gpu(UUIDS[0], 0), gpu(UUIDS[1], 1, healthy=False)])
         await eventually(lambda: _totals(sim) == ("16384", "100"), what="unhealthy GPU dropped")
         # The kubelet zeroes extended resources when the node object is re-created.
-        await sim.server.patch(
-            "nodes",
-            NODE,
-            {"status": {"capacity": {NVIDIA_MEMORY: "0", NVIDIA_CORES: "0"}}},
-            patch_type="merge",
-            subresource="status",
-        )
+        await _set_capacity(sim, {NVIDIA_MEMORY: "0", NVIDIA_CORES: "0"})
         await eventually(lambda: _totals(sim) == ("16384", "100"), what="totals written again")
 
 
 async def test_mode_off_removes_totals_a_previous_run_left(
     sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
 ) -> None:
-    await sim.server.patch(
-        "nodes",
-        NODE,
-        {"status": {"capacity": {NVIDIA_MEMORY: "99999", NVIDIA_CORES: "800"}}},
-        patch_type="merge",
-        subresource="status",
-    )
+    await _set_capacity(sim, {NVIDIA_MEMORY: "99999", NVIDIA_CORES: "800"})
     async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=False):
         await eventually(lambda: _totals(sim) == (None, None), what="stale totals removed")
         await eventually(lambda: _totals(sim, "allocatable") == (None, None), what="alloc too")
@@ -93,13 +87,7 @@ async def test_mode_off_removes_totals_a_previous_run_left(
 async def test_mode_off_without_the_right_gives_up_the_removal_once(
     sim: RunningApiServer, plugin_dir: Path, host_root: Path, devices: Path
 ) -> None:
-    await sim.server.patch(
-        "nodes",
-        NODE,
-        {"status": {"capacity": {NVIDIA_MEMORY: "99999"}}},
-        patch_type="merge",
-        subresource="status",
-    )
+    await _set_capacity(sim, {NVIDIA_MEMORY: "99999"})
     # The chart grants nodes/status only with the mode on.
     sim.server.inject_error("patch", "nodes/status", code=403)
     async with node_stack(sim, plugin_dir, host_root, devices, pod_resources=False) as (_, plugin):

@@ -22,6 +22,8 @@ from hami_protocol.totals import ZERO, Totals, node_totals, pod_totals
 from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
 from hami_scheduler.core import apply_usage, build_node_usage, decide_node, decision_usage, pod_plan
 
+from .core_helpers import gpu
+
 NVIDIA = nvidia_vendor(NvidiaConfig())
 
 
@@ -53,22 +55,12 @@ devices_st = st.lists(
 ).map(_devices)
 
 
-def _container(
-    name: str, nums: int, mem: int | None, pct: int | None, cores: int | None
-) -> dict[str, Any]:
-    limits: dict[str, str] = {"nvidia.com/gpu": str(nums)}
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = str(mem)
-    if pct is not None:
-        limits["nvidia.com/gpumem-percentage"] = str(pct)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    return {"name": name, "resources": {"limits": limits}}
+def _container(nums: int, mem: int | None, pct: int | None, cores: int | None) -> dict[str, Any]:
+    return {"name": "c", **gpu(nums, mem=mem, cores=cores, pct=pct)}
 
 
 container_st = st.builds(
     _container,
-    st.just("c"),
     st.integers(1, 2),
     st.none() | st.integers(1, 12000),
     st.none() | st.integers(1, 100),
