@@ -127,6 +127,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         "devices": {"ascend": {"runtimeClassName": "ascend"}, "mthreads": {"memoryPerCard": 160}},
     },
     "no-monitor": NO_MONITOR,
+    "capacity-totals": {"global": {"capacityTotals": True}},
 }
 
 
@@ -514,6 +515,21 @@ def test_device_plugin_rbac(render: RenderFn) -> None:
         ("", "nodes", ("get", "list", "patch", "watch")),
         ("", "events", ("create", "patch")),
     }
+
+
+def test_capacity_totals_value_turns_the_mode_on_everywhere(render: RenderFn) -> None:
+    off, on = render(), render({"global": {"capacityTotals": True}})
+    for rendered, value in ((off, None), (on, "true")):
+        plugin = container(rendered.one("DaemonSet", "demo-hami-device-plugin"), "device-plugin")
+        webhook = container(rendered.one("Deployment", "demo-hami-webhook"), "webhook")
+        assert flag(plugin["args"], "--advertise-capacity-totals") == value
+        assert flag(webhook["args"], "--write-capacity-totals") == value
+    # Only the device plugin gets nodes/status, and only in this mode.
+    assert rules_of(on, "demo-hami-device-plugin") == rules_of(off, "demo-hami-device-plugin") | {
+        ("", "nodes/status", ("patch",))
+    }
+    assert rules_of(on, "demo-hami-scheduler") == rules_of(off, "demo-hami-scheduler")
+    assert rules_of(on, "demo-hami-webhook") == rules_of(off, "demo-hami-webhook")
 
 
 @pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))

@@ -30,7 +30,12 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         "global": {"schedulerName": "gpu-scheduler"},
     },
     "campaign": {"scheduler": {"kubeScheduler": {"enabled": False}}},
+    "capacity-totals": {"global": {"capacityTotals": True}},
 }
+
+
+def capacity_totals(values: dict[str, Any] | None) -> bool:
+    return bool((values or {}).get("global", {}).get("capacityTotals", False))
 
 
 @pytest.fixture
@@ -91,6 +96,7 @@ def test_webhook_args_parse(render: RenderFn, root: Path, values: dict[str, Any]
     assert settings.rules.force_overwrite_default_scheduler is webhook_values.get(
         "forceOverwriteDefaultScheduler", True
     )
+    assert settings.rules.capacity_totals is capacity_totals(values)
 
 
 @pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))
@@ -112,6 +118,7 @@ def test_device_plugin_args_parse(
     assert settings.disable_core_limit is plugin_values.get("disablecorelimit", False)
     assert settings.hook_path == "/usr/local"
     assert settings.metrics_bind_address == ":9397"
+    assert settings.advertise_capacity_totals is capacity_totals(values)
 
 
 @pytest.mark.parametrize("values", list(VALUE_SETS.values()), ids=list(VALUE_SETS))

@@ -15,6 +15,7 @@ from hami_kubesim.scheduler.config import (
 )
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
 from hami_protocol.config.device import parse_device_config
+from hami_protocol.totals import NVIDIA_CORES, NVIDIA_MEMORY
 from hami_protocol.vendor.table import vendors_from_config
 
 from .conftest import RenderFn
@@ -128,3 +129,34 @@ def test_filter_mode_all_asks_the_extender_to_prioritize(render: RenderFn) -> No
     assert document["extenders"][0]["prioritizeVerb"] == "prioritize"
     parsed = parse_scheduler_config(rendered_config(render, values))
     assert parsed.extenders[0].prioritize_verb == "prioritize"
+
+
+def test_capacity_totals_make_kube_scheduler_count_gpus_and_totals(render: RenderFn) -> None:
+    on = {"global": {"capacityTotals": True}}
+    document = yaml.safe_load(rendered_config(render, on, namespace="kube-system"))
+    original = yaml.safe_load(CONFIG_FILE.read_text())
+    (extender,) = document["extenders"]
+    (before,) = original["extenders"]
+    counted = {r["name"] for r in extender["managedResources"] if r["ignoredByScheduler"] is False}
+    assert counted == {"nvidia.com/gpu", NVIDIA_MEMORY, NVIDIA_CORES}
+    # Every other resource as in the file, in its order, the two totals last.
+    names = [r["name"] for r in extender["managedResources"]]
+    assert names == [r["name"] for r in before["managedResources"]] + [NVIDIA_MEMORY, NVIDIA_CORES]
+    extender.pop("managedResources")
+    before.pop("managedResources")
+    assert document == original
+    parsed = parse_scheduler_config(rendered_config(render, on))
+    (parsed_extender,) = parsed.extenders
+    gpu = ManagedResource("nvidia.com/gpu", ignored_by_scheduler=False)
+    assert gpu in parsed_extender.managed_resources
+    (profile,) = parsed.profiles
+    assert profile.ignored_resources.isdisjoint({"nvidia.com/gpu", NVIDIA_MEMORY, NVIDIA_CORES})
+    assert "nvidia.com/gpumem" in profile.ignored_resources
+
+
+def test_kubesim_stack_runs_what_the_chart_renders_in_the_mode(render: RenderFn) -> None:
+    from hami_kubesim.stack.system.spec import capacity_totals_document
+
+    on = {"global": {"capacityTotals": True}}
+    rendered = yaml.safe_load(rendered_config(render, on, namespace="kube-system"))
+    assert rendered == capacity_totals_document(yaml.safe_load(CONFIG_FILE.read_text()))

@@ -321,6 +321,7 @@ async def run(
             links=backend.links if settings.enable_topology_score else None,
             recorder=recorder,
             mig_allowlist=settings.mig_allowlist,
+            capacity_totals=settings.advertise_capacity_totals,
         )
         life.on_exit("pod-resources", pod_resources.close, within=CLOSE_S)
         life.on_exit("allocate-identity", registrar.withdraw_identity, within=CLOSE_S)

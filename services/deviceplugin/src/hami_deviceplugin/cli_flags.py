@@ -16,6 +16,10 @@ pod-resources API is asked which pod an Allocate is for.
 sets it when the scheduler's default GPU policy is ``topology-aware``) computes every GPU pair's
 link score and writes ``hami.io/node-nvidia-score``.
 
+``--advertise-capacity-totals`` (``HAMI_ADVERTISE_CAPACITY_TOTALS``, default false) keeps
+``hami.io/nvidia-memory`` and ``hami.io/nvidia-cores`` in the node's ``status.capacity`` (the
+capacity totals mode, docs/capacity.md); with it off they are removed where present.
+
 RDMA (a second plugin in the same process, see the README): ``--enable-rdma`` (``auto``, the
 default, serves it when NICs are found at start; ``true``; ``false``), ``--rdma-resource-name``
 (default ``koordinator.sh/rdma``), ``--rdma-socket-name`` (default from the resource name,
@@ -181,6 +185,14 @@ FLAGS: Final = (
         "write GPU pair link scores (hami.io/node-nvidia-score) for topology-aware placement",
         is_bool=True,
         env="ENABLE_TOPOLOGY_SCORE",
+    ),
+    Flag(
+        ("--advertise-capacity-totals",),
+        "advertise_capacity_totals",
+        "false",
+        "advertise hami.io/nvidia-memory and hami.io/nvidia-cores in node status capacity "
+        "(the capacity totals mode; off: remove them if a previous run left them)",
+        is_bool=True,
     ),
     Flag(
         ("--hook-path",),

@@ -106,6 +106,8 @@ class Settings:
     fail_on_init_error: bool = True
     enable_topology_score: bool = False
     """Compute GPU pair scores and write ``hami.io/node-nvidia-score``."""
+    advertise_capacity_totals: bool = False
+    """Keep ``hami.io/nvidia-memory`` / ``hami.io/nvidia-cores`` in node status capacity."""
     register_interval_s: float = 30.0
     register_retry_interval_s: float = 5.0
     kubelet_poll_interval_s: float = 1.0
@@ -280,6 +282,7 @@ def parse_settings(
             ),
             fail_on_init_error=bool(value["fail_on_init_error"]),
             enable_topology_score=bool(value["enable_topology_score"]),
+            advertise_capacity_totals=bool(value["advertise_capacity_totals"]),
             register_interval_s=float(value["register_interval"]),
             register_retry_interval_s=float(value["register_retry_interval"]),
             kubelet_poll_interval_s=float(value["kubelet_poll_interval"]),

@@ -36,7 +36,10 @@ The rules, in HAMi's order (pkg/scheduler/webhook.go and the NVIDIA ``MutateAdmi
    named → a placement's record on the pod (:func:`~hami_protocol.pod.allocation.placement_keys`:
    device lists, ``hami.io/vgpu-node``, bind phase and time, MIG reservations — a manifest copied
    from a placed pod) is removed (not in HAMi).
-7. Per vendor, memory = max(Σ app containers memory×count, largest init container) and the same
+7. With ``capacity_totals`` on (``--write-capacity-totals``): every container asking NVIDIA GPUs
+   gets ``hami.io/nvidia-memory`` / ``hami.io/nvidia-cores`` in limits and requests, any other
+   container loses them (:mod:`hami_webhook.totals`); values already there are overwritten.
+8. Per vendor, memory = max(Σ app containers memory×count, largest init container) and the same
    for cores; if that exceeds a namespace quota → denied ``exceeding resource quota: ...``.
 
 Deliberate differences from HAMi, each to keep the reply minimal or the rule consistent:
@@ -71,6 +74,7 @@ from hami_webhook.edits import set_limit as _set_limit
 from hami_webhook.edits import value as _value
 from hami_webhook.patch import PatchOp, copy_json, diff
 from hami_webhook.quota import QuotaView, check_quota
+from hami_webhook.totals import write_totals
 from hami_webhook.vendor_rules import (
     PodEdits,
     VendorRuleError,
@@ -115,11 +119,18 @@ class MutationRules:
     """Derived from ``devices`` and ``vendors`` when not given."""
     placement: frozenset[str] = frozenset()
     """Derived from ``vendors``: the annotations of a placement's record (rule 6)."""
+    capacity_totals: bool = False
+    """Write the capacity totals into the containers (rule 7); off by default."""
 
     def __post_init__(self) -> None:
         if self.vendor_rules is None:
             object.__setattr__(self, "vendor_rules", vendor_rule_set(self.devices, self.vendors))
         object.__setattr__(self, "placement", placement_keys(self.vendors))
+
+    @property
+    def nvidia_row(self) -> Vendor | None:
+        """The NVIDIA vendor row, if configured."""
+        return next((v for v in self.vendors if v.common_word == NVIDIA), None)
 
     @property
     def rule_set(self) -> VendorRuleSet:
@@ -249,7 +260,7 @@ def _mutate_containers(
     spec: dict[str, Any], rules: MutationRules, annotations: Mapping[str, str]
 ) -> _Scan:
     scan = _Scan()
-    nvidia = next((v for v in rules.vendors if v.common_word == NVIDIA), None)
+    nvidia = rules.nvidia_row
     others = tuple(v for v in rules.vendors if v.common_word != NVIDIA)
     for key in ("initContainers", "containers"):
         for ctr in spec.get(key) or ():
@@ -430,6 +441,11 @@ def admit_pod(
         mutated_spec["schedulerName"] = rules.scheduler_name
     if scan.has_devices and not spec.get("nodeName"):
         _drop_placement(mutated, annotations, rules.placement)
+    if rules.capacity_totals:
+        try:
+            write_totals(mutated_spec, rules.nvidia_row)
+        except ProtocolError as exc:
+            return _error(400, f"cannot decode pod: {exc}", key=exc.key, value=exc.value)
     if scan.has_devices and quota is not None and quota.has_limits(namespace):
         denial = _quota_denial(mutated, namespace, rules, quota)
         if denial is not None:

@@ -99,6 +99,16 @@ _FLAGS: Final = (
         True,
     ),
     Flag(
+        ("--write-capacity-totals",),
+        "write_capacity_totals",
+        "false",
+        "write each container's NVIDIA totals as hami.io/nvidia-memory and hami.io/nvidia-cores "
+        "(the capacity totals mode; the device plugin's --advertise-capacity-totals advertises "
+        "the node side)",
+        parse_bool,
+        True,
+    ),
+    Flag(
         ("--overwrite-env",),
         "overwrite_env",
         "false",
@@ -132,6 +142,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             nvidia=config.nvidia,
             vendors=vendors,
             devices=config,
+            capacity_totals=args.write_capacity_totals,
         ),
     )
 

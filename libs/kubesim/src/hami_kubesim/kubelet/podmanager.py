@@ -65,8 +65,12 @@ class PodManager:
 
     def active_pods(self) -> Sequence[ListedPod]:
         """``List``: the active pods and the devices their containers hold so far."""
+        return [listed_pod(pod, self._devices.pod_devices(pod.uid)) for pod in self.active_views()]
+
+    def active_views(self) -> list[PodView]:
+        """The active pods as the pod watch last showed them (the kubelet's ``GetActivePods``)."""
         return [
-            listed_pod(pod, self._devices.pod_devices(uid))
+            pod
             for uid, pod in self._managed()
             if not (pod.terminal or pod.deleting or uid in self._rejected)
         ]

@@ -12,6 +12,10 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
 * Node status: per resource, capacity = all devices, allocatable = devices reported
   ``Healthy`` (merge patches on ``nodes/<node>/status``; other resources untouched). It patches
   as soon as a plugin reports a change, where the kubelet waits for its next status sync.
+  Extended resources someone else put in capacity (``PATCH nodes/<node>/status``) get the same
+  allocatable, and extended allocatable entries without capacity are deleted, as each kubelet
+  status sync does (:mod:`.predicate`); the stand-in watches its node and does it as soon as
+  capacity changes.
 * A plugin's stream ending: all its devices become unhealthy (capacity kept, allocatable 0);
   after the grace period (5 min) without a new registration the resource is dropped and reported
   with capacity and allocatable 0. A re-registration replaces the old endpoint at once.
@@ -20,8 +24,11 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
   ``List`` shows, each container with the devices recorded as its ``Allocate`` returned.
 * Admission: see :mod:`.devicemanager`. A refusal marks the pod ``Failed`` with reason
   ``UnexpectedAdmissionError`` and message ``Pod was rejected: Allocate failed due to <error>,
-  which is unexpected`` and posts a Warning Event, as ``rejectPod`` does. Pods asking for no
-  device-plugin resource go straight to ``Running``.
+  which is unexpected`` and posts a Warning Event, as ``rejectPod`` does. Then the predicate
+  check on extended resources the node advertises beyond its device plugins (:mod:`.predicate`):
+  a shortfall fails the pod with reason ``OutOf<name>`` and message ``Pod was rejected: Node
+  didn't have enough resource: ...``. Pods asking for no device-plugin resource go straight to
+  ``Running`` (after that check).
 * Devices are freed when a pod is deleted or reaches ``Succeeded``/``Failed``; a pod marked for
   deletion (a graceful DELETE, see ``Store.kubelet_nodes``) counts as stopped at once and is
   deleted with grace period 0, retried on 5xx and lost connections. The real kubelet first
@@ -79,6 +86,11 @@ from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager, Pr
 from hami_kubesim.kubelet.devices import ResourceDevices
 from hami_kubesim.kubelet.podmanager import PodManager
 from hami_kubesim.kubelet.podresources import PodResourcesServer
+from hami_kubesim.kubelet.predicate import (
+    InsufficientResource,
+    allocatable_follows_capacity,
+    insufficient_extended,
+)
 from hami_kubesim.kubelet.registration import RegistrationServer
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import (
@@ -94,6 +106,7 @@ from hami_kubesim.kubelet.status import (
 )
 from hami_kubesim.kubelet.statusmanager import delete_stopped_pod, patch_pod_status
 from hami_kubesim.kubelet.workloads import Workloads
+from hami_kubesim.scheduler.predicates import ResourceParseError
 
 log = structlog.get_logger(__name__)
 
@@ -131,6 +144,8 @@ class KubeletStandIn(RunsInBackground):
         """``namespace/name`` of every pod whose admission started, in that order."""
         self._allocations: dict[tuple[str, str], PodAllocation] = {}
         self._node_ip: str | None = None
+        self._node: NodeView | None = None
+        """This node as the node watch last showed it (None before it did)."""
         self._pod_ips: dict[str, str] = {}
         runner = BackgroundRunner(
             f"kubelet-{settings.node_name}", what=f"kubelet {settings.node_name}"
@@ -255,12 +270,21 @@ class KubeletStandIn(RunsInBackground):
             ],
             name=f"kubelet-{name}-pods",
         )
+        node = Reflector(
+            client,
+            NODES,
+            config=reflector_config(field_selector=f"metadata.name={name}"),
+            handlers=[EventHandlers(on_add=self._node_seen, on_update=self._node_changed)],
+            name=f"kubelet-{name}-node-watch",
+        )
         self._remove_sockets()
         await self._registration.start()
         await self._pod_resources.start()
         async with asyncio.TaskGroup() as group:
             self._group = group
             group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
+            group.create_task(node.run(), name=f"kubelet-{name}-node-watch")
+            await node.wait_synced()  # admission reads what the node advertises
             group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
             group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
             if self.workloads is not None:
@@ -293,12 +317,30 @@ class KubeletStandIn(RunsInBackground):
 
     # ----- node status -------------------------------------------------------------------
 
+    def _node_seen(self, raw: JsonObject) -> None:
+        self._node = NodeView(raw)
+        if self._allocatable_changes():
+            self._wake_publisher.set()
+
+    def _node_changed(self, _: JsonObject, new: JsonObject) -> None:
+        self._node_seen(new)
+
+    def _allocatable_changes(self) -> dict[str, object | None]:
+        """What a kubelet status sync would change in the allocatable of extended resources
+        that are not the device plugins' (empty before the node watch delivered the node)."""
+        if self._node is None:
+            return {}
+        return allocatable_follows_capacity(
+            self._node.capacity, self._node.allocatable, managed=self._devices.capacity_view()
+        )
+
     async def _publish_loop(self, client: KubeClient) -> None:
         backoff = Backoff(RECONNECT_BACKOFF)
         while True:
             await self._wake_publisher.wait()
             self._wake_publisher.clear()
             patch = capacity_patch(self._devices.capacity_view())
+            patch["status"]["allocatable"].update(self._allocatable_changes())
             try:
                 await client.patch(NODES, self.node_name, patch, subresource="status")
                 backoff.reset()
@@ -437,6 +479,18 @@ class KubeletStandIn(RunsInBackground):
         if uid not in self._pods:  # deleted while the plugins were answering
             self._free(uid)
             return
+        shortfall = self._shortfall(pod)
+        if shortfall is not None:
+            message = shortfall.message
+            await self._reject(
+                client,
+                events,
+                pod,
+                f"Pod was rejected: {message}",
+                reason=shortfall.reason,
+                event_message=message,
+            )
+            return
         self._allocations[(namespace, name)] = allocation
         # The record rides in the status write: the real kubelet checkpoints locally and sends
         # the API server only that write, so an admission costs what the kubelet's costs.
@@ -460,13 +514,34 @@ class KubeletStandIn(RunsInBackground):
         else:
             self._forget(uid)
 
+    def _shortfall(self, pod: PodView) -> InsufficientResource | None:
+        """The predicate admit handler's check on extended resources (see :mod:`.predicate`)."""
+        if self._node is None:
+            return None
+        others = [view for view in self._manager.active_views() if view.uid != pod.uid]
+        try:
+            return insufficient_extended(
+                pod, self._node, others, managed=self._devices.capacity_view()
+            )
+        except ResourceParseError:
+            return None  # the API server stores only valid quantities; nothing to check
+
     async def _reject(
-        self, client: KubeClient, events: EventRecorder, pod: PodView, message: str
+        self,
+        client: KubeClient,
+        events: EventRecorder,
+        pod: PodView,
+        message: str,
+        *,
+        reason: str = REASON_UNEXPECTED_ADMISSION,
+        event_message: str | None = None,
     ) -> None:
+        """``rejectPod``: status ``Failed`` with ``reason`` and ``message``, and a Warning Event
+        (``event_message``, by default the same text)."""
         log.info("pod rejected", node=self.node_name, pod=pod.key, message=message)
         self._manager.reject(pod.uid)  # no longer active, before its status is written
-        await patch_pod_status(client, pod, rejected_status(pod, message))
-        await events.record(pod.raw, EventType.WARNING, REASON_UNEXPECTED_ADMISSION, message)
+        await patch_pod_status(client, pod, rejected_status(pod, message, reason=reason))
+        await events.record(pod.raw, EventType.WARNING, reason, event_message or message)
 
     async def _host_ip(self, client: KubeClient) -> str:
         """The node's InternalIP, read once: the real kubelet knows its own addresses (it

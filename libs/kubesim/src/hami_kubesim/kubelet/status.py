@@ -311,12 +311,14 @@ def _container_status(
     }
 
 
-def rejected_status(pod: PodView, message: str) -> dict[str, Any]:
+def rejected_status(
+    pod: PodView, message: str, *, reason: str = REASON_UNEXPECTED_ADMISSION
+) -> dict[str, Any]:
     """Kubelet ``rejectPod``: phase Failed with the admission reason and message."""
     status = pod.status
     return {
         "phase": "Failed",
-        "reason": REASON_UNEXPECTED_ADMISSION,
+        "reason": reason,
         "message": message,
         "qosClass": status.get("qosClass") or _qos_class(pod),
     }
@@ -341,7 +343,7 @@ def start_failed_status(pod: PodView, container: str, message: str) -> dict[str,
     return {"phase": "Pending", "containerStatuses": statuses}
 
 
-def capacity_patch(resources: Mapping[str, ResourceDevices | None]) -> dict[str, Any]:
+def capacity_patch(resources: Mapping[str, ResourceDevices | None]) -> dict[str, dict[str, Any]]:
     """A nodes/status merge patch for device-plugin resources.
 
     ``None`` marks a resource whose plugin is gone past the grace period: the kubelet then

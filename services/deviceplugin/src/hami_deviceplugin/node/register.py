@@ -23,6 +23,13 @@ differs, or its removal when the RDMA plugin does not run and the node still has
 topology scoring on, ``hami.io/node-nvidia-score`` (every GPU's pair scores,
 :func:`pair_score_value`) when it differs.  With scoring off the score annotation is left as it is
 (as HAMi leaves it).  Nothing else, so an unchanged node costs no write.
+
+Capacity totals (``--advertise-capacity-totals``, :func:`capacity_to_write`): the node's
+``status.capacity`` carries ``hami.io/nvidia-memory`` and ``hami.io/nvidia-cores`` computed from
+the register value we write (:func:`~hami_protocol.totals.node_totals_from_register`: healthy
+devices, after scaling), so they always say what the scheduler reads.  With the mode off a node
+that still carries them (a previous run had it on) has them removed: stale totals would make
+kube-scheduler and the kubelet count capacity the devices no longer back.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from hami_deviceplugin.gpu.mig.model import registered_profiles
 from hami_protocol.config.device import MigProfileAllow
 from hami_protocol.config.mig_allowlist import allowed_mig_profiles
 from hami_protocol.config.node import FilterDevices, NodeSettings
+from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import (
     NODE_ALLOCATE_IDENTITY,
     NVIDIA_HANDSHAKE,
@@ -46,10 +54,13 @@ from hami_protocol.node.handshake import format_reported, parse_handshake
 from hami_protocol.node.identity import format_identity, identity_needs_stamp
 from hami_protocol.node.pairscore import encode_pair_scores
 from hami_protocol.node.registry import DeviceInfo, MigProfile, encode_node_devices_json
+from hami_protocol.request.quantity import json_quantity
 from hami_protocol.topology.links import AsymmetricPair, LinkTable, pair_scores
+from hami_protocol.totals import TOTALS_RESOURCES, Totals
 
 __all__ = [
     "annotations_to_write",
+    "capacity_to_write",
     "device_infos",
     "device_type",
     "handshake_needs_answer",
@@ -184,3 +195,26 @@ def annotations_to_write(
     if score is not None and current.get(NVIDIA_SCORE) != score:
         writes[NVIDIA_SCORE] = score
     return writes
+
+
+def _same_quantity(current: object, wanted: str) -> bool:
+    try:
+        return json_quantity(current, key="capacity") == json_quantity(wanted, key="capacity")
+    except ProtocolError:
+        return False
+
+
+def capacity_to_write(
+    capacity: Mapping[str, object], totals: Totals | None
+) -> dict[str, str | None]:
+    """The ``status.capacity`` entries to merge-patch (None removes one; empty: nothing to do).
+
+    ``totals`` is what the node must advertise, or None when the mode is off (then the names are
+    removed where present)."""
+    if totals is None:
+        return {name: None for name in TOTALS_RESOURCES if name in capacity}
+    return {
+        name: text
+        for name, text in totals.resources().items()
+        if name not in capacity or not _same_quantity(capacity[name], text)
+    }

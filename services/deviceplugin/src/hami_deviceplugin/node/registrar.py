@@ -14,6 +14,13 @@ With topology scoring on, every pass reads the backend's links afresh (a GPU res
 them) and recomputes the pair scores of the registered GPUs; a pair whose directions disagree
 scores 0 and gets a node Warning Event ``AsymmetricGPUP2PLink``, at most once an hour per pair.
 
+With capacity totals on (``capacity_totals``), a pass also merge-patches ``nodes/<node>/status``
+so that ``status.capacity`` carries ``hami.io/nvidia-memory`` / ``hami.io/nvidia-cores`` as the
+register value says (:func:`~hami_deviceplugin.node.register.capacity_to_write`); off, it removes
+them where a previous run left them.  The kubelet copies capacity into allocatable at its next
+status sync and zeroes every extended resource when the node object is re-created: the node watch
+sees that, and the next pass (at once, or at the latest at the next tick) writes them again.
+
 The node watch (:attr:`Registrar.node_watch`, this node only) is also where the Allocate path
 reads the node lock (:meth:`Registrar.cached_node`).
 """
@@ -32,22 +39,28 @@ import structlog
 from hami_deviceplugin.gpu.backends.base import Gpu
 from hami_deviceplugin.gpu.inventory import Inventory
 from hami_deviceplugin.metrics import PluginMetrics
-from hami_deviceplugin.node.register import annotations_to_write, pair_score_value, register_value
+from hami_deviceplugin.node.register import (
+    annotations_to_write,
+    capacity_to_write,
+    pair_score_value,
+    register_value,
+)
 from hami_deviceplugin.rdma.inventory import NicInventory
 from hami_deviceplugin.rdma.nics import Nic, rdma_register_value
-from hami_kube.errors import KubeError
+from hami_kube.errors import ForbiddenError, KubeError
 from hami_kube.events import EventRecorder, EventType, ObjectReference
 from hami_kube.objects import NodeView, key_for
 from hami_kube.patch import patch_metadata
 from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig
 from hami_kube.resources import NODES, JsonObject
-from hami_kube.rest import KubeClient
+from hami_kube.rest import KubeClient, PatchType
 from hami_kube.timefmt import utc_now
 from hami_protocol.config.device import MigProfileAllow
 from hami_protocol.config.node import NodeSettings
 from hami_protocol.errors import ProtocolError
 from hami_protocol.keys import NODE_ALLOCATE_IDENTITY
 from hami_protocol.topology.links import ASYMMETRIC_LINK_REASON, AsymmetricPair, LinkTable
+from hami_protocol.totals import Totals, node_totals_from_register
 
 __all__ = ["ASYMMETRY_WARNING_EVERY_S", "Registrar"]
 
@@ -76,6 +89,7 @@ class Registrar:
         recorder: EventRecorder | None = None,
         clock: Callable[[], float] = time.monotonic,
         mig_allowlist: Sequence[MigProfileAllow] = (),
+        capacity_totals: bool = False,
     ) -> None:
         """``nics``: the RDMA plugin's NICs, registered; None: the node must have no RDMA
         register.  ``identity``: asked once a pass, the ``hami.io/node-allocate-identity`` value
@@ -93,7 +107,11 @@ class Registrar:
         self._now = now
         self._wake = asyncio.Event()
         self._mig_allowlist = tuple(mig_allowlist)
+        self._capacity_totals = capacity_totals
+        self._remove_stale = True
+        """Mode off: still try to remove totals a previous run left (until refused)."""
         self._register = register_value(inventory.gpus, node, mig_allowlist=self._mig_allowlist)
+        self._totals = self._totals_of(self._register)
         self._rdma_register: str | None = None
         self._probe_identity = identity
         self._identity: str | None = None
@@ -126,8 +144,17 @@ class Registrar:
         """The RDMA register value we want on the node (None: no annotation)."""
         return self._rdma_register
 
+    @property
+    def totals(self) -> Totals | None:
+        """The capacity totals we want in node status (None: the mode is off)."""
+        return self._totals
+
+    def _totals_of(self, register: str) -> Totals | None:
+        return node_totals_from_register(register) if self._capacity_totals else None
+
     def _on_inventory(self, gpus: tuple[Gpu, ...]) -> None:
         self._register = register_value(gpus, self._node, mig_allowlist=self._mig_allowlist)
+        self._totals = self._totals_of(self._register)
         self._wake.set()
 
     def _on_nics(self, nics: tuple[Nic, ...]) -> None:
@@ -167,9 +194,14 @@ class Registrar:
     def wake(self) -> None:
         self._wake.set()
 
+    def _capacity_writes(self, node: Mapping[str, Any]) -> dict[str, str | None]:
+        if self._totals is None and not self._remove_stale:
+            return {}
+        return capacity_to_write(NodeView(node).capacity, self._totals)
+
     def observe_node(self, node: Mapping[str, Any]) -> None:
         """A node watch event: wake the loop when the node needs an answer."""
-        if self._writes(node):
+        if self._writes(node) or self._capacity_writes(node):
             self._wake.set()
 
     async def sync_once(self) -> bool:
@@ -187,14 +219,43 @@ class Registrar:
                 await patch_metadata(self._client, NODES, self._node_name, annotations=writes)
                 self.patches += 1
                 log.info("node annotations written", keys=sorted(writes))
+            capacity = self._capacity_writes(node)
+            if capacity:
+                await self._write_capacity(capacity)
         except (KubeError, ProtocolError) as exc:
             self._metrics.register_syncs.labels(outcome="error").inc()
             log.warning("node registration failed", node=self._node_name, error=str(exc))
             return False
         finally:
             self._metrics.register_duration.observe(time.perf_counter() - started)
-        self._metrics.register_syncs.labels(outcome="patched" if writes else "unchanged").inc()
+        patched = bool(writes or capacity)
+        self._metrics.register_syncs.labels(outcome="patched" if patched else "unchanged").inc()
         return True
+
+    async def _write_capacity(self, capacity: Mapping[str, str | None]) -> None:
+        """Merge-patch the totals into node status.  With the mode off this only removes what a
+        previous run left, and the chart grants ``nodes/status`` only with the mode on: a
+        refusal is then logged once and the removal given up, not retried every pass."""
+        try:
+            await self._client.patch(
+                NODES,
+                self._node_name,
+                {"status": {"capacity": dict(capacity)}},
+                patch_type=PatchType.MERGE,
+                subresource="status",
+            )
+        except ForbiddenError as exc:
+            if self._totals is not None:
+                raise
+            log.warning(
+                "stale capacity totals not removed: no right to patch nodes/status",
+                node=self._node_name,
+                error=str(exc),
+            )
+            self._remove_stale = False
+            return
+        self.patches += 1
+        log.info("node capacity totals written", capacity=dict(capacity))
 
     async def withdraw_identity(self) -> None:
         """On a graceful exit: remove ``hami.io/node-allocate-identity`` if this plugin said it,

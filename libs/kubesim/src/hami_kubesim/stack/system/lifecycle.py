@@ -45,6 +45,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import structlog
+import yaml
 
 from hami_kubelet_api.constants import KUBELET_SOCKET_NAME
 from hami_kubesim.cluster.config import (
@@ -57,6 +58,7 @@ from hami_kubesim.cluster.config import (
 )
 from hami_kubesim.cluster.simulated import Cluster, running_cluster, scheduler_config_for
 from hami_kubesim.kubelet.settings import pod_resources_socket_for
+from hami_kubesim.scheduler.config import parse_scheduler_config
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
@@ -75,6 +77,7 @@ from hami_kubesim.stack.system.services import (
 )
 from hami_kubesim.stack.system.spec import (
     SystemSpec,
+    capacity_totals_document,
     dump_yaml,
     fake_devices_document,
     node_config_document,
@@ -106,10 +109,17 @@ def _check_planned(cluster: Cluster, api_url: str, sockets: Mapping[str, Path]) 
 def _scheduling_loop(spec: SystemSpec, *, api_url: str, extender_url: str) -> SchedulingLoop:
     """kube-scheduler's stand-in: the chart's KubeSchedulerConfiguration with only the
     extender's ``urlPrefix`` replaced; the pod backoff is the file's unless the spec overrides
-    it (a kube-scheduler setting, ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``)."""
-    config = scheduler_config_for(
-        SchedulingSpec(enabled=True, config=spec.scheduler_config, extender_urls=(extender_url,))
-    )
+    it (a kube-scheduler setting, ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``); in
+    the capacity totals mode, the file as the chart renders it in that mode."""
+    if spec.capacity_totals:
+        document = capacity_totals_document(yaml.safe_load(spec.scheduler_config.read_text()))
+        config = parse_scheduler_config(yaml.safe_dump(document)).with_extender_url(extender_url)
+    else:
+        config = scheduler_config_for(
+            SchedulingSpec(
+                enabled=True, config=spec.scheduler_config, extender_urls=(extender_url,)
+            )
+        )
     return SchedulingLoop(
         config,
         api_url=api_url,

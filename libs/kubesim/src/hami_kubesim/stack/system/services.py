@@ -135,6 +135,7 @@ def webhook_process(
     args = [
         *_https(plan.webhook_port, tls_dir, spec),
         *_common(spec, api_url, metrics),
+        *(["--write-capacity-totals=true"] if spec.capacity_totals else []),
         *spec.webhook_args,
     ]
     return _process(spec, plan, name="webhook", module="hami_webhook", args=args, metrics=metrics)
@@ -210,6 +211,7 @@ def deviceplugin_args(
         f"--log-level={spec.log_level}",
         *(["--enable-topology-score=true"] if node.topology_score else []),
         *_mode_args(node, devices, host_root),
+        *(["--advertise-capacity-totals=true"] if spec.capacity_totals else []),
         *spec.deviceplugin_args,
     ]
 

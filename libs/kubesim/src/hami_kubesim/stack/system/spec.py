@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from hami_kubesim.vendors.inventory import VendorDevices
+from hami_protocol.totals import TOTALS_RESOURCES
 
 __all__ = [
     "CHART_DEVICE_CONFIG",
@@ -28,6 +29,7 @@ __all__ = [
     "GpuNode",
     "SchedulerOptions",
     "SystemSpec",
+    "capacity_totals_document",
     "dump_yaml",
     "fake_devices_document",
     "fake_uuid",
@@ -249,6 +251,29 @@ class SystemSpec:
     """How often the containers write their usage (with ``vgpu_monitor``)."""
     monitor_feedback_interval: str = "200ms"
     """The monitors' ``--feedback-interval``: how soon a new region is found."""
+    capacity_totals: bool = False
+    """The capacity totals mode, as the chart's ``global.capacityTotals`` turns it on: device
+    plugins ``--advertise-capacity-totals``, the webhook ``--write-capacity-totals``, and the
+    KubeSchedulerConfiguration through :func:`capacity_totals_document`."""
+
+
+SLOT_RESOURCE = "nvidia.com/gpu"
+
+
+def capacity_totals_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration ``document`` as the chart renders it with
+    ``global.capacityTotals`` (its scheduler ``configmap.yaml``): in the first extender's
+    ``managedResources`` ``nvidia.com/gpu`` turns ``ignoredByScheduler: false`` and the two
+    totals are appended with ``false``, so NodeResourcesFit counts them.  A deep copy."""
+    copied: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(document)))
+    extender = copied["extenders"][0]
+    resources = extender.get("managedResources") or []
+    for entry in resources:
+        if entry.get("name") == SLOT_RESOURCE:
+            entry["ignoredByScheduler"] = False
+    resources += [{"name": name, "ignoredByScheduler": False} for name in TOTALS_RESOURCES]
+    extender["managedResources"] = resources
+    return copied
 
 
 def dump_yaml(document: Mapping[str, Any], path: Path) -> None:
