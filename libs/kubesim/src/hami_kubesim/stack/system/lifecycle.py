@@ -108,7 +108,12 @@ def _scheduling_loop(spec: SystemSpec, *, api_url: str, extender_url: str) -> Sc
     extender's ``urlPrefix`` replaced; the pod backoff is the file's unless the spec overrides
     it (a kube-scheduler setting, ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``)."""
     config = scheduler_config_for(
-        SchedulingSpec(enabled=True, config=spec.scheduler_config, extender_urls=(extender_url,))
+        SchedulingSpec(
+            enabled=True,
+            config=spec.scheduler_config,
+            extender_urls=(extender_url,),
+            preemption_behaviour=spec.preemption_behaviour,
+        )
     )
     return SchedulingLoop(
         config,
