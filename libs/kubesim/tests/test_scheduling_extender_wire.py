@@ -204,7 +204,7 @@ def test_preemption_args_full_pods_otherwise() -> None:
 
 def test_preemption_result_is_read_case_insensitively() -> None:
     body = {"nodeNameToMetaVictims": {"a": {"pods": [{"uid": "u-v"}], "numPDBViolations": 2}}}
-    (node, meta), = parse_preemption_result(body, URL).items()
+    ((node, meta),) = parse_preemption_result(body, URL).items()
     assert (node, meta.uids, meta.num_pdb_violations) == ("a", ("u-v",), 2)
     assert parse_preemption_result({"NodeNameToMetaVictims": None}, URL) == {}
     assert parse_preemption_result(None, URL) == {}

@@ -346,7 +346,8 @@ def test_filter_codes_tell_what_preemption_could_resolve() -> None:
     )
     tainted = node(taints=[{"key": "t", "effect": "NoSchedule"}])
     status = status_of(pod({"cpu": "1"}), tainted, RequestedOnNode())
-    assert status is not None and status.code is Code.UNRESOLVABLE
+    assert status is not None
+    assert status.code is Code.UNRESOLVABLE
     assert status_of(pod({"cpu": "1"}), node(unschedulable=True), RequestedOnNode()) == (
         NodeStatus(Code.UNRESOLVABLE, ("node(s) were unschedulable",))
     )

@@ -57,7 +57,9 @@ def test_number_of_candidates(nodes: int, percentage: int, absolute: int, wanted
 
 @given(st.integers(1, 500), st.integers(0, 10_000))
 def test_a_seeded_offset_is_always_a_node(nodes: int, seed: int) -> None:
-    offset, _ = offset_and_num_candidates(nodes, percentage=10, absolute=100, rng=random.Random(seed))
+    offset, _ = offset_and_num_candidates(
+        nodes, percentage=10, absolute=100, rng=random.Random(seed)
+    )
     assert 0 <= offset < nodes
 
 
@@ -75,7 +77,7 @@ def test_dry_run_zero_victims_per_release() -> None:
     }
     assert old.errors == ('expected at least one victim pod on node "empty"',)
     new = dry_run_preemption(["empty", "b"], 0, 2, select, zero_victims="keep")
-    assert [(c.node, c.victims.pods) for c in new.candidates][0] == ("empty", ())
+    assert next((c.node, c.victims.pods) for c in new.candidates) == ("empty", ())
     assert new.errors == ()
     no_extender = dry_run_preemption(["empty"], 0, 1, select, zero_victims="unresolvable")
     assert no_extender.candidates == ()

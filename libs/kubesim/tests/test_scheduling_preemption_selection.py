@@ -46,7 +46,9 @@ def pod(
 
 
 def preemptor(priority: int = 100, **spec: Any) -> PodView:
-    return PodView({"metadata": {"name": "p", "uid": "uid-p"}, "spec": {"priority": priority, **spec}})
+    return PodView(
+        {"metadata": {"name": "p", "uid": "uid-p"}, "spec": {"priority": priority, **spec}}
+    )
 
 
 def cpu_check(capacity: int, need: int) -> Any:
@@ -78,7 +80,8 @@ def test_only_lower_priority_pods_are_victims_and_the_most_important_are_repriev
     result = select_victims_on_node(preemptor(), pods, cpu_check(4000, 2000), [], NOW)
     # the older of the equal-priority pods is more important: it stays, the newer goes
     assert names(result) == ["low-new"]
-    assert isinstance(result, Victims) and result.num_pdb_violations == 0
+    assert isinstance(result, Victims)
+    assert result.num_pdb_violations == 0
 
 
 def test_victims_come_most_important_first() -> None:
@@ -111,13 +114,19 @@ def test_pdb_violating_pods_are_reprieved_first() -> None:
     free = pod("free", 1, started="2025-12-31T06:00:00Z")
     budgets = [pdb("db", {"app": "db"}, allowed=0)]
     # room for one of the two: the guarded one (violating) is tried first and stays
-    result = select_victims_on_node(preemptor(), [guarded, free], cpu_check(2000, 1000), budgets, NOW)
+    result = select_victims_on_node(
+        preemptor(), [guarded, free], cpu_check(2000, 1000), budgets, NOW
+    )
     assert names(result) == ["free"]
-    assert isinstance(result, Victims) and result.num_pdb_violations == 0
+    assert isinstance(result, Victims)
+    assert result.num_pdb_violations == 0
     # no room for either: both go, one violation counted
-    result = select_victims_on_node(preemptor(), [guarded, free], cpu_check(2000, 2000), budgets, NOW)
+    result = select_victims_on_node(
+        preemptor(), [guarded, free], cpu_check(2000, 2000), budgets, NOW
+    )
     assert names(result) == ["guarded", "free"]
-    assert isinstance(result, Victims) and result.num_pdb_violations == 1
+    assert isinstance(result, Victims)
+    assert result.num_pdb_violations == 1
 
 
 def test_budget_split_follows_upstream_rules() -> None:
@@ -149,10 +158,8 @@ def test_eligibility() -> None:
             {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
         ],
     ).pod
-    terminating.raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"  # type: ignore[index]
-    nominated = PodView(
-        {**preemptor().raw, "status": {"nominatedNodeName": "n1"}}
-    )
+    terminating.raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    nominated = PodView({**preemptor().raw, "status": {"nominatedNodeName": "n1"}})
     assert ineligible_reason(nominated, "n1", Code.UNSCHEDULABLE, [terminating]) == (
         NOT_ELIGIBLE_TERMINATING
     )
@@ -160,6 +167,6 @@ def test_eligibility() -> None:
     assert ineligible_reason(nominated, "n1", Code.UNRESOLVABLE, [terminating]) is None
     # a pod deleted for another reason does not hold the preemptor back
     plain = pod("other", 1).pod
-    plain.raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"  # type: ignore[index]
+    plain.raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
     assert ineligible_reason(nominated, "n1", Code.UNSCHEDULABLE, [plain]) is None
     assert ineligible_reason(preemptor(), "", Code.UNRESOLVABLE, [terminating]) is None

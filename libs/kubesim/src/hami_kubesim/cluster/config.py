@@ -75,9 +75,9 @@ from typing import Any
 import yaml
 
 from hami_kubesim.scheduler.config import PreemptionBehaviour, parse_preemption_behaviour
-from hami_protocol.errors import ConfigError
 from hami_kubesim.vendors.inventory import VendorDevices
 from hami_kubesim.vendors.profiles import VendorUnknownError, known_words
+from hami_protocol.errors import ConfigError
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}

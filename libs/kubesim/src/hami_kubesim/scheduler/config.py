@@ -8,9 +8,10 @@ and the pod backoff bounds, with kube-scheduler's defaults and validation rules.
 
 Which kube-scheduler release the loop behaves as is not in that file:
 :attr:`SchedulerConfig.preemption_behaviour` (``"1.37"``, the default, or ``"1.38"``) is kubesim's
-own setting, chosen by the cluster config or the whole-system spec.  Decoding is strict for the extender structures,
-as kube-scheduler's is, so a misspelt key (``enableHttps``) is an error rather than silently
-ignored.
+own setting, chosen by the cluster config or the whole-system spec.
+
+Decoding is strict for the extender structures, as kube-scheduler's is, so a misspelt key
+(``enableHttps``) is an error rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -210,7 +211,9 @@ def scheduler_name_of(pod: PodView) -> str:
     return pod.scheduler_name or DEFAULT_SCHEDULER_NAME
 
 
-def parse_preemption_behaviour(value: object, field: str = "preemptionBehaviour") -> PreemptionBehaviour:
+def parse_preemption_behaviour(
+    value: object, field: str = "preemptionBehaviour"
+) -> PreemptionBehaviour:
     """``"1.37"`` or ``"1.38"``; any other ``1.<minor>`` release picks the side it falls on."""
     text = str(value).strip() if isinstance(value, str | int | float) else ""
     major, _, minor = text.removeprefix("v").partition(".")

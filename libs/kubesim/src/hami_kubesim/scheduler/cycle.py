@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,25 +54,18 @@ from hami_kube.timefmt import format_time, utc_now
 from hami_kubesim.scheduler.config import Profile, SchedulerConfig, scheduler_name_of
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.extender_wire import ExtenderError
+from hami_kubesim.scheduler.filtering import Filtering, Placements, requests_quietly
 from hami_kubesim.scheduler.nominator import Nominator
 from hami_kubesim.scheduler.predicates import (
     NO_NODES_AVAILABLE,
-    RequestedOnNode,
     ResourceParseError,
-    filter_node,
     pod_requests,
     select_host,
 )
-from hami_kubesim.scheduler.preemption.evaluator import NodeSnapshot, PostFilterResult, Preemption
+from hami_kubesim.scheduler.preemption.evaluator import PostFilterResult, Preemption
 from hami_kubesim.scheduler.preemption.selection import PlacedPod
 from hami_kubesim.scheduler.queue import SchedulingQueue
-from hami_kubesim.scheduler.statuses import (
-    Code,
-    NodeStatus,
-    fit_error_message,
-    unresolvable,
-    unschedulable,
-)
+from hami_kubesim.scheduler.statuses import fit_error_message
 
 __all__ = ["SchedulingCycle", "SchedulingStats", "is_responsible", "scheduler_name_of"]
 
@@ -97,9 +90,7 @@ class SchedulingStats:
 
 
 class _Failure(Exception):  # noqa: N818 - internal control flow, not an API error
-    def __init__(
-        self, message: str, *, unschedulable: bool, nominate: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, unschedulable: bool, nominate: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.unschedulable = unschedulable
@@ -159,10 +150,10 @@ class SchedulingCycle:
         self._spawn = spawn
         self._rng = rng
         self._assume_timeout = assume_timeout
-        self._bound: dict[str, tuple[str, PlacedPod]] = {}
-        self._assumed: dict[str, tuple[str, PlacedPod]] = {}
+        self._placements = Placements()
         self._assume_timers: dict[str, asyncio.TimerHandle] = {}
         self.nominator = Nominator()
+        self._filtering = Filtering(self._extenders, self.nominator, self._placements)
         self._preemption = Preemption(
             config,
             client=client,
@@ -184,7 +175,7 @@ class SchedulingCycle:
 
     def is_assumed(self, key: str) -> bool:
         """A binding of this pod is in flight (or done and not yet seen by the watch)."""
-        return key in self._assumed
+        return key in self._placements.assumed
 
     def pod_bound(self, key: str, pod: PodView) -> bool:
         """``pod`` is bound to ``pod.node_name``: count its requests there from now on.
@@ -193,20 +184,23 @@ class SchedulingCycle:
         self._forget_assumed(key)
         self.nominator.delete(key)
         if pod.terminal:
-            return self._bound.pop(key, None) is not None
-        self._bound[key] = (pod.node_name, PlacedPod(pod, _requests_quietly(pod, "bound")))
+            return self._placements.bound.pop(key, None) is not None
+        self._placements.bound[key] = (
+            pod.node_name,
+            PlacedPod(pod, requests_quietly(pod, "bound")),
+        )
         return False
 
     def pod_pending(self, key: str, old: PodView | None, new: PodView) -> None:
         """A pod this loop schedules was added or changed: its nomination follows its status."""
-        self.nominator.pod_updated(key, old, new, _requests_quietly(new, "pending"))
+        self.nominator.pod_updated(key, old, new, requests_quietly(new, "pending"))
 
     def pod_gone(self, key: str) -> bool:
         """The pod was deleted (or is no longer this loop's); returns whether this freed
         requests on a node."""
         self._forget_assumed(key)
         self.nominator.delete(key)
-        return self._bound.pop(key, None) is not None
+        return self._placements.bound.pop(key, None) is not None
 
     # -- the scheduling cycle ----------------------------------------------------------------
 
@@ -225,7 +219,7 @@ class SchedulingCycle:
         except _Failure as failure:
             self._record_failure(key, pod, failure)
             return
-        self._assumed[key] = (host, PlacedPod(pod, requests))
+        self._placements.assumed[key] = (host, PlacedPod(pod, requests))
         self.nominator.delete(key)  # assume() drops the nomination
         self._spawn(f"bind-{key}", self._bind(key, pod, host))
 
@@ -237,120 +231,29 @@ class SchedulingCycle:
         nominated_node = self._nodes.get(nominated) if nominated else None
         if nominated_node is not None:
             try:
-                feasible, _ = await self._filter(pod, requests, profile, [NodeView(nominated_node)])
-            except _Failure as failure:  # evaluateNominatedNode's error is only logged
-                log.info("nominated node failed", pod=pod.key, node=nominated, error=failure.message)
+                feasible, _ = await self._filtering.run(
+                    pod, requests, profile, [NodeView(nominated_node)]
+                )
+            except ExtenderError as exc:  # evaluateNominatedNode's error is only logged
+                log.info("nominated node failed", pod=pod.key, node=nominated, error=str(exc))
                 feasible = []
             if feasible:
                 return feasible[0].name
-        feasible, statuses = await self._filter(pod, requests, profile, nodes)
+        try:
+            feasible, statuses = await self._filtering.run(pod, requests, profile, nodes)
+        except ExtenderError as exc:
+            self.stats.extender_errors += 1
+            raise _Failure(str(exc), unschedulable=False) from exc
         if not feasible:
             result = PostFilterResult()
             if profile.preemption:
-                snapshot = self._snapshot(pod, requests, profile, nodes)
+                snapshot = self._filtering.snapshot(pod, requests, profile, nodes)
                 result = await self._preemption.post_filter(pod, profile, statuses, snapshot)
             message = fit_error_message(len(nodes), statuses, post_filter=result.message)
             raise _Failure(message, unschedulable=True, nominate=result.nominate)
         if len(feasible) == 1:
             return feasible[0].name
         return select_host(await self._prioritize(pod, feasible), self._rng)
-
-    def _in_tree(
-        self,
-        pod: PodView,
-        requests: dict[str, int],
-        profile: Profile,
-        node: NodeView,
-        usage: RequestedOnNode,
-    ) -> NodeStatus | None:
-        """``RunFilterPluginsWithNominatedPods``: first with the pods nominated to ``node`` that
-        ``pod`` must make room for, then (when there were some) without them."""
-        placed = {*self._bound, *self._assumed}
-        reserved = [
-            n for n in self.nominator.reserving_for(pod, node.name) if n.pod.key not in placed
-        ]
-        with_nominated = usage
-        for nomination in reserved:
-            with_nominated = with_nominated.plus(nomination.requests)
-        status = self._filters(pod, requests, profile, node, with_nominated)
-        if status is None and reserved:
-            status = self._filters(pod, requests, profile, node, usage)
-        return status
-
-    @staticmethod
-    def _filters(
-        pod: PodView,
-        requests: dict[str, int],
-        profile: Profile,
-        node: NodeView,
-        usage: RequestedOnNode,
-    ) -> NodeStatus | None:
-        try:
-            return filter_node(
-                pod,
-                requests,
-                node,
-                usage,
-                ignored_resources=profile.ignored_resources,
-                ignored_resource_groups=profile.ignored_resource_groups,
-            )
-        except ResourceParseError as exc:
-            log.warning(
-                "node has an invalid allocatable", node=node.name, where=exc.where, value=exc.value
-            )
-            return unresolvable("node(s) had invalid allocatable resources")
-
-    def _snapshot(
-        self, pod: PodView, requests: dict[str, int], profile: Profile, nodes: list[NodeView]
-    ) -> NodeSnapshot:
-        by_name = {node.name: node for node in nodes}
-        pods: dict[str, list[PlacedPod]] = {}
-        for node, placed in [*self._bound.values(), *self._assumed.values()]:
-            pods.setdefault(node, []).append(placed)
-
-        def check(node: str, on_node: Sequence[PlacedPod]) -> NodeStatus | None:
-            usage = RequestedOnNode()
-            for other in on_node:
-                usage = usage.plus(other.requests)
-            return self._in_tree(pod, requests, profile, by_name[node], usage)
-
-        return NodeSnapshot(
-            nodes=tuple(by_name), pods={n: tuple(p) for n, p in pods.items()}, check=check
-        )
-
-    async def _filter(
-        self, pod: PodView, requests: dict[str, int], profile: Profile, nodes: list[NodeView]
-    ) -> tuple[list[NodeView], dict[str, NodeStatus]]:
-        usage = self._usage_by_node()
-        statuses: dict[str, NodeStatus] = {}
-        feasible: list[NodeView] = []
-        for node in nodes:
-            status = self._in_tree(
-                pod, requests, profile, node, usage.get(node.name, RequestedOnNode())
-            )
-            if status is None:
-                feasible.append(node)
-            else:
-                statuses[node.name] = status
-        for extender in self._extenders:
-            if not feasible:
-                break
-            if not extender.config.filter_verb or not extender.is_interested(pod.raw):
-                continue
-            try:
-                outcome = await extender.filter(pod.raw, [node.raw for node in feasible])
-            except ExtenderError as exc:
-                if extender.config.ignorable:
-                    log.warning(
-                        "ignorable extender filter failed", extender=extender.url, error=str(exc)
-                    )
-                    continue
-                self.stats.extender_errors += 1
-                raise _Failure(str(exc), unschedulable=False) from exc
-            _record_extender_verdicts(statuses, outcome.failed, outcome.failed_unresolvable)
-            by_name = {node.name: node for node in feasible}
-            feasible = [by_name[name] for name in outcome.survivors]
-        return feasible, statuses
 
     async def _prioritize(self, pod: PodView, feasible: list[NodeView]) -> dict[str, int]:
         scores = {node.name: 0 for node in feasible}
@@ -376,14 +279,6 @@ class SchedulingCycle:
             log.warning("extender prioritize failed", extender=extender.url, error=str(exc))
             return {}
 
-    def _usage_by_node(self) -> dict[str, RequestedOnNode]:
-        usage: dict[str, RequestedOnNode] = {}
-        for node, placed in [*self._bound.values(), *self._assumed.values()]:
-            usage[node] = usage.get(node, RequestedOnNode()).plus(placed.requests)
-        return usage
-
-    # -- the binding cycle -------------------------------------------------------------------
-
     async def _bind(self, key: str, pod: PodView, host: str) -> None:
         binder = next(
             (e for e in self._extenders if e.config.bind_verb and e.is_interested(pod.raw)), None
@@ -400,7 +295,7 @@ class SchedulingCycle:
                 log.warning("ignorable extender bind failed", extender=binder.url, error=str(exc))
                 await self._default_bind(pod, host)
         except (ExtenderError, KubeError) as exc:
-            self._assumed.pop(key, None)
+            self._placements.assumed.pop(key, None)
             self.stats.bind_failures += 1
             # A failed binding clears the nomination (clearNominatedNode).
             failure = _Failure(f"binding rejected: {exc}", unschedulable=False, nominate="")
@@ -415,7 +310,7 @@ class SchedulingCycle:
             "Scheduled",
             f"Successfully assigned {pod.namespace}/{pod.name} to {host}",
         )
-        if key in self._assumed:
+        if key in self._placements.assumed:
             self._assume_timers[key] = asyncio.get_running_loop().call_later(
                 self._assume_timeout, self._expire_assumed, key, host
             )
@@ -432,19 +327,19 @@ class SchedulingCycle:
 
     def _expire_assumed(self, key: str, host: str) -> None:
         self._assume_timers.pop(key, None)
-        assumed = self._assumed.get(key)
+        assumed = self._placements.assumed.get(key)
         if assumed is None or assumed[0] != host:
             return
         # The binder reported success but the pod never showed up bound: forget and retry.
         log.warning("assumed pod never appeared bound; retrying", pod=key, node=host)
-        del self._assumed[key]
+        del self._placements.assumed[key]
         raw = self._pods.get(key)
         pod = None if raw is None else PodView(raw)
         if pod is not None and is_responsible(pod, self.config.scheduler_names):
             self.queue.add(key, **queue_position(pod))
 
     def _forget_assumed(self, key: str) -> None:
-        self._assumed.pop(key, None)
+        self._placements.assumed.pop(key, None)
         timer = self._assume_timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -464,7 +359,7 @@ class SchedulingCycle:
         # Queued, never awaited: the recorder's own task writes (or bumps) the Event.
         self._events.emit(pod.raw, EventType.WARNING, "FailedScheduling", failure.message)
         if failure.nominate is not None:
-            self.nominator.nominate(key, failure.nominate, pod, _requests_quietly(pod, "pending"))
+            self.nominator.nominate(key, failure.nominate, pod, requests_quietly(pod, "pending"))
         condition_reason = "Unschedulable" if failure.unschedulable else "SchedulerError"
         self._spawn(
             f"condition-{key}",
@@ -516,34 +411,6 @@ class SchedulingCycle:
             )
         except KubeError as exc:
             log.debug("could not update the pod's status", pod=pod.key, error=str(exc))
-
-
-def _record_extender_verdicts(
-    statuses: dict[str, NodeStatus], failed: Mapping[str, str], unresolvable_: Mapping[str, str]
-) -> None:
-    """``findNodesThatPassExtenders``: ``FailedAndUnresolvableNodes`` make a node
-    UnschedulableAndUnresolvable (and win over ``FailedNodes``), ``FailedNodes`` Unschedulable;
-    reasons add to those the node already has."""
-    for node, reason in unresolvable_.items():
-        known = statuses.get(node)
-        statuses[node] = (
-            unresolvable(reason)
-            if known is None
-            else known.with_reason(reason, code=Code.UNRESOLVABLE)
-        )
-    for node, reason in failed.items():
-        if node in unresolvable_:
-            continue
-        known = statuses.get(node)
-        statuses[node] = unschedulable(reason) if known is None else known.with_reason(reason)
-
-
-def _requests_quietly(pod: PodView, what: str) -> dict[str, int]:
-    try:
-        return pod_requests(pod)
-    except ResourceParseError as exc:
-        log.warning(f"{what} pod has an invalid request", pod=pod.key, where=exc.where, value=exc.value)
-        return {}
 
 
 def _requests_or_fail(pod: PodView) -> dict[str, int]:

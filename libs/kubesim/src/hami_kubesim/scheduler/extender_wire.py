@@ -157,13 +157,19 @@ def parse_preemption_result(body: object, url: str) -> dict[str, MetaVictims]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise ExtenderError(f"extender {url!r} returned NodeNameToMetaVictims that is not an object")
+        raise ExtenderError(
+            f"extender {url!r} returned NodeNameToMetaVictims that is not an object"
+        )
     result: dict[str, MetaVictims] = {}
     for node, entry in raw.items():
         fields = _lower_keys(entry) if isinstance(entry, Mapping) else {}
         pods = [] if fields.get("pods") is None else fields["pods"]
         violations = 0 if fields.get("numpdbviolations") is None else fields["numpdbviolations"]
-        if not isinstance(pods, list) or isinstance(violations, bool) or not isinstance(violations, int):
+        if (
+            not isinstance(pods, list)
+            or isinstance(violations, bool)
+            or not isinstance(violations, int)
+        ):
             raise ExtenderError(f"extender {url!r} returned malformed victims for node {node!r}")
         uids = []
         for item in pods:

@@ -182,6 +182,11 @@ class SchedulingLoop(RunsInBackground):
             return frozenset(view.key for view in map(PodView, pods) if not view.node_name)
         return self.queue.retrying()
 
+    def nominations(self) -> dict[str, str]:
+        """Pending pods nominated to a node (by preemption): pod key -> node."""
+        cycle = self._cycle
+        return {} if cycle is None else cycle.nominator.nominations()
+
     async def _pump(self, cycle: SchedulingCycle) -> None:
         while True:
             key = await self.queue.pop()

@@ -46,6 +46,10 @@ class Nominator:
         nomination = self._by_key.get(key)
         return nomination.node if nomination else ""
 
+    def nominations(self) -> dict[str, str]:
+        """Pod key -> node."""
+        return {key: n.node for key, n in self._by_key.items()}
+
     def nominate(self, key: str, node: str, pod: PodView, requests: Mapping[str, int]) -> None:
         """``AddNominatedPod`` with ``ModeOverride``: ``node`` empty clears the nomination."""
         if node:

@@ -209,13 +209,17 @@ class Preemption:
         for extender in self._extenders:
             if not extender.supports_preemption or not extender.is_interested(pod.raw):
                 continue
-            sent = {node: ([p.raw for p in v.pods], v.num_pdb_violations) for node, v in victims.items()}
+            sent = {
+                node: ([p.raw for p in v.pods], v.num_pdb_violations) for node, v in victims.items()
+            }
             try:
                 reply = await extender.preempt(pod.raw, sent)
                 returned = _resolve(reply, snapshot, extender.url)
             except ExtenderError as exc:
                 if extender.config.ignorable:
-                    log.warning("ignorable extender preempt failed", extender=extender.url, error=str(exc))
+                    log.warning(
+                        "ignorable extender preempt failed", extender=extender.url, error=str(exc)
+                    )
                     continue
                 raise _Abort(str(exc)) from exc
             checked = checked_extender_victims(
@@ -245,7 +249,9 @@ class Preemption:
             try:
                 await clear_nomination(self._client, nomination.pod)
             except KubeError as exc:  # not critical, as upstream
-                log.warning("cannot clear nominatedNodeName", pod=nomination.pod.key, error=str(exc))
+                log.warning(
+                    "cannot clear nominatedNodeName", pod=nomination.pod.key, error=str(exc)
+                )
 
 
 def _resolve(
