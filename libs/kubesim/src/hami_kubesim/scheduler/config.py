@@ -214,11 +214,14 @@ def scheduler_name_of(pod: PodView) -> str:
 def parse_preemption_behaviour(
     value: object, field: str = "preemptionBehaviour"
 ) -> PreemptionBehaviour:
-    """``"1.37"`` or ``"1.38"``; any other ``1.<minor>`` release picks the side it falls on."""
-    text = str(value).strip() if isinstance(value, str | int | float) else ""
-    major, _, minor = text.removeprefix("v").partition(".")
-    if major == "1" and minor.split(".")[0].isdigit():
-        return "1.38" if int(minor.split(".")[0]) >= 38 else "1.37"
+    """``"1.37"`` or ``"1.38"``; any other ``1.<minor>`` release picks the side it falls on.  A
+    string only: YAML reads an unquoted ``1.40`` as the number 1.4."""
+    if not isinstance(value, str):
+        raise ConfigError(field, value, 'must be a quoted Kubernetes release such as "1.38"')
+    major, _, rest = value.strip().removeprefix("v").partition(".")
+    minor = rest.split(".")[0]
+    if major == "1" and minor.isdigit():
+        return "1.38" if int(minor) >= 38 else "1.37"
     raise ConfigError(field, value, f"must be a Kubernetes release such as {PREEMPTION_BEHAVIOURS}")
 
 

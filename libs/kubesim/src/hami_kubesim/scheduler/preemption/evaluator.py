@@ -260,7 +260,7 @@ def _resolve(
     """``convertToVictims``: UIDs back to the pods of the snapshot's node."""
     resolved: dict[str, Victims] = {}
     for node, meta in reply.items():
-        if node not in snapshot.pods and node not in snapshot.nodes:
+        if node not in snapshot.nodes:
             raise ExtenderError(f'nodeinfo not found for node name "{node}"')
         by_uid = {placed.pod.uid: placed.pod for placed in snapshot.pods.get(node, ())}
         pods = []
