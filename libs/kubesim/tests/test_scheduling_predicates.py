@@ -13,7 +13,6 @@ from hami_kube.objects import NodeView, PodView
 from hami_kubesim.scheduler.predicates import (
     RequestedOnNode,
     ResourceParseError,
-    check_node,
     filter_node,
     matches_node_affinity,
     pod_requests,
@@ -68,7 +67,8 @@ def reasons(
     p: dict[str, Any], n: dict[str, Any], usage: RequestedOnNode | None = None, **kw: Any
 ) -> tuple[str, ...]:
     view = PodView(p)
-    return check_node(view, pod_requests(view), NodeView(n), usage or RequestedOnNode(), **kw)
+    status = filter_node(view, pod_requests(view), NodeView(n), usage or RequestedOnNode(), **kw)
+    return () if status is None else status.reasons
 
 
 # -- requests ---------------------------------------------------------------------------------

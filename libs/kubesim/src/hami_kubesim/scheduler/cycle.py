@@ -54,7 +54,7 @@ from hami_kube.timefmt import format_time, utc_now
 from hami_kubesim.scheduler.config import Profile, SchedulerConfig, scheduler_name_of
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.extender_wire import ExtenderError
-from hami_kubesim.scheduler.filtering import Filtering, Placements, requests_quietly
+from hami_kubesim.scheduler.filtering import Attempt, Filtering, Placements, requests_quietly
 from hami_kubesim.scheduler.nominator import Nominator
 from hami_kubesim.scheduler.predicates import (
     NO_NODES_AVAILABLE,
@@ -229,25 +229,24 @@ class SchedulingCycle:
             raise _Failure(NO_NODES_AVAILABLE, unschedulable=True)
         nominated = pod.nominated_node_name or self.nominator.node_of(pod.key)
         nominated_node = self._nodes.get(nominated) if nominated else None
+        attempt = Attempt(pod, requests, profile)
         if nominated_node is not None:
             try:
-                feasible, _ = await self._filtering.run(
-                    pod, requests, profile, [NodeView(nominated_node)]
-                )
+                feasible, _ = await self._filtering.run(attempt, [NodeView(nominated_node)])
             except ExtenderError as exc:  # evaluateNominatedNode's error is only logged
                 log.info("nominated node failed", pod=pod.key, node=nominated, error=str(exc))
                 feasible = []
             if feasible:
                 return feasible[0].name
         try:
-            feasible, statuses = await self._filtering.run(pod, requests, profile, nodes)
+            feasible, statuses = await self._filtering.run(attempt, nodes)
         except ExtenderError as exc:
             self.stats.extender_errors += 1
             raise _Failure(str(exc), unschedulable=False) from exc
         if not feasible:
             result = PostFilterResult()
             if profile.preemption:
-                snapshot = self._filtering.snapshot(pod, requests, profile, nodes)
+                snapshot = self._filtering.snapshot(attempt, nodes)
                 result = await self._preemption.post_filter(pod, profile, statuses, snapshot)
             message = fit_error_message(len(nodes), statuses, post_filter=result.message)
             raise _Failure(message, unschedulable=True, nominate=result.nominate)

@@ -16,6 +16,7 @@ and ``pkg/scheduler/framework/runtime/framework.go`` (``RunFilterPluginsWithNomi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -34,9 +35,18 @@ from hami_kubesim.scheduler.preemption.evaluator import NodeSnapshot
 from hami_kubesim.scheduler.preemption.selection import PlacedPod
 from hami_kubesim.scheduler.statuses import Code, NodeStatus, unresolvable, unschedulable
 
-__all__ = ["Filtering", "Placements", "record_extender_verdicts", "requests_quietly"]
+__all__ = ["Attempt", "Filtering", "Placements", "record_extender_verdicts", "requests_quietly"]
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The pod a cycle places, its effective request and the profile it is scheduled under."""
+
+    pod: PodView
+    requests: dict[str, int]
+    profile: Profile
 
 
 class Placements:
@@ -78,16 +88,15 @@ class Filtering:
         self._placements = placements
 
     async def run(
-        self, pod: PodView, requests: dict[str, int], profile: Profile, nodes: list[NodeView]
+        self, attempt: Attempt, nodes: list[NodeView]
     ) -> tuple[list[NodeView], dict[str, NodeStatus]]:
-        """The nodes that fit ``pod``, and the statuses of those that do not."""
+        """The nodes that fit the pod, and the statuses of those that do not."""
+        pod = attempt.pod
         usage = self._placements.usage_by_node()
         statuses: dict[str, NodeStatus] = {}
         feasible: list[NodeView] = []
         for node in nodes:
-            status = self.in_tree(
-                pod, requests, profile, node, usage.get(node.name, RequestedOnNode())
-            )
+            status = self.in_tree(attempt, node, usage.get(node.name, RequestedOnNode()))
             if status is None:
                 feasible.append(node)
             else:
@@ -112,38 +121,31 @@ class Filtering:
         return feasible, statuses
 
     def in_tree(
-        self,
-        pod: PodView,
-        requests: dict[str, int],
-        profile: Profile,
-        node: NodeView,
-        usage: RequestedOnNode,
+        self, attempt: Attempt, node: NodeView, usage: RequestedOnNode
     ) -> NodeStatus | None:
         """``RunFilterPluginsWithNominatedPods``: first with the pods nominated to ``node`` that
-        ``pod`` must make room for (unless already placed), then (when there were some) without
-        them."""
+        the pod must make room for (unless already placed), then (when there were some)
+        without them."""
         reserved = [
             n
-            for n in self._nominator.reserving_for(pod, node.name)
+            for n in self._nominator.reserving_for(attempt.pod, node.name)
             if n.pod.key not in self._placements
         ]
         with_nominated = usage
         for nomination in reserved:
             with_nominated = with_nominated.plus(nomination.requests)
-        status = _filters(pod, requests, profile, node, with_nominated)
+        status = _filters(attempt, node, with_nominated)
         if status is None and reserved:
-            status = _filters(pod, requests, profile, node, usage)
+            status = _filters(attempt, node, usage)
         return status
 
-    def snapshot(
-        self, pod: PodView, requests: dict[str, int], profile: Profile, nodes: list[NodeView]
-    ) -> NodeSnapshot:
-        """What preemption's dry run sees: the nodes, their pods, and ``pod``'s in-tree filters
+    def snapshot(self, attempt: Attempt, nodes: list[NodeView]) -> NodeSnapshot:
+        """What preemption's dry run sees: the nodes, their pods, and the pod's in-tree filters
         on a node holding exactly the pods it is given."""
         by_name = {node.name: node for node in nodes}
 
         def check(node: str, on_node: Sequence[PlacedPod]) -> NodeStatus | None:
-            return self.in_tree(pod, requests, profile, by_name[node], usage_of(on_node))
+            return self.in_tree(attempt, by_name[node], usage_of(on_node))
 
         pods = self._placements.by_node()
         return NodeSnapshot(
@@ -151,21 +153,15 @@ class Filtering:
         )
 
 
-def _filters(
-    pod: PodView,
-    requests: dict[str, int],
-    profile: Profile,
-    node: NodeView,
-    usage: RequestedOnNode,
-) -> NodeStatus | None:
+def _filters(attempt: Attempt, node: NodeView, usage: RequestedOnNode) -> NodeStatus | None:
     try:
         return filter_node(
-            pod,
-            requests,
+            attempt.pod,
+            attempt.requests,
             node,
             usage,
-            ignored_resources=profile.ignored_resources,
-            ignored_resource_groups=profile.ignored_resource_groups,
+            ignored_resources=attempt.profile.ignored_resources,
+            ignored_resource_groups=attempt.profile.ignored_resource_groups,
         )
     except ResourceParseError as exc:
         log.warning(

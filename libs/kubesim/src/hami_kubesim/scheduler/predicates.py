@@ -33,7 +33,6 @@ __all__ = [
     "NO_NODES_AVAILABLE",
     "RequestedOnNode",
     "ResourceParseError",
-    "check_node",
     "filter_node",
     "node_allocatable",
     "pod_requests",
@@ -118,27 +117,6 @@ def pod_requests(pod: PodView) -> dict[str, int]:
 def node_allocatable(node: NodeView) -> dict[str, int]:
     """``status.allocatable`` in base units."""
     return _quantities(node.allocatable, f"node {node.name} status.allocatable")
-
-
-def check_node(
-    pod: PodView,
-    requests: Resources,
-    node: NodeView,
-    usage: RequestedOnNode,
-    *,
-    ignored_resources: frozenset[str] = frozenset(),
-    ignored_resource_groups: frozenset[str] = frozenset(),
-) -> tuple[str, ...]:
-    """Why ``node`` cannot take ``pod`` (empty when it can)."""
-    status = filter_node(
-        pod,
-        requests,
-        node,
-        usage,
-        ignored_resources=ignored_resources,
-        ignored_resource_groups=ignored_resource_groups,
-    )
-    return () if status is None else status.reasons
 
 
 def filter_node(

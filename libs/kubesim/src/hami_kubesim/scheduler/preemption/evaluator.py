@@ -123,77 +123,79 @@ class Preemption:
         statuses: Mapping[str, NodeStatus],
         snapshot: NodeSnapshot,
     ) -> PostFilterResult:
+        """``DefaultPreemption.PostFilter`` after ``statuses`` rejected every node."""
         try:
-            return await self._preempt(pod, profile, statuses, snapshot)
+            raw = self._pods.get(pod.key)
+            if raw is None:
+                raise _Abort(f'pod "{pod.name}" not found')
+            pod = PodView(raw)
+            nominated = pod.nominated_node_name or self._nominator.node_of(pod.key)
+            absent = NodeStatus(Code.UNRESOLVABLE, ())
+            refused = ineligible_reason(
+                pod,
+                nominated,
+                statuses.get(nominated, absent).code,
+                [placed.pod for placed in snapshot.pods.get(nominated, ())],
+            )
+            if refused:
+                raise _Abort(refused)
+            candidates, dry_statuses = self._find_candidates(pod, profile, statuses, snapshot)
+            if not candidates:
+                fit_error = fit_error_message(
+                    len(snapshot.nodes), dry_statuses, absent_reasons=(PREEMPTION_NOT_HELPFUL,)
+                )
+                return PostFilterResult(f"preemption: {fit_error}", nominate="")
+            victims = await self._call_extenders(pod, candidates, snapshot)
+            if self._config.preemption_behaviour != "1.37":
+                victims = {node: v for node, v in victims.items() if v.pods}
+            if not victims:
+                raise _Abort(_NO_CANDIDATE)
+            node = next(iter(victims)) if len(victims) == 1 else pick_one_node(victims, utc_now())
+            await self._prepare(pod, node, victims[node])
+            return PostFilterResult(nominate=node)
         except _Abort as abort:
             return PostFilterResult(f"preemption: {abort}")
 
-    async def _preempt(
+    def _find_candidates(
         self,
         pod: PodView,
         profile: Profile,
         statuses: Mapping[str, NodeStatus],
         snapshot: NodeSnapshot,
-    ) -> PostFilterResult:
-        raw = self._pods.get(pod.key)
-        if raw is None:
-            raise _Abort(f'pod "{pod.name}" not found')
-        pod = PodView(raw)
-        nominated = pod.nominated_node_name or self._nominator.node_of(pod.key)
-        absent = NodeStatus(Code.UNRESOLVABLE, ())
-        refused = ineligible_reason(
-            pod,
-            nominated,
-            statuses.get(nominated, absent).code,
-            [placed.pod for placed in snapshot.pods.get(nominated, ())],
-        )
-        if refused:
-            raise _Abort(refused)
+    ) -> tuple[tuple[Candidate, ...], dict[str, NodeStatus]]:
+        """``findCandidates``: the dry run over the Unschedulable nodes (none: no candidate and
+        no status)."""
         potential = [
             node
             for node in snapshot.nodes
             if node in statuses and statuses[node].code is Code.UNSCHEDULABLE
         ]
-        candidates: tuple[Candidate, ...] = ()
-        dry_statuses: dict[str, NodeStatus] = {}
-        if potential:
-            offset, wanted = offset_and_num_candidates(
-                len(potential),
-                percentage=profile.min_candidate_nodes_percentage,
-                absolute=profile.min_candidate_nodes_absolute,
-                rng=self._rng,
-            )
-            budgets = [] if self._budgets is None else list(self._budgets.objects())
-            now = utc_now()
-            dry = dry_run_preemption(
-                potential,
-                offset,
-                wanted,
-                lambda node: select_victims_on_node(
-                    pod,
-                    snapshot.pods.get(node, ()),
-                    lambda pods: snapshot.check(node, pods),
-                    budgets,
-                    now,
-                ),
-                zero_victims=self._zero_victims(pod),
-            )
-            if dry.errors and not dry.candidates:
-                raise _Abort(aggregate_errors(dry.errors))
-            candidates, dry_statuses = dry.candidates, dry.statuses
-        if not candidates:
-            fit_error = fit_error_message(
-                len(snapshot.nodes), dry_statuses, absent_reasons=(PREEMPTION_NOT_HELPFUL,)
-            )
-            return PostFilterResult(f"preemption: {fit_error}", nominate="")
-        victims = await self._call_extenders(pod, candidates, snapshot)
-        if self._config.preemption_behaviour != "1.37":
-            victims = {node: v for node, v in victims.items() if v.pods}
-        if not victims:
-            raise _Abort(_NO_CANDIDATE)
-        node = next(iter(victims)) if len(victims) == 1 else pick_one_node(victims, utc_now())
-        await self._prepare(pod, node, victims[node])
-        return PostFilterResult(nominate=node)
+        if not potential:
+            return (), {}
+        offset, wanted = offset_and_num_candidates(
+            len(potential),
+            percentage=profile.min_candidate_nodes_percentage,
+            absolute=profile.min_candidate_nodes_absolute,
+            rng=self._rng,
+        )
+        budgets = [] if self._budgets is None else list(self._budgets.objects())
+        now = utc_now()
+        dry = dry_run_preemption(
+            potential,
+            offset,
+            wanted,
+            lambda node: select_victims_on_node(
+                pod,
+                snapshot.pods.get(node, ()),
+                lambda pods: snapshot.check(node, pods),
+                budgets,
+                now,
+            ),
+            zero_victims=self._zero_victims(pod),
+        )
+        if dry.errors and not dry.candidates:
+            raise _Abort(aggregate_errors(dry.errors))
+        return dry.candidates, dry.statuses
 
     def _zero_victims(self, pod: PodView) -> ZeroVictims:
         if self._config.preemption_behaviour == "1.37":
