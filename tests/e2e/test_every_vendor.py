@@ -149,8 +149,11 @@ def _hami_bound(pod: Mapping[str, Any], word: str, spec: VendorDevices, node: st
     return uuids
 
 
-@pytest.fixture(autouse=True)
+@pytest_asyncio.fixture(autouse=True, loop_scope="module")
 async def _clear(cluster: System) -> AsyncIterator[None]:
+    # On the system's own loop: a fixture on a loop of its own (the function-scoped default)
+    # runs while the system's loop stands still, so no kubelet stand-in could finish a
+    # graceful deletion and the pods would never go.
     yield
     await cluster.clear_pods(NS)
 

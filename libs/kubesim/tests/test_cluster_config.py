@@ -45,7 +45,11 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
                 {"name": "n1"},
                 {"name": "n2", "kubelet": False, "pluginDir": "dp/n2", "podResourcesDir": "pr"},
             ],
-            "scheduling": {"config": "sched.yaml", "extenderURLs": ["http://127.0.0.1:1"]},
+            "scheduling": {
+                "config": "sched.yaml",
+                "extenderURLs": ["http://127.0.0.1:1"],
+                "preemptionBehaviour": "1.38",
+            },
             "objectFiles": ["more.yaml"],
         },
         base_dir=tmp_path,
@@ -63,6 +67,8 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     assert n2.pod_resources_dir == tmp_path / "pr"
     assert config.scheduling.config == tmp_path / "sched.yaml"
     assert config.scheduling.extender_urls == ("http://127.0.0.1:1",)
+    assert config.scheduling.preemption_behaviour == "1.38"
+    assert parse_cluster_config({}, base_dir=tmp_path).scheduling.preemption_behaviour == "1.37"
     assert [o["metadata"]["name"] for o in config.objects] == ["a", "b"]
     assert config.admission.enabled
     assert config.kubelet.grace_period == 300.0
@@ -125,6 +131,7 @@ def test_hami_core_switch(tmp_path: Path) -> None:
         ({"objects": [{"kind": "ConfigMap", "metadata": {"name": "a"}}]}, "objects[0].apiVersion"),
         ({"objects": [{"apiVersion": "v1", "kind": "ConfigMap"}]}, "objects[0].metadata.name"),
         ({"objectFiles": ["does-not-exist.yaml"]}, "objectFiles[0]"),
+        ({"scheduling": {"preemptionBehaviour": "latest"}}, "scheduling.preemptionBehaviour"),
     ],
 )
 def test_invalid_documents_name_the_key(doc: Any, key: str) -> None:

@@ -17,6 +17,7 @@ from hami_kubesim.scheduler.config import (
     ManagedResource,
     load_scheduler_config,
     parse_duration,
+    parse_preemption_behaviour,
     parse_scheduler_config,
 )
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
@@ -252,3 +253,77 @@ def test_garbage_documents_raise_only_config_error(text: str) -> None:
 def test_garbage_durations_raise_only_config_error(text: str) -> None:
     with contextlib.suppress(ConfigError):
         assert parse_duration(text) >= 0 or text.strip().startswith("-")
+
+
+# -- DefaultPreemption -----------------------------------------------------------------------
+
+HEAD = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+
+
+def test_preemption_is_on_with_upstream_defaults() -> None:
+    config = parse_scheduler_config(HEAD)
+    (profile,) = config.profiles
+    assert profile.preemption
+    assert (profile.min_candidate_nodes_percentage, profile.min_candidate_nodes_absolute) == (
+        10,
+        100,
+    )
+    assert config.preemption_behaviour == "1.37"
+
+
+def test_preemption_args_and_disabling() -> None:
+    config = parse_scheduler_config(
+        HEAD
+        + textwrap.dedent(
+            """\
+            profiles:
+            - schedulerName: a
+              pluginConfig:
+              - name: DefaultPreemption
+                args: {minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 3}
+            - schedulerName: b
+              plugins: {postFilter: {disabled: [{name: DefaultPreemption}]}}
+            - schedulerName: c
+              plugins: {postFilter: {disabled: [{name: "*"}]}}
+            """
+        )
+    )
+    a, b, c = config.profiles
+    assert (a.preemption, a.min_candidate_nodes_percentage, a.min_candidate_nodes_absolute) == (
+        True,
+        0,
+        3,
+    )
+    assert not b.preemption
+    assert not c.preemption
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "{minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}",
+        "{minCandidateNodesPercentage: 101}",
+        "{minCandidateNodesAbsolute: -1}",
+        "{minCandidateNodesAbsolute: x}",
+    ],
+)
+def test_invalid_preemption_args(args: str) -> None:
+    text = HEAD + (
+        "profiles:\n- pluginConfig:\n  - name: DefaultPreemption\n" + f"    args: {args}\n"
+    )
+    with pytest.raises(ConfigError):
+        parse_scheduler_config(text)
+
+
+@pytest.mark.parametrize(
+    ("given", "behaviour"),
+    [("1.37", "1.37"), ("1.38", "1.38"), ("v1.30.2", "1.37"), ("1.40", "1.38")],
+)
+def test_preemption_behaviour_follows_the_release(given: object, behaviour: str) -> None:
+    assert parse_preemption_behaviour(given) == behaviour
+
+
+@pytest.mark.parametrize("given", ["latest", "2.0", "", None, "1.x", 1.38])
+def test_preemption_behaviour_needs_a_release(given: object) -> None:
+    with pytest.raises(ConfigError):
+        parse_preemption_behaviour(given)

@@ -18,6 +18,8 @@ from hami_kubesim.scheduler.extender_wire import (
     parse_binding_result,
     parse_filter_result,
     parse_host_priorities,
+    parse_preemption_result,
+    preemption_args,
 )
 
 URL = "http://ext/scheduler"
@@ -172,3 +174,53 @@ def test_garbage_replies_raise_only_extender_error(reply: Any) -> None:
     ):
         with contextlib.suppress(ExtenderError):
             parse()
+
+
+# -- the preempt verb ------------------------------------------------------------------------
+
+VICTIM = {"metadata": {"name": "v", "namespace": "ns", "uid": "u-v"}, "spec": {}}
+
+
+def test_preemption_args_meta_form_when_node_cache_capable() -> None:
+    args = preemption_args(POD, {"a": ([VICTIM], 1), "b": ([], 0)}, node_cache_capable=True)
+    assert json.loads(json.dumps(args)) == {
+        "Pod": POD,
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "a": {"Pods": [{"UID": "u-v"}], "NumPDBViolations": 1},
+            "b": {"Pods": [], "NumPDBViolations": 0},
+        },
+    }
+
+
+def test_preemption_args_full_pods_otherwise() -> None:
+    args = preemption_args(POD, {"a": ([VICTIM], 0), "b": ([], 0)}, node_cache_capable=False)
+    assert args["NodeNameToMetaVictims"] is None
+    assert args["NodeNameToVictims"] == {
+        "a": {"Pods": [VICTIM], "NumPDBViolations": 0},
+        "b": {"Pods": None, "NumPDBViolations": 0},  # a nil slice, as Go marshals it
+    }
+
+
+def test_preemption_result_is_read_case_insensitively() -> None:
+    body = {"nodeNameToMetaVictims": {"a": {"pods": [{"uid": "u-v"}], "numPDBViolations": 2}}}
+    ((node, meta),) = parse_preemption_result(body, URL).items()
+    assert (node, meta.uids, meta.num_pdb_violations) == ("a", ("u-v",), 2)
+    assert parse_preemption_result({"NodeNameToMetaVictims": None}, URL) == {}
+    assert parse_preemption_result(None, URL) == {}
+    assert parse_preemption_result({"NodeNameToMetaVictims": {"a": None}}, URL)["a"].uids == ()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"NodeNameToMetaVictims": []},
+        {"NodeNameToMetaVictims": {"a": {"Pods": [{"Name": "x"}]}}},
+        {"NodeNameToMetaVictims": {"a": {"Pods": {}, "NumPDBViolations": 0}}},
+        {"NodeNameToMetaVictims": {"a": {"Pods": [], "NumPDBViolations": "1"}}},
+    ],
+)
+def test_malformed_preemption_results_are_errors(body: Any) -> None:
+    with pytest.raises(ExtenderError):
+        parse_preemption_result(body, URL)

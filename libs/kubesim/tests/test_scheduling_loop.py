@@ -427,8 +427,11 @@ async def test_failed_scheduling_event_then_retry_when_a_node_arrives(cluster: C
         await cluster.add_pod("waiting", cpu="2", gpus=1)
         event = await cluster.wait_event("waiting", "FailedScheduling")
         assert event["type"] == "Warning"
+        # kube-scheduler's FitError text, then DefaultPreemption's own (hence the "..")
         assert event["message"] == (
-            "0/3 nodes are available: 1 CardInsufficientMemory, 2 Insufficient cpu."
+            "0/3 nodes are available: 1 CardInsufficientMemory, 2 Insufficient cpu. "
+            "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming "
+            "pod, 2 Preemption is not helpful for scheduling.."
         )
         assert event["source"]["component"] == "hami-scheduler"
         assert await cluster.node_of("waiting") is None

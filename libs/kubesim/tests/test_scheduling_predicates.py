@@ -13,13 +13,13 @@ from hami_kube.objects import NodeView, PodView
 from hami_kubesim.scheduler.predicates import (
     RequestedOnNode,
     ResourceParseError,
-    check_node,
-    fit_error_message,
+    filter_node,
     matches_node_affinity,
     pod_requests,
     select_host,
     tolerates,
 )
+from hami_kubesim.scheduler.statuses import Code, NodeStatus, fit_error_message
 
 
 def node(
@@ -67,7 +67,8 @@ def reasons(
     p: dict[str, Any], n: dict[str, Any], usage: RequestedOnNode | None = None, **kw: Any
 ) -> tuple[str, ...]:
     view = PodView(p)
-    return check_node(view, pod_requests(view), NodeView(n), usage or RequestedOnNode(), **kw)
+    status = filter_node(view, pod_requests(view), NodeView(n), usage or RequestedOnNode(), **kw)
+    return () if status is None else status.reasons
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -308,6 +309,48 @@ def test_fit_error_counts_every_reason_of_a_node() -> None:
     message = fit_error_message(1, {"a": ["Insufficient cpu", "Insufficient memory"]})
     assert message == "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory."
     assert fit_error_message(2, {}) == "0/2 nodes are available:"
+
+
+def test_fit_error_with_absent_nodes_and_a_post_filter_message() -> None:
+    # Preemption's own FitError: nodes without a dry-run status read "not helpful".
+    inner = fit_error_message(
+        3,
+        {"a": NodeStatus(Code.UNRESOLVABLE, ("No preemption victims found for incoming pod",))},
+        absent_reasons=("Preemption is not helpful for scheduling",),
+    )
+    assert inner == (
+        "0/3 nodes are available: 1 No preemption victims found for incoming pod, "
+        "2 Preemption is not helpful for scheduling."
+    )
+    outer = fit_error_message(1, {"a": ["Insufficient cpu"]}, post_filter="preemption: x")
+    assert outer == "0/1 nodes are available: 1 Insufficient cpu. preemption: x."
+
+
+def status_of(p: dict[str, Any], n: dict[str, Any], usage: RequestedOnNode) -> NodeStatus | None:
+    view = PodView(p)
+    return filter_node(view, pod_requests(view), NodeView(n), usage)
+
+
+def test_filter_codes_tell_what_preemption_could_resolve() -> None:
+    small = node(allocatable={"cpu": "4", "memory": "8Gi", "pods": "110"})
+    busy = RequestedOnNode({"cpu": 3000}, 1)
+    assert status_of(pod({"cpu": "2"}), small, busy) == NodeStatus(
+        Code.UNSCHEDULABLE, ("Insufficient cpu",)
+    )
+    # more than the whole node: no victim can make room
+    assert status_of(pod({"cpu": "2", "memory": "9Gi"}), small, busy) == NodeStatus(
+        Code.UNRESOLVABLE, ("Insufficient cpu", "Insufficient memory")
+    )
+    assert status_of(pod({}), small, RequestedOnNode({}, 110)) == NodeStatus(
+        Code.UNSCHEDULABLE, ("Too many pods",)
+    )
+    tainted = node(taints=[{"key": "t", "effect": "NoSchedule"}])
+    status = status_of(pod({"cpu": "1"}), tainted, RequestedOnNode())
+    assert status is not None
+    assert status.code is Code.UNRESOLVABLE
+    assert status_of(pod({"cpu": "1"}), node(unschedulable=True), RequestedOnNode()) == (
+        NodeStatus(Code.UNRESOLVABLE, ("node(s) were unschedulable",))
+    )
 
 
 def test_select_host_highest_score_and_ties() -> None:

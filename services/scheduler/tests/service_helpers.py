@@ -304,7 +304,7 @@ class Harness:
         )
         reply = await self.filter(pod, [node])
         assert not reply["NodeNames"], reply
-        return str(reply["FailedNodes"][node])
+        return str(refused(reply)[node])
 
     def grants(self, name: str, word: str, namespace: str = "default") -> list[ContainerDevice]:
         """The devices of vendor ``word`` the pod's allocation annotation grants, in order."""

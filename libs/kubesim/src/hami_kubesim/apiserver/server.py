@@ -427,8 +427,8 @@ class ApiServer:
     def delete_pods_gracefully(self, enabled: bool = True) -> None:
         """Delete pods bound to the nodes of :attr:`kubelets` gracefully (marked, kept until
         their kubelet stand-in deletes them again), as a real API server does.  Off by default
-        for now: the whole-system stack's waits and checks still take a DELETE to remove a pod
-        at once, and are to move over with the preemption loop that needs it."""
+        (a bare server's tests attach stand-ins they never start); ``running_cluster`` turns it
+        on once its kubelet stand-ins run."""
         self.store.kubelet_nodes = self.kubelets if enabled else frozenset()
 
     def hold_watches(self, resource: str, client: str) -> int:

@@ -44,6 +44,7 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       enabled: true
       config: kube-scheduler-config.yaml  # KubeSchedulerConfiguration (none: default profile)
       extenderURLs: ["http://127.0.0.1:8888"]  # replace urlPrefix of extenders, in order
+      preemptionBehaviour: "1.37"         # kube-scheduler's preemption up to 1.37, or "1.38"
     controllers:
       disruption: true                    # PodDisruptionBudget status (kube-controller-manager)
     objects: [ ... full Kubernetes objects, created in order ... ]
@@ -73,8 +74,10 @@ from typing import Any
 
 import yaml
 
+from hami_kubesim.scheduler.config import PreemptionBehaviour, parse_preemption_behaviour
 from hami_kubesim.vendors.inventory import VendorDevices
 from hami_kubesim.vendors.profiles import VendorUnknownError, known_words
+from hami_protocol.errors import ConfigError
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -189,6 +192,9 @@ class SchedulingSpec:
     enabled: bool = True
     config: Path | None = None
     extender_urls: tuple[str, ...] = ()
+    preemption_behaviour: PreemptionBehaviour = "1.37"
+    """Which kube-scheduler release's preemption the loop plays (``"1.37"``: a node that fits
+    with no in-tree victim is an error; ``"1.38"``: it goes to a preempt-capable extender)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,7 +402,16 @@ def _scheduling(raw: Mapping[str, Any], base_dir: Path) -> SchedulingSpec:
         enabled=_bool("scheduling.enabled", raw.get("enabled", True)),
         config=None if config is None else base_dir / _str("scheduling.config", config),
         extender_urls=tuple(_str(f"scheduling.extenderURLs[{i}]", u) for i, u in enumerate(urls)),
+        preemption_behaviour=_preemption_behaviour(raw.get("preemptionBehaviour", "1.37")),
     )
+
+
+def _preemption_behaviour(raw: object) -> PreemptionBehaviour:
+    field = "scheduling.preemptionBehaviour"
+    try:
+        return parse_preemption_behaviour(raw, field)
+    except ConfigError as error:
+        raise ClusterConfigError(field, raw, error.reason) from error
 
 
 def _controllers(raw: Mapping[str, Any]) -> ControllersSpec:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -93,8 +94,10 @@ class Cluster:
 
 
 def scheduler_config_for(spec: SchedulingSpec) -> SchedulerConfig:
-    """The KubeSchedulerConfiguration to run, with ``extenderURLs`` applied in order."""
+    """The KubeSchedulerConfiguration to run, with ``extenderURLs`` applied in order and the
+    preemption behaviour of the release the spec names."""
     config = SchedulerConfig() if spec.config is None else load_scheduler_config(spec.config)
+    config = dataclasses.replace(config, preemption_behaviour=spec.preemption_behaviour)
     for index, url in enumerate(spec.extender_urls):
         try:
             config = config.with_extender_url(url, index=index)
@@ -197,6 +200,10 @@ async def running_cluster(
         log.info("cluster ready", url=sim.url, nodes=sorted(plugin_dirs))
         sim.server.kubelets.update(kubelets)  # /_sim/kubelets/<node>/...
         stack.callback(sim.server.kubelets.clear)
+        # Their kubelets finish pods' graceful deletions from now on; once the block is left
+        # (stand-ins stopping), a DELETE removes a pod at once again.
+        sim.server.delete_pods_gracefully()
+        stack.callback(sim.server.delete_pods_gracefully, False)
         async with crash_cancels_the_block(stand_ins):
             yield cluster
 

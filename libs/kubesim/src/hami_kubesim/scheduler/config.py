@@ -1,11 +1,17 @@
 """KubeSchedulerConfiguration (``kubescheduler.config.k8s.io/v1``): the parts the loop obeys.
 
 Parses the same YAML file the chart ships to kube-scheduler into frozen dataclasses: profiles
-(scheduler names, ``NodeResourcesFit`` ignored resources), extenders (verbs, weight, TLS, timeout,
-``nodeCacheCapable``, ``managedResources``, ``ignorable``) and the pod backoff bounds, with
-kube-scheduler's defaults and validation rules.  Decoding is strict for the extender structures,
-as kube-scheduler's is, so a misspelt key (``enableHttps``) is an error rather than silently
-ignored.
+(scheduler names, ``NodeResourcesFit`` ignored resources, ``DefaultPreemption``: on unless the
+profile's ``plugins.postFilter.disabled`` names it or ``*``, and its ``minCandidateNodes*`` args),
+extenders (verbs, weight, TLS, timeout, ``nodeCacheCapable``, ``managedResources``, ``ignorable``)
+and the pod backoff bounds, with kube-scheduler's defaults and validation rules.
+
+Which kube-scheduler release the loop behaves as is not in that file:
+:attr:`SchedulerConfig.preemption_behaviour` (``"1.37"``, the default, or ``"1.38"``) is kubesim's
+own setting, chosen by the cluster config or the whole-system spec.
+
+Decoding is strict for the extender structures, as kube-scheduler's is, so a misspelt key
+(``enableHttps``) is an error rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -26,14 +32,18 @@ from hami_protocol.errors import ConfigError
 
 __all__ = [
     "DEFAULT_SCHEDULER_NAME",
+    "PREEMPTION_BEHAVIOURS",
     "ExtenderConfig",
     "ExtenderTLS",
     "ManagedResource",
+    "PreemptionBehaviour",
     "Profile",
     "SchedulerConfig",
     "load_scheduler_config",
     "parse_duration",
+    "parse_preemption_behaviour",
     "parse_scheduler_config",
+    "scheduler_name_of",
 ]
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
@@ -85,6 +95,12 @@ _TLS_KEYS = frozenset(
     {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
 )
 _MANAGED_KEYS = frozenset({"name", "ignoredByScheduler"})
+_DEFAULT_PREEMPTION = "DefaultPreemption"
+
+PreemptionBehaviour = Literal["1.37", "1.38"]
+"""kube-scheduler's preemption up to 1.37, or from 1.38 on (PR #135486): whether a node that fits
+with no in-tree victim is handed to a preempt-capable extender (1.38) or is an error (1.37)."""
+PREEMPTION_BEHAVIOURS: tuple[PreemptionBehaviour, ...] = get_args(PreemptionBehaviour)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +164,10 @@ class Profile:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     ignored_resources: frozenset[str] = frozenset()
     ignored_resource_groups: frozenset[str] = frozenset()
+    preemption: bool = True
+    """The ``DefaultPreemption`` PostFilter plugin runs (kube-scheduler's default)."""
+    min_candidate_nodes_percentage: int = 10
+    min_candidate_nodes_absolute: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +178,8 @@ class SchedulerConfig:
     extenders: tuple[ExtenderConfig, ...] = ()
     pod_initial_backoff: float = 1.0
     pod_max_backoff: float = 10.0
+    preemption_behaviour: PreemptionBehaviour = "1.37"
+    """Which kube-scheduler release's preemption to play (see :data:`PreemptionBehaviour`)."""
 
     @property
     def scheduler_names(self) -> frozenset[str]:
@@ -182,6 +204,25 @@ class SchedulerConfig:
         extenders = list(self.extenders)
         extenders[index] = dataclasses.replace(extenders[index], url_prefix=url_prefix)
         return dataclasses.replace(self, extenders=tuple(extenders))
+
+
+def scheduler_name_of(pod: PodView) -> str:
+    """``spec.schedulerName``, defaulted as the API server defaults it."""
+    return pod.scheduler_name or DEFAULT_SCHEDULER_NAME
+
+
+def parse_preemption_behaviour(
+    value: object, field: str = "preemptionBehaviour"
+) -> PreemptionBehaviour:
+    """``"1.37"`` or ``"1.38"``; any other ``1.<minor>`` release picks the side it falls on.  A
+    string only: YAML reads an unquoted ``1.40`` as the number 1.4."""
+    if not isinstance(value, str):
+        raise ConfigError(field, value, 'must be a quoted Kubernetes release such as "1.38"')
+    major, _, rest = value.strip().removeprefix("v").partition(".")
+    minor = rest.split(".")[0]
+    if major == "1" and minor.isdigit():
+        return "1.38" if int(minor) >= 38 else "1.37"
+    raise ConfigError(field, value, f"must be a Kubernetes release such as {PREEMPTION_BEHAVIOURS}")
 
 
 def load_scheduler_config(path: str | Path) -> SchedulerConfig:
@@ -252,11 +293,15 @@ def _parse_profiles(raw: object, extender_ignored: frozenset[str]) -> tuple[Prof
         if any(p.scheduler_name == name for p in profiles):
             raise ConfigError(f"{field}.schedulerName", name, "duplicate profile")
         resources, groups = _fit_args(item.get("pluginConfig"), field)
+        percentage, absolute = _preemption_args(item.get("pluginConfig"), field)
         profiles.append(
             Profile(
                 scheduler_name=name,
                 ignored_resources=resources | extender_ignored,
                 ignored_resource_groups=groups,
+                preemption=not _post_filter_disabled(item.get("plugins"), field),
+                min_candidate_nodes_percentage=percentage,
+                min_candidate_nodes_absolute=absolute,
             )
         )
     return tuple(profiles)
@@ -278,6 +323,47 @@ def _fit_args(raw: object, field: str) -> tuple[frozenset[str], frozenset[str]]:
                 ),
             )
     return frozenset(), frozenset()
+
+
+def _post_filter_disabled(raw: object, field: str) -> bool:
+    """``plugins.postFilter.disabled`` names ``DefaultPreemption`` (or ``*``: every default)."""
+    if not isinstance(raw, Mapping):
+        return False
+    post_filter = raw.get("postFilter") or {}
+    if not isinstance(post_filter, Mapping):
+        raise ConfigError(f"{field}.plugins.postFilter", post_filter, "must be a mapping")
+    disabled = post_filter.get("disabled") or []
+    if not isinstance(disabled, list):
+        raise ConfigError(f"{field}.plugins.postFilter.disabled", disabled, "must be a list")
+    names = {item.get("name") for item in disabled if isinstance(item, Mapping)}
+    return bool(names & {_DEFAULT_PREEMPTION, "*"})
+
+
+def _preemption_args(raw: object, field: str) -> tuple[int, int]:
+    """``DefaultPreemptionArgs``: ``minCandidateNodesPercentage`` (0-100, default 10) and
+    ``minCandidateNodesAbsolute`` (>= 0, default 100), not both 0."""
+    args: object = {}
+    for item in raw if isinstance(raw, list) else ():
+        if isinstance(item, Mapping) and item.get("name") == _DEFAULT_PREEMPTION:
+            args = item.get("args") or {}
+    where = f"{field}.pluginConfig.DefaultPreemption.args"
+    if not isinstance(args, Mapping):
+        raise ConfigError(where, args, "must be a mapping")
+    percentage = args.get("minCandidateNodesPercentage", 10)
+    absolute = args.get("minCandidateNodesAbsolute", 100)
+    for key, value, top in (
+        ("minCandidateNodesPercentage", percentage, 100),
+        ("minCandidateNodesAbsolute", absolute, None),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{where}.{key}", value, "must be a non-negative integer")
+        if top is not None and value > top:
+            raise ConfigError(f"{where}.{key}", value, "not in valid range [0, 100]")
+    if percentage == 0 and absolute == 0:
+        raise ConfigError(
+            where, args, "cannot be zero at the same time as minCandidateNodesPercentage"
+        )
+    return percentage, absolute
 
 
 def _parse_extenders(raw: object) -> tuple[ExtenderConfig, ...]:

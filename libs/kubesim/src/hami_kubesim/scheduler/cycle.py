@@ -4,12 +4,19 @@
 key it pops from its queue.  For one pod at a time, the *scheduling cycle*:
 
 1. runs the in-tree filters (:mod:`hami_kubesim.scheduler.predicates`) over every node (the
-   pod's ``status.nominatedNodeName`` first, alone, when it is set);
+   pod's nominated node first, alone, with the extenders' filters too, when it has one), with
+   the pods nominated to a node with at least its priority counted there
+   (``RunFilterPluginsWithNominatedPods``, :mod:`.nominator`);
 2. calls each interested extender's filter verb in order on the survivors (``NodeNames`` when
-   ``nodeCacheCapable``, else the full ``Nodes``), recording ``FailedNodes`` reasons;
-3. with more than one feasible node, calls the prioritize verbs in parallel and adds
+   ``nodeCacheCapable``, else the full ``Nodes``): ``FailedNodes`` are Unschedulable,
+   ``FailedAndUnresolvableNodes`` UnschedulableAndUnresolvable, a node left out without either
+   has no status (read as UnschedulableAndUnresolvable: never a preemption candidate);
+3. no node left (a ``FitError``): the profile's ``DefaultPreemption`` PostFilter runs
+   (:mod:`.preemption.evaluator`); its message ends the ``FailedScheduling`` text and the node it
+   picks becomes the pod's ``status.nominatedNodeName``; the pod stays pending;
+4. with more than one feasible node, calls the prioritize verbs in parallel and adds
    ``Score * weight * 10``; picks the highest total (ties: see ``select_host``);
-4. *assumes* the pod on that node: its requests count there at once, for the next pods.
+5. *assumes* the pod on that node: its requests count there at once, for the next pods.
 
 The *binding cycle* then runs in the background: the extender's bind verb when one is configured
 and interested, else a POST of the Binding subresource.  An assumed pod that never shows up bound
@@ -17,8 +24,10 @@ within ``assume_timeout`` is forgotten and queued again.
 
 A failure records a ``FailedScheduling`` Warning Event (``0/3 nodes are available: ...``; repeats
 bump its count, see ``hami_kube.events.EventRecorder``), sets the pod's ``PodScheduled=False``
-condition (reason ``Unschedulable`` when no node fits, ``SchedulerError`` otherwise) and reports
-the pod back to the queue, which parks or backs it off (see :mod:`.queue`).
+condition (reason ``Unschedulable`` when no node fits, ``SchedulerError`` otherwise) and, when
+preemption says so, its ``nominatedNodeName`` (one status patch), and reports the pod back to the
+queue, which parks or backs it off (see :mod:`.queue`).  An extender filter error is an Error:
+no preemption runs.
 
 The per-node accounting (what bound and assumed pods request) lives here too: the loop's watch
 handlers tell the cycle when a pod is bound or gone.  Nothing here reads raw pod or node JSON but
@@ -42,19 +51,21 @@ from hami_kube.resources import PODS
 from hami_kube.rest import KubeClient, PatchType
 from hami_kube.store import Store
 from hami_kube.timefmt import format_time, utc_now
-from hami_kubesim.scheduler.config import DEFAULT_SCHEDULER_NAME, Profile, SchedulerConfig
+from hami_kubesim.scheduler.config import Profile, SchedulerConfig, scheduler_name_of
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.extender_wire import ExtenderError
+from hami_kubesim.scheduler.filtering import Attempt, Filtering, Placements, requests_quietly
+from hami_kubesim.scheduler.nominator import Nominator
 from hami_kubesim.scheduler.predicates import (
     NO_NODES_AVAILABLE,
-    RequestedOnNode,
     ResourceParseError,
-    check_node,
-    fit_error_message,
     pod_requests,
     select_host,
 )
+from hami_kubesim.scheduler.preemption.evaluator import PostFilterResult, Preemption
+from hami_kubesim.scheduler.preemption.selection import PlacedPod
 from hami_kubesim.scheduler.queue import SchedulingQueue
+from hami_kubesim.scheduler.statuses import fit_error_message
 
 __all__ = ["SchedulingCycle", "SchedulingStats", "is_responsible", "scheduler_name_of"]
 
@@ -79,15 +90,12 @@ class SchedulingStats:
 
 
 class _Failure(Exception):  # noqa: N818 - internal control flow, not an API error
-    def __init__(self, message: str, *, unschedulable: bool) -> None:
+    def __init__(self, message: str, *, unschedulable: bool, nominate: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.unschedulable = unschedulable
-
-
-def scheduler_name_of(pod: PodView) -> str:
-    """``spec.schedulerName``, defaulted as the API server defaults it."""
-    return pod.scheduler_name or DEFAULT_SCHEDULER_NAME
+        self.nominate = nominate
+        """The nomination to write: a node, ``""`` to clear it, ``None`` to leave it."""
 
 
 def is_responsible(pod: PodView, scheduler_names: frozenset[str]) -> bool:
@@ -126,6 +134,7 @@ class SchedulingCycle:
         extenders: Sequence[HttpExtender],
         nodes: Store,
         pods: Store,
+        budgets: Store | None = None,
         spawn: Spawn,
         rng: random.Random | None,
         assume_timeout: float,
@@ -141,9 +150,20 @@ class SchedulingCycle:
         self._spawn = spawn
         self._rng = rng
         self._assume_timeout = assume_timeout
-        self._bound: dict[str, tuple[str, dict[str, int]]] = {}
-        self._assumed: dict[str, tuple[str, dict[str, int]]] = {}
+        self._placements = Placements()
         self._assume_timers: dict[str, asyncio.TimerHandle] = {}
+        self.nominator = Nominator()
+        self._filtering = Filtering(self._extenders, self.nominator, self._placements)
+        self._preemption = Preemption(
+            config,
+            client=client,
+            events=events,
+            extenders=self._extenders,
+            pods=pods,
+            budgets=budgets,
+            nominator=self.nominator,
+            rng=rng,
+        )
 
     def close(self) -> None:
         """The loop stops: no assumed pod expires any more."""
@@ -155,29 +175,32 @@ class SchedulingCycle:
 
     def is_assumed(self, key: str) -> bool:
         """A binding of this pod is in flight (or done and not yet seen by the watch)."""
-        return key in self._assumed
+        return key in self._placements.assumed
 
     def pod_bound(self, key: str, pod: PodView) -> bool:
         """``pod`` is bound to ``pod.node_name``: count its requests there from now on.
 
         Returns whether this freed requests on a node (the pod reached a terminal phase)."""
         self._forget_assumed(key)
+        self.nominator.delete(key)
         if pod.terminal:
-            return self._bound.pop(key, None) is not None
-        try:
-            requests = pod_requests(pod)
-        except ResourceParseError as exc:
-            log.warning(
-                "bound pod has an invalid request", pod=key, where=exc.where, value=exc.value
-            )
-            requests = {}
-        self._bound[key] = (pod.node_name, requests)
+            return self._placements.bound.pop(key, None) is not None
+        self._placements.bound[key] = (
+            pod.node_name,
+            PlacedPod(pod, requests_quietly(pod, "bound")),
+        )
         return False
 
+    def pod_pending(self, key: str, old: PodView | None, new: PodView) -> None:
+        """A pod this loop schedules was added or changed: its nomination follows its status."""
+        self.nominator.pod_updated(key, old, new, requests_quietly(new, "pending"))
+
     def pod_gone(self, key: str) -> bool:
-        """The pod was deleted; returns whether this freed requests on a node."""
+        """The pod was deleted (or is no longer this loop's); returns whether this freed
+        requests on a node."""
         self._forget_assumed(key)
-        return self._bound.pop(key, None) is not None
+        self.nominator.delete(key)
+        return self._placements.bound.pop(key, None) is not None
 
     # -- the scheduling cycle ----------------------------------------------------------------
 
@@ -196,74 +219,40 @@ class SchedulingCycle:
         except _Failure as failure:
             self._record_failure(key, pod, failure)
             return
-        self._assumed[key] = (host, requests)
+        self._placements.assumed[key] = (host, PlacedPod(pod, requests))
+        self.nominator.delete(key)  # assume() drops the nomination
         self._spawn(f"bind-{key}", self._bind(key, pod, host))
 
     async def _find_host(self, pod: PodView, requests: dict[str, int], profile: Profile) -> str:
         nodes = sorted((NodeView(n) for n in self._nodes.objects()), key=lambda n: n.name)
         if not nodes:
             raise _Failure(NO_NODES_AVAILABLE, unschedulable=True)
-        nominated = pod.status.get("nominatedNodeName")
-        nominated_node = self._nodes.get(nominated) if isinstance(nominated, str) else None
+        nominated = pod.nominated_node_name or self.nominator.node_of(pod.key)
+        nominated_node = self._nodes.get(nominated) if nominated else None
+        attempt = Attempt(pod, requests, profile)
         if nominated_node is not None:
-            feasible, _ = await self._filter(pod, requests, profile, [NodeView(nominated_node)])
+            try:
+                feasible, _ = await self._filtering.run(attempt, [NodeView(nominated_node)])
+            except ExtenderError as exc:  # evaluateNominatedNode's error is only logged
+                log.info("nominated node failed", pod=pod.key, node=nominated, error=str(exc))
+                feasible = []
             if feasible:
                 return feasible[0].name
-        feasible, reasons = await self._filter(pod, requests, profile, nodes)
+        try:
+            feasible, statuses = await self._filtering.run(attempt, nodes)
+        except ExtenderError as exc:
+            self.stats.extender_errors += 1
+            raise _Failure(str(exc), unschedulable=False) from exc
         if not feasible:
-            raise _Failure(fit_error_message(len(nodes), reasons), unschedulable=True)
+            result = PostFilterResult()
+            if profile.preemption:
+                snapshot = self._filtering.snapshot(attempt, nodes)
+                result = await self._preemption.post_filter(pod, profile, statuses, snapshot)
+            message = fit_error_message(len(nodes), statuses, post_filter=result.message)
+            raise _Failure(message, unschedulable=True, nominate=result.nominate)
         if len(feasible) == 1:
             return feasible[0].name
         return select_host(await self._prioritize(pod, feasible), self._rng)
-
-    async def _filter(
-        self, pod: PodView, requests: dict[str, int], profile: Profile, nodes: list[NodeView]
-    ) -> tuple[list[NodeView], dict[str, list[str]]]:
-        usage = self._usage_by_node()
-        reasons: dict[str, list[str]] = {}
-        feasible: list[NodeView] = []
-        for node in nodes:
-            try:
-                rejected = check_node(
-                    pod,
-                    requests,
-                    node,
-                    usage.get(node.name, RequestedOnNode()),
-                    ignored_resources=profile.ignored_resources,
-                    ignored_resource_groups=profile.ignored_resource_groups,
-                )
-            except ResourceParseError as exc:
-                log.warning(
-                    "node has an invalid allocatable",
-                    node=node.name,
-                    where=exc.where,
-                    value=exc.value,
-                )
-                rejected = ("node(s) had invalid allocatable resources",)
-            if rejected:
-                reasons[node.name] = list(rejected)
-            else:
-                feasible.append(node)
-        for extender in self._extenders:
-            if not feasible:
-                break
-            if not extender.config.filter_verb or not extender.is_interested(pod.raw):
-                continue
-            try:
-                outcome = await extender.filter(pod.raw, [node.raw for node in feasible])
-            except ExtenderError as exc:
-                if extender.config.ignorable:
-                    log.warning(
-                        "ignorable extender filter failed", extender=extender.url, error=str(exc)
-                    )
-                    continue
-                self.stats.extender_errors += 1
-                raise _Failure(str(exc), unschedulable=False) from exc
-            for node_name, reason in {**outcome.failed, **outcome.failed_unresolvable}.items():
-                reasons.setdefault(node_name, []).append(reason)
-            by_name = {node.name: node for node in feasible}
-            feasible = [by_name[name] for name in outcome.survivors]
-        return feasible, reasons
 
     async def _prioritize(self, pod: PodView, feasible: list[NodeView]) -> dict[str, int]:
         scores = {node.name: 0 for node in feasible}
@@ -289,14 +278,6 @@ class SchedulingCycle:
             log.warning("extender prioritize failed", extender=extender.url, error=str(exc))
             return {}
 
-    def _usage_by_node(self) -> dict[str, RequestedOnNode]:
-        usage: dict[str, RequestedOnNode] = {}
-        for node, requests in [*self._bound.values(), *self._assumed.values()]:
-            usage[node] = usage.get(node, RequestedOnNode()).plus(requests)
-        return usage
-
-    # -- the binding cycle -------------------------------------------------------------------
-
     async def _bind(self, key: str, pod: PodView, host: str) -> None:
         binder = next(
             (e for e in self._extenders if e.config.bind_verb and e.is_interested(pod.raw)), None
@@ -313,11 +294,11 @@ class SchedulingCycle:
                 log.warning("ignorable extender bind failed", extender=binder.url, error=str(exc))
                 await self._default_bind(pod, host)
         except (ExtenderError, KubeError) as exc:
-            self._assumed.pop(key, None)
+            self._placements.assumed.pop(key, None)
             self.stats.bind_failures += 1
-            self._record_failure(
-                key, pod, _Failure(f"binding rejected: {exc}", unschedulable=False)
-            )
+            # A failed binding clears the nomination (clearNominatedNode).
+            failure = _Failure(f"binding rejected: {exc}", unschedulable=False, nominate="")
+            self._record_failure(key, pod, failure)
             return
         self.stats.scheduled += 1
         self.queue.done(key)
@@ -328,7 +309,7 @@ class SchedulingCycle:
             "Scheduled",
             f"Successfully assigned {pod.namespace}/{pod.name} to {host}",
         )
-        if key in self._assumed:
+        if key in self._placements.assumed:
             self._assume_timers[key] = asyncio.get_running_loop().call_later(
                 self._assume_timeout, self._expire_assumed, key, host
             )
@@ -345,19 +326,19 @@ class SchedulingCycle:
 
     def _expire_assumed(self, key: str, host: str) -> None:
         self._assume_timers.pop(key, None)
-        assumed = self._assumed.get(key)
+        assumed = self._placements.assumed.get(key)
         if assumed is None or assumed[0] != host:
             return
         # The binder reported success but the pod never showed up bound: forget and retry.
         log.warning("assumed pod never appeared bound; retrying", pod=key, node=host)
-        del self._assumed[key]
+        del self._placements.assumed[key]
         raw = self._pods.get(key)
         pod = None if raw is None else PodView(raw)
         if pod is not None and is_responsible(pod, self.config.scheduler_names):
             self.queue.add(key, **queue_position(pod))
 
     def _forget_assumed(self, key: str) -> None:
-        self._assumed.pop(key, None)
+        self._placements.assumed.pop(key, None)
         timer = self._assume_timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -376,10 +357,24 @@ class SchedulingCycle:
         )
         # Queued, never awaited: the recorder's own task writes (or bumps) the Event.
         self._events.emit(pod.raw, EventType.WARNING, "FailedScheduling", failure.message)
+        if failure.nominate is not None:
+            self.nominator.nominate(key, failure.nominate, pod, requests_quietly(pod, "pending"))
         condition_reason = "Unschedulable" if failure.unschedulable else "SchedulerError"
-        self._spawn(f"condition-{key}", self._set_condition(pod, condition_reason, failure.message))
+        self._spawn(
+            f"condition-{key}",
+            self._set_condition(pod, condition_reason, failure.message, failure.nominate),
+        )
 
-    async def _set_condition(self, pod: PodView, reason: str, message: str) -> None:
+    async def _set_condition(
+        self, pod: PodView, reason: str, message: str, nominate: str | None
+    ) -> None:
+        """``updatePod``: the ``PodScheduled`` condition and, when preemption set or cleared it,
+        ``nominatedNodeName``, in one status patch (none when neither changes)."""
+        latest = self._pods.get(pod.key)
+        pod = pod if latest is None else PodView(latest)
+        patch: dict[str, Any] = {}
+        if nominate is not None and nominate != pod.nominated_node_name:
+            patch["nominatedNodeName"] = nominate or None
         conditions = [c for c in pod.status.get("conditions") or () if isinstance(c, dict)]
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
         if current and (current.get("status"), current.get("reason"), current.get("message")) == (
@@ -387,6 +382,8 @@ class SchedulingCycle:
             reason,
             message,
         ):
+            if patch:
+                await self._patch_status(pod, patch)
             return
         updated = [c for c in conditions if c.get("type") != "PodScheduled"]
         updated.append(
@@ -399,17 +396,20 @@ class SchedulingCycle:
                 "lastTransitionTime": format_time(utc_now()),
             }
         )
+        await self._patch_status(pod, {**patch, "conditions": updated})
+
+    async def _patch_status(self, pod: PodView, status: dict[str, Any]) -> None:
         try:
             await self._client.patch(
                 PODS,
                 pod.name,
-                {"status": {"conditions": updated}},
+                {"status": status},
                 namespace=pod.namespace or "default",
                 patch_type=PatchType.MERGE,
                 subresource="status",
             )
         except KubeError as exc:
-            log.debug("could not update PodScheduled condition", pod=pod.key, error=str(exc))
+            log.debug("could not update the pod's status", pod=pod.key, error=str(exc))
 
 
 def _requests_or_fail(pod: PodView) -> dict[str, int]:

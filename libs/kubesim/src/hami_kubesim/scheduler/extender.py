@@ -24,11 +24,14 @@ from hami_kubesim.scheduler.config import ExtenderConfig, ExtenderTLS
 from hami_kubesim.scheduler.extender_wire import (
     ExtenderError,
     FilterOutcome,
+    MetaVictims,
     binding_args,
     extender_args,
     parse_binding_result,
     parse_filter_result,
     parse_host_priorities,
+    parse_preemption_result,
+    preemption_args,
 )
 
 __all__ = ["HttpExtender", "extender_ssl_context"]
@@ -67,6 +70,20 @@ class HttpExtender:
     ) -> dict[str, int]:
         args = extender_args(pod, nodes, node_cache_capable=self.config.node_cache_capable)
         return parse_host_priorities(await self._send(self.config.prioritize_verb, args), self.url)
+
+    @property
+    def supports_preemption(self) -> bool:
+        return bool(self.config.preempt_verb)
+
+    async def preempt(
+        self,
+        pod: Mapping[str, Any],
+        victims: Mapping[str, tuple[Sequence[Mapping[str, Any]], int]],
+    ) -> dict[str, MetaVictims]:
+        """``ProcessPreemption``'s call: the candidates (node -> victim pods, PDB violations)
+        out, the extender's node -> victim UIDs back (resolved by the caller)."""
+        args = preemption_args(pod, victims, node_cache_capable=self.config.node_cache_capable)
+        return parse_preemption_result(await self._send(self.config.preempt_verb, args), self.url)
 
     async def bind(self, pod: Mapping[str, Any], node: str) -> None:
         parse_binding_result(

@@ -4,6 +4,11 @@ Requests are written with Go's field names (PascalCase, unset fields as ``null``
 case-insensitively, as Go's ``encoding/json`` does.  Interpretation of a filter reply follows
 ``HTTPExtender.Filter``: ``NodeNames`` when node-cache-capable and present, else ``Nodes.items``,
 else nothing survives; every surviving name must be one that was sent.
+
+The preempt verb (``ExtenderPreemptionArgs``) sends each candidate's victims as UIDs
+(``NodeNameToMetaVictims``, ``Pods`` always a list) when node-cache-capable, else as full pods
+(``NodeNameToVictims``, ``Pods`` ``null`` for a node without victims, as Go marshals a nil slice);
+the reply is always ``NodeNameToMetaVictims``.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ from hami_kube.objects import NodeView, PodView
 __all__ = [
     "ExtenderError",
     "FilterOutcome",
+    "MetaVictims",
     "binding_args",
     "extender_args",
     "parse_binding_result",
     "parse_filter_result",
     "parse_host_priorities",
+    "parse_preemption_result",
+    "preemption_args",
 ]
 
 
@@ -106,6 +114,71 @@ def parse_host_priorities(body: object, url: str) -> dict[str, int]:
             raise ExtenderError(f"extender {url!r} returned a malformed HostPriority {item!r}")
         scores[host] = score
     return scores
+
+
+@dataclass(frozen=True, slots=True)
+class MetaVictims:
+    """One node of an ``ExtenderPreemptionResult``: victim UIDs and the PDB violations claimed."""
+
+    uids: tuple[str, ...]
+    num_pdb_violations: int = 0
+
+
+def preemption_args(
+    pod: Mapping[str, Any],
+    victims: Mapping[str, tuple[Sequence[Mapping[str, Any]], int]],
+    *,
+    node_cache_capable: bool,
+) -> dict[str, Any]:
+    """``ExtenderPreemptionArgs`` for ``victims``: node -> (victim pods, PDB violations)."""
+    if node_cache_capable:
+        meta = {
+            node: {
+                "Pods": [{"UID": PodView(p).uid} for p in pods],
+                "NumPDBViolations": violations,
+            }
+            for node, (pods, violations) in victims.items()
+        }
+        return {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta}
+    full = {
+        node: {"Pods": list(pods) or None, "NumPDBViolations": violations}
+        for node, (pods, violations) in victims.items()
+    }
+    return {"Pod": pod, "NodeNameToVictims": full, "NodeNameToMetaVictims": None}
+
+
+def parse_preemption_result(body: object, url: str) -> dict[str, MetaVictims]:
+    """An ``ExtenderPreemptionResult`` as node -> :class:`MetaVictims`, in the reply's order."""
+    if body is None:
+        return {}
+    if not isinstance(body, Mapping):
+        raise ExtenderError(f"extender {url!r} returned a preemption result that is not an object")
+    raw = _lower_keys(body).get("nodenametometavictims")
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ExtenderError(
+            f"extender {url!r} returned NodeNameToMetaVictims that is not an object"
+        )
+    result: dict[str, MetaVictims] = {}
+    for node, entry in raw.items():
+        fields = _lower_keys(entry) if isinstance(entry, Mapping) else {}
+        pods = [] if fields.get("pods") is None else fields["pods"]
+        violations = 0 if fields.get("numpdbviolations") is None else fields["numpdbviolations"]
+        if (
+            not isinstance(pods, list)
+            or isinstance(violations, bool)
+            or not isinstance(violations, int)
+        ):
+            raise ExtenderError(f"extender {url!r} returned malformed victims for node {node!r}")
+        uids = []
+        for item in pods:
+            uid = _lower_keys(item).get("uid") if isinstance(item, Mapping) else None
+            if not isinstance(uid, str):
+                raise ExtenderError(f"extender {url!r} returned a victim without a UID: {item!r}")
+            uids.append(uid)
+        result[str(node)] = MetaVictims(tuple(uids), violations)
+    return result
 
 
 def parse_binding_result(body: object, url: str) -> None:

@@ -1,11 +1,13 @@
 """The kube-scheduler stand-in's queue pump: follow the cluster, feed the queue, pop pods.
 
-``SchedulingLoop`` follows nodes and pods through the API server (``hami_kube`` reflectors) and
-keeps :class:`~hami_kubesim.scheduler.queue.SchedulingQueue` current from their events, as
+``SchedulingLoop`` follows nodes, pods and PodDisruptionBudgets (preemption ranks its victims by
+them) through the API server (``hami_kube`` reflectors) and keeps
+:class:`~hami_kubesim.scheduler.queue.SchedulingQueue` current from their events, as
 kube-scheduler's event handlers do:
 
 - a pending pod whose ``spec.schedulerName`` is one of its profiles is added (again when its
-  metadata or spec change; status-only updates do not requeue it);
+  metadata or spec change; status-only updates do not requeue it); its
+  ``status.nominatedNodeName`` feeds the nominator, and a pod bound or deleted leaves it;
 - a pod bound to a node counts there (:meth:`SchedulingCycle.pod_bound`); one that ends or is
   deleted frees what it requested, and every pod parked as unschedulable is moved back (it may
   fit now);
@@ -35,6 +37,7 @@ from hami_kube.resources import NODES, PODS, JsonObject
 from hami_kube.store import Store
 from hami_kubesim.access import connect, reflector_config
 from hami_kubesim.background_tasks import STOP_WITHIN_S, BackgroundRunner, RunsInBackground
+from hami_kubesim.controllers.disruption import POD_DISRUPTION_BUDGETS
 from hami_kubesim.scheduler.config import DEFAULT_SCHEDULER_NAME, SchedulerConfig
 from hami_kubesim.scheduler.cycle import (
     SchedulingCycle,
@@ -124,6 +127,9 @@ class SchedulingLoop(RunsInBackground):
                 ],
                 name=f"{_COMPONENT}-pods",
             )
+            budgets = Reflector(
+                client, POD_DISRUPTION_BUDGETS, config=reflector_config(), name=f"{_COMPONENT}-pdbs"
+            )
             background = TaskSet(_COMPONENT)
             self._background = background
             self._caches = (nodes.store, pods.store)
@@ -136,6 +142,7 @@ class SchedulingLoop(RunsInBackground):
                 extenders=[HttpExtender(c, session=http) for c in self.config.ordered_extenders()],
                 nodes=nodes.store,
                 pods=pods.store,
+                budgets=budgets.store,
                 spawn=self._spawn,
                 rng=self._rng,
                 assume_timeout=self._assume_timeout,
@@ -144,9 +151,11 @@ class SchedulingLoop(RunsInBackground):
                 async with asyncio.TaskGroup() as group:
                     group.create_task(nodes.run(), name=f"{_COMPONENT}-nodes")
                     group.create_task(pods.run(), name=f"{_COMPONENT}-pods")
+                    group.create_task(budgets.run(), name=f"{_COMPONENT}-pdbs")
                     group.create_task(events.run(), name=f"{_COMPONENT}-events")
                     await nodes.wait_synced()
                     await pods.wait_synced()
+                    await budgets.wait_synced()
                     self.runner.ready.set()
                     log.info("scheduling loop ready", profiles=sorted(self.config.scheduler_names))
                     await self._pump(cycle)
@@ -172,6 +181,11 @@ class SchedulingLoop(RunsInBackground):
         if caches is None or not (_seen(caches[0], nodes) and _seen(caches[1], pods)):
             return frozenset(view.key for view in map(PodView, pods) if not view.node_name)
         return self.queue.retrying()
+
+    def nominations(self) -> dict[str, str]:
+        """Pending pods nominated to a node (by preemption): pod key -> node."""
+        cycle = self._cycle
+        return {} if cycle is None else cycle.nominator.nominations()
 
     async def _pump(self, cycle: SchedulingCycle) -> None:
         while True:
@@ -216,9 +230,13 @@ class SchedulingLoop(RunsInBackground):
             return
         if not is_responsible(new, self.config.scheduler_names):
             self.queue.delete(key)
+            if cycle is not None:
+                cycle.nominator.delete(key)
             return
         if cycle is not None and cycle.is_assumed(key):
             return  # binding in flight; the outcome decides what happens next
+        if cycle is not None:
+            cycle.pod_pending(key, old, new)
         if old is None or key not in self.queue or _pod_changed(old, new):
             self.queue.add(key, **queue_position(new))
 

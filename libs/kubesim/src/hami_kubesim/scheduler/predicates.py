@@ -4,8 +4,12 @@ In the order kube-scheduler runs them, stopping at the first that rejects a node
 ``NodeUnschedulable`` (``spec.unschedulable``), ``TaintToleration`` (NoSchedule/NoExecute),
 ``NodeAffinity`` (``nodeSelector`` and required node affinity), ``NodeResourcesFit`` (cpu, memory,
 ephemeral storage, pod count and extended resources against allocatable minus what the node's pods
-request, skipping ignored resources).  Also the effective request of a pod, the ``FitError``
-message (``0/3 nodes are available: 1 ..., 2 Insufficient cpu.``) and host selection.
+request, skipping ignored resources).  Also the effective request of a pod and host selection.
+
+Each rejection carries kube-scheduler's status code (:mod:`.statuses`): the first three filters
+return UnschedulableAndUnresolvable, as upstream; ``NodeResourcesFit`` returns Unschedulable unless
+some request exceeds the node's whole allocatable (no preemption could free that much), then
+UnschedulableAndUnresolvable, as current ``fit.go`` does.
 
 Not modelled: host ports, volumes, pod (anti-)affinity and topology spread.  A node whose
 allocatable has no ``pods`` entry is treated as having no pod-count limit.
@@ -14,13 +18,13 @@ allocatable has no ``pods`` entry is treated as having no pod-count limit.
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hami_kube.objects import ContainerView, NodeView, PodView
 from hami_kubesim.objects.quantities import read_quantity
+from hami_kubesim.scheduler.statuses import Code, NodeStatus, unresolvable
 from hami_protocol.errors import ProtocolError, RequestError
 from hami_protocol.request.quantity import to_int_ceil, to_milli
 from hami_protocol.selectors import Operator, requirement
@@ -29,8 +33,7 @@ __all__ = [
     "NO_NODES_AVAILABLE",
     "RequestedOnNode",
     "ResourceParseError",
-    "check_node",
-    "fit_error_message",
+    "filter_node",
     "node_allocatable",
     "pod_requests",
     "select_host",
@@ -116,7 +119,7 @@ def node_allocatable(node: NodeView) -> dict[str, int]:
     return _quantities(node.allocatable, f"node {node.name} status.allocatable")
 
 
-def check_node(
+def filter_node(
     pod: PodView,
     requests: Resources,
     node: NodeView,
@@ -124,19 +127,19 @@ def check_node(
     *,
     ignored_resources: frozenset[str] = frozenset(),
     ignored_resource_groups: frozenset[str] = frozenset(),
-) -> tuple[str, ...]:
-    """Why ``node`` cannot take ``pod`` (empty when it can)."""
+) -> NodeStatus | None:
+    """The status the in-tree filters give ``node`` for ``pod`` (``None``: it fits)."""
     tolerations = pod.spec.get("tolerations") or []
     if node.unschedulable and not tolerates(
         tolerations, {"key": _UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
     ):
-        return (REASON_UNSCHEDULABLE,)
+        return unresolvable(REASON_UNSCHEDULABLE)
     for taint in node.spec.get("taints") or []:
         if taint.get("effect") in _FILTERED_EFFECTS and not tolerates(tolerations, taint):
             key, value = taint.get("key", ""), taint.get("value", "")
-            return (f"node(s) had untolerated taint {{{key}: {value}}}",)
+            return unresolvable(f"node(s) had untolerated taint {{{key}: {value}}}")
     if not matches_node_affinity(pod, node):
-        return (REASON_AFFINITY,)
+        return unresolvable(REASON_AFFINITY)
     return _insufficient(
         requests,
         node,
@@ -170,18 +173,6 @@ def matches_node_affinity(pod: PodView, node: NodeView) -> bool:
     )
 
 
-def fit_error_message(num_nodes: int, reasons: Mapping[str, Sequence[str]]) -> str:
-    """kube-scheduler's ``FitError`` text: reasons counted over nodes, sorted as strings."""
-    histogram: Counter[str] = Counter()
-    for node_reasons in reasons.values():
-        histogram.update(node_reasons)
-    message = f"0/{num_nodes} nodes are available:"
-    parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
-    if parts:
-        message += " " + ", ".join(parts) + "."
-    return message
-
-
 def select_host(scores: Mapping[str, int], rng: random.Random | None = None) -> str:
     """The highest-scoring node; ties go to ``rng`` (kube-scheduler picks at random) or, without
     one, to the alphabetically first name so runs are reproducible."""
@@ -199,9 +190,10 @@ def _insufficient(
     *,
     ignored_resources: frozenset[str],
     ignored_resource_groups: frozenset[str],
-) -> tuple[str, ...]:
+) -> NodeStatus | None:
     allocatable = node_allocatable(node)
     reasons: list[str] = []
+    code = Code.UNSCHEDULABLE
     if _PODS in allocatable and usage.pod_count + 1 > allocatable[_PODS]:
         reasons.append(REASON_TOO_MANY_PODS)
     for name in sorted(requests, key=_resource_order):
@@ -215,7 +207,9 @@ def _insufficient(
         free = allocatable.get(name, 0) - usage.requested.get(name, 0)
         if amount > free:
             reasons.append(f"Insufficient {name}")
-    return tuple(reasons)
+            if amount > allocatable.get(name, 0):
+                code = Code.UNRESOLVABLE  # the whole node is too small: preemption cannot help
+    return NodeStatus(code, tuple(reasons)) if reasons else None
 
 
 def _is_extended(name: str) -> bool:

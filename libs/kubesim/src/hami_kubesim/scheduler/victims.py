@@ -35,7 +35,7 @@ from hami_kube.patch import with_retries
 from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient, PatchType
 from hami_kube.timefmt import format_time, utc_now
-from hami_kubesim.scheduler.cycle import scheduler_name_of
+from hami_kubesim.scheduler.config import scheduler_name_of
 
 __all__ = [
     "DISRUPTION_TARGET",

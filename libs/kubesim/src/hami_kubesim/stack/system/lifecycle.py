@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -113,11 +114,17 @@ def _scheduling_loop(spec: SystemSpec, *, api_url: str, extender_url: str) -> Sc
     the capacity totals mode, the file as the chart renders it in that mode."""
     if spec.capacity_totals:
         document = capacity_totals_document(yaml.safe_load(spec.scheduler_config.read_text()))
-        config = parse_scheduler_config(yaml.safe_dump(document)).with_extender_url(extender_url)
+        config = dataclasses.replace(
+            parse_scheduler_config(yaml.safe_dump(document)).with_extender_url(extender_url),
+            preemption_behaviour=spec.preemption_behaviour,
+        )
     else:
         config = scheduler_config_for(
             SchedulingSpec(
-                enabled=True, config=spec.scheduler_config, extender_urls=(extender_url,)
+                enabled=True,
+                config=spec.scheduler_config,
+                extender_urls=(extender_url,),
+                preemption_behaviour=spec.preemption_behaviour,
             )
         )
     return SchedulingLoop(

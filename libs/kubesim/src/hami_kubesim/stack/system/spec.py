@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from hami_kubesim.scheduler.config import PreemptionBehaviour
 from hami_kubesim.vendors.inventory import VendorDevices
 from hami_protocol.totals import TOTALS_RESOURCES
 
@@ -241,6 +242,11 @@ class SystemSpec:
     pod_initial_backoff: float | None = None
     pod_max_backoff: float | None = None
     """The scheduling loop's pod backoff (default: the KubeSchedulerConfiguration's)."""
+    preemption_behaviour: PreemptionBehaviour = "1.37"
+    """The kube-scheduler release whose preemption the scheduling loop plays: ``"1.37"`` (and
+    earlier: a node that fits with no in-tree victim is an error, the preempt verb never sees
+    it) or ``"1.38"`` (PR #135486: such a node goes to the extender's preempt verb with an empty
+    victim list)."""
     kubelet_call_timeout: float = 10.0
     start_timeout: float = 60.0
     vgpu_monitor: bool = False
