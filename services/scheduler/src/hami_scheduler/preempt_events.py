@@ -49,9 +49,11 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
 
 
-def preempted_by_scheduler(pod: PodView) -> bool:
-    """Being deleted with kube-scheduler's ``DisruptionTarget``/``PreemptionByScheduler``."""
-    if not pod.deleting:
+def preempted_by_scheduler(pod: PodView, *, deleted: bool = False) -> bool:
+    """Being deleted (or gone: a victim without a grace period goes at once, and its DELETED
+    event is the first sign of its deletion) with kube-scheduler's
+    ``DisruptionTarget``/``PreemptionByScheduler``."""
+    if not (pod.deleting or deleted):
         return False
     return any(
         c.get("type") == DISRUPTION_TARGET
@@ -163,10 +165,10 @@ class PreemptionEvents:
             choice.nominated = True
             self._announce(choice)
 
-    def pod_event(self, obj: JsonObject) -> None:
+    def pod_event(self, obj: JsonObject, *, deleted: bool) -> None:
         """A bound pod changed (or is gone): a victim being deleted by kube-scheduler?"""
         pod = PodView(obj)
-        if not preempted_by_scheduler(pod) or pod.uid in self._disrupted:
+        if not preempted_by_scheduler(pod, deleted=deleted) or pod.uid in self._disrupted:
             return
         _bounded_add(self._disrupted, pod.uid, self._max_victims)
         for nodes in list(self._choices.values()):

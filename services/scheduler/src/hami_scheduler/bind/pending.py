@@ -79,7 +79,7 @@ class PendingBinds:
         """The entry for the bind of ``uid``; its assumption stays in the cache."""
         return self._entries.pop(uid, None)
 
-    def pod_event(self, obj: JsonObject) -> None:
+    def pod_event(self, obj: JsonObject, *, deleted: bool) -> None:
         """The pod watch (bound pods only) shows this pod: its bind happened, here or on
         another replica; the cache takes what it carries from the watch."""
         if self._entries:

@@ -60,7 +60,7 @@ class CacheListener(Protocol):
 
     def node_event(self, obj: JsonObject, *, deleted: bool) -> None: ...
 
-    def pod_event(self, obj: JsonObject) -> None: ...
+    def pod_event(self, obj: JsonObject, *, deleted: bool) -> None: ...
 
 
 class CacheWatcher(ReflectorGroup):
@@ -95,12 +95,12 @@ class CacheWatcher(ReflectorGroup):
             slim_pod(obj, vendors)
             cache.upsert_pod(obj)
             for listener in listeners:
-                listener.pod_event(obj)
+                listener.pod_event(obj, deleted=False)
 
         def remove_pod(obj: JsonObject) -> None:
             cache.remove_pod(obj)
             for listener in listeners:
-                listener.pod_event(obj)
+                listener.pod_event(obj, deleted=True)
 
         def placed(obj: JsonObject) -> bool:
             return carries_allocation(obj, allocation)

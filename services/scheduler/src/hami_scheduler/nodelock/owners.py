@@ -101,7 +101,7 @@ class LockOwners:
         """This process's Binding of ``namespace/pod`` to ``node`` succeeded."""
         self._recent[key_for(namespace, pod)] = (node, self._clock())
 
-    def pod_event(self, obj: JsonObject) -> None:
+    def pod_event(self, obj: JsonObject, *, deleted: bool) -> None:
         """The pod watch delivered an event for this pod: its copy is the source from now on."""
         if self._recent:
             self._recent.pop(object_key(obj), None)

@@ -105,7 +105,7 @@ class LockWaits:
         if line is not None:
             line.changed.set()
 
-    def pod_event(self, obj: JsonObject) -> None:
+    def pod_event(self, obj: JsonObject, *, deleted: bool) -> None:
         nodes = self._owners.get(object_key(obj))
         for node in list(nodes or ()):
             line = self._lines.get(node)
