@@ -499,6 +499,9 @@ async def run_part2(nodes: int, gpus: int, wait: float) -> None:
             for i in range(nodes)
         ),
         objects=(priority_class(*LOW_CLASS), priority_class(*HIGH_CLASS)),
+        # GPU-only pressure: up to 1.37 kube-scheduler's dry run finds no victim it can count
+        # (without the capacity totals), from 1.38 it hands the node to the preempt verb.
+        preemption_behaviour="1.38",
         log_level="warning",
         start_timeout=120.0,
     )
