@@ -1,7 +1,7 @@
 """What the cluster-autoscaler sees of GPU memory, with and without the capacity totals.
 
 The autoscaler simulates scheduling with kube-scheduler's in-tree PreFilter/Filter plugins and
-no extenders (contract §4.1): here that is :func:`check_node`.  Extender ``ignoredByScheduler``
+no extenders (contract §4.1): here that is :func:`filter_node`.  Extender ``ignoredByScheduler``
 does not reach it: unless its ``--scheduler-config-file`` lists HAMi's per-card names
 (``nvidia.com/gpumem``, ...) in ``NodeResourcesFit`` ``ignoredResources``, every HAMi pod is
 ``Insufficient nvidia.com/gpumem`` on every node (autoscaler #5278); with them listed it runs
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from hami_kube.objects import NodeView, PodView
-from hami_kubesim.scheduler.predicates import RequestedOnNode, check_node, pod_requests
+from hami_kubesim.scheduler.predicates import RequestedOnNode, filter_node, pod_requests
 from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.node.registry import DeviceInfo
 from hami_protocol.totals import NVIDIA_MEMORY, Totals, container_totals, node_totals
@@ -78,7 +78,8 @@ def autoscaler_sees(
     pod: PodView, candidate: NodeView, pods: list[PodView], ignored: frozenset[str] = CA_IGNORED
 ) -> tuple[str, ...]:
     """The autoscaler's Filter pass: in-tree only, no extender."""
-    return check_node(pod, pod_requests(pod), candidate, used(pods), ignored_resources=ignored)
+    status = filter_node(pod, pod_requests(pod), candidate, used(pods), ignored_resources=ignored)
+    return () if status is None else status.reasons
 
 
 def template_from_asg_tags(name: str, tags: dict[str, str]) -> NodeView:
