@@ -542,8 +542,9 @@ def test_fake_gpus_are_the_demos() -> None:
     demo = pytest.importorskip("hami_kubesim.demo", reason="the demo has not landed")
     spec = pytest.importorskip("hami_kubesim.stack.system.spec")
     files = sorted((REPO / "deploy" / "compose" / "fake-devices").glob("*.yaml"))
-    # Compose runs the demo's GPU nodes; the other vendors' nodes are the demo's own so far.
-    gpu_nodes = [node for node in demo.DEMO_NODES if node.gpus]
+    # Compose runs the demo's GPU nodes; the other vendors' nodes and the preemption example's
+    # node are the demo's own so far.
+    gpu_nodes = [n for n in demo.DEMO_NODES if n.gpus and n.name != demo.PREEMPTION_NODE]
     assert [f.stem for f in files] == sorted(node.name for node in gpu_nodes)
     for node in gpu_nodes:
         written = yaml.safe_load(

@@ -211,7 +211,11 @@ def test_the_vendor_examples_expect_placement_on_every_vendor_node_of_the_demo()
     assert all(w.outcome in {"placed", "rejected"} for w in wanted)
 
 
-def test_load_examples_reads_only_pods(tmp_path: Path) -> None:
-    (tmp_path / "b.yaml").write_text("kind: Pod\nmetadata: {name: two}\n---\nkind: Service\n")
+def test_load_examples_reads_pods_and_priority_classes_in_file_order(tmp_path: Path) -> None:
+    (tmp_path / "b.yaml").write_text(
+        "kind: PriorityClass\nmetadata: {name: low}\nvalue: 1\n---\n"
+        "kind: Pod\nmetadata: {name: two}\n---\nkind: Service\nmetadata: {name: svc}\n"
+    )
     (tmp_path / "a.yaml").write_text("kind: Pod\nmetadata: {name: one}\n")
-    assert [p["metadata"]["name"] for p in load_examples(tmp_path)] == ["one", "two"]
+    loaded = [(d["kind"], d["metadata"]["name"]) for d in load_examples(tmp_path)]
+    assert loaded == [("Pod", "one"), ("PriorityClass", "low"), ("Pod", "two")]

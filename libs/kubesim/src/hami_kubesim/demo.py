@@ -3,7 +3,7 @@
 Starts kubesim (API server, admission dispatch, the scheduling loop reading the chart's
 KubeSchedulerConfiguration, kubelet stand-ins whose containers play HAMi-core), the webhook, the
 scheduler extender, one device plugin and one vGPU monitor per GPU node as real processes on
-real ports with generated TLS certificates, on four simulated GPU nodes (fake device backend):
+real ports with generated TLS certificates, on five simulated GPU nodes (fake device backend):
 
 * ``gpu-node-a``: 4 × Tesla T4 (15 GiB), two NUMA nodes;
 * ``gpu-node-b``: 2 × A100-SXM4-80GB, one per NUMA node;
@@ -11,7 +11,9 @@ real ports with generated TLS certificates, on four simulated GPU nodes (fake de
   NVLinks each; its device plugin writes the GPU pair scores (topology-aware placement);
 * ``gpu-node-mig``: 1 × A100-SXM4-40GB in ``operatingmode: mig`` (dynamic MIG: instances made
   at the placements the scheduler reserves), tainted ``nvidia.com/mig=true:NoSchedule`` so only
-  pods that ask for MIG land there.
+  pods that ask for MIG land there;
+* ``gpu-node-p``: 1 × L4 (23034 MiB), tainted ``demo.hami.io/preemption=true:NoSchedule`` and
+  labelled ``demo.hami.io/pool=preemption``, for the preemption example alone.
 
 and nine nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
 
@@ -28,15 +30,22 @@ and nine nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_
 * ``sgpu-node-a``: 2 × MetaX sGPU (MXC500), from MetaX's ``metax-tech.com/node-gpu-devices``.
 
 The test bed enables Ascend in the scheduler and the webhook (``--enable-ascend``), as the
-chart's ``global.devices.ascend.enabled`` does.
+chart's ``global.devices.ascend.enabled`` does. It runs the capacity totals mode
+(``global.capacityTotals``, ``docs/capacity.md``) with kube-scheduler's preemption as it is up to
+Kubernetes 1.37, what a user of today's clusters runs: in that mode the in-tree filters count
+GPU memory, so default preemption finds victims for GPU pressure and the extender's preempt
+verb refines them per GPU.
 
-It then submits the example pods of ``deploy/examples/*.yaml`` and
-``deploy/examples/vendors/*.yaml`` one after another (in file order;
-each waits until it is placed, refused or reported unschedulable, so the outcome does not depend
-on timing), prints where every pod landed, which GPUs, memory and cores each container got and
+It then submits the examples of ``deploy/examples/*.yaml``, ``deploy/examples/vendors/*.yaml``
+and ``deploy/examples/preemption/*.yaml`` one after another (in file order; PriorityClasses are
+created as they come, each pod waits until it is placed, refused or reported unschedulable, so
+the outcome does not depend on timing; a pod evicted later counts as settled once it is gone).
+In the preemption example a high-priority pod evicts a low-priority one from ``gpu-node-p``'s
+GPU. It prints where every pod landed, which GPUs, memory and cores each container got and
 the env the device plugin gave it and what the node's vGPU monitor reports for it (memory used
 of the limit, utilisation, read back from the monitor's ``/metrics``), the pods not placed with
-the scheduler's reason, and each GPU's utilisation. The exit status is 0 when every outcome the
+the scheduler's reason, who evicted whom on which node and GPU (from the Events), and each GPU's
+utilisation. The exit status is 0 when every outcome the
 examples expect (``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.checks.expectations`)
 happened, the cluster invariants hold and the monitors report every running container's GPUs
 with the memory limit the scheduler allocated (:mod:`hami_kubesim.stack.checks.usage`).
@@ -48,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
@@ -62,6 +72,7 @@ from hami_kube.objects import PodView
 from hami_kubesim.apiserver.errors import StatusError
 from hami_kubesim.stack.checks.expectations import ExpectationResult, evaluate, expectation_of
 from hami_kubesim.stack.checks.invariants import check_all
+from hami_kubesim.stack.checks.preemptions import preemptions
 from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system.handle import System
@@ -79,8 +90,21 @@ from hami_kubesim.vendors.inventory import VendorDevices
 from hami_protocol import keys
 from hami_runtime.logs import configure_logging
 
-__all__ = ["DEMO_NODES", "VENDOR_EXAMPLES", "demo_spec", "load_examples", "main"]
+__all__ = [
+    "DEMO_NODES",
+    "EXAMPLE_KINDS",
+    "PREEMPTION_EXAMPLES",
+    "PREEMPTION_MODE",
+    "PREEMPTION_NODE",
+    "VENDOR_EXAMPLES",
+    "demo_spec",
+    "load_examples",
+    "main",
+]
 
+PREEMPTION_NODE = "gpu-node-p"
+"""The preemption example's node: tainted so only its two pods land there (the other examples'
+placements stay as they were); the demo's own, compose does not run it."""
 _NODE_C = gpu_model_node("gpu-node-c", "NVIDIA A10", count=8, memory_mib=23028, numa_nodes=2)
 DEMO_NODES = (
     gpu_model_node("gpu-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
@@ -104,11 +128,33 @@ DEMO_NODES = (
     vendor_node("kunlun-node-a", VendorDevices(vendor="kunlun", devices=8)),
     vendor_node("neuron-node-a", VendorDevices(vendor="AWSNeuron", devices=8)),
     vendor_node("sgpu-node-a", VendorDevices(vendor="Metax-SGPU", devices=2)),
+    dataclasses.replace(
+        gpu_model_node(
+            PREEMPTION_NODE,
+            "NVIDIA L4",
+            count=1,
+            memory_mib=23034,
+            labels={"demo.hami.io/pool": "preemption"},
+        ),
+        taints=({"key": "demo.hami.io/preemption", "value": "true", "effect": "NoSchedule"},),
+    ),
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 VENDOR_EXAMPLES = "vendors"
 """The examples dir's sub-folder of pods for the other vendors' nodes (the demo's own: the
 compose stack has GPU nodes only)."""
+PREEMPTION_EXAMPLES = "preemption"
+"""The sub-folder of the preemption example: the demo's own too (it needs ``gpu-node-p``, the
+PriorityClasses and the capacity totals mode, none of which the compose stack has)."""
+EXAMPLE_KINDS = ("PriorityClass", "Pod")
+"""The documents the demo creates from the example files, in file order."""
+PREEMPTION_MODE = (
+    "kube-scheduler <= 1.37 preemption with the capacity totals mode (global.capacityTotals): "
+    "in-tree filters count GPU memory, the extender's preempt verb refines the victims per GPU"
+)
+_EVENTS_TIMEOUT = 5.0
+"""How long the extender gets to record its PreemptedForGPU Events (it writes them on its own
+watches, after kube-scheduler's deletions)."""
 _POD_TIMEOUT = 30.0
 _MONITOR_TIMEOUT = 15.0
 """How long the monitors get to report every running container (each finds a new region at its
@@ -116,17 +162,30 @@ next pass)."""
 
 
 def demo_spec(work_dir: Path | None = None) -> SystemSpec:
-    return SystemSpec(nodes=DEMO_NODES, work_dir=work_dir, vgpu_monitor=True)
+    # Capacity totals on kube-scheduler's <= 1.37 preemption: the preemption example works as
+    # it would on today's clusters (without the totals, <= 1.37 never preempts for GPU memory).
+    return SystemSpec(
+        nodes=DEMO_NODES,
+        work_dir=work_dir,
+        vgpu_monitor=True,
+        capacity_totals=True,
+        preemption_behaviour="1.37",
+    )
 
 
 def load_examples(directory: Path) -> list[dict[str, Any]]:
-    """Every Pod document of ``directory/*.yaml``, files in name order."""
-    pods: list[dict[str, Any]] = []
+    """Every document of ``directory/*.yaml`` of a kind in :data:`EXAMPLE_KINDS`, files in name
+    order and documents in file order (a PriorityClass before the pods naming it)."""
+    documents: list[dict[str, Any]] = []
     for path in sorted(directory.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if isinstance(document, dict) and document.get("kind") == "Pod":
-                pods.append(document)
-    return pods
+            if isinstance(document, dict) and document.get("kind", "Pod") in EXAMPLE_KINDS:
+                documents.append(document)
+    return documents
+
+
+def _pods(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in documents if d.get("kind", "Pod") == "Pod"]
 
 
 class _Progress:
@@ -155,12 +214,33 @@ class _Progress:
         self._last = ""
 
 
+async def _create_other(system: System, document: dict[str, Any], progress: _Progress) -> None:
+    """A document that is not a pod (a PriorityClass): created, nothing to wait for."""
+    what = f"{document.get('kind')} {(document.get('metadata') or {}).get('name')}"
+    try:
+        await system.create(document)
+    except StatusError as error:
+        progress.done(f"{what}: refused: {error.message}")
+        return
+    progress.done(f"{what}: created")
+
+
 async def _submit(
-    system: System, pods: Sequence[dict[str, Any]], progress: _Progress
+    system: System, documents: Sequence[dict[str, Any]], progress: _Progress
 ) -> dict[str, str]:
-    """Create each pod and wait until it has an outcome; returns admission refusals by key."""
+    """Create each document in order, and wait until each pod has an outcome; returns admission
+    refusals by pod key.
+
+    A pod evicted by a later one's preemption is gone: :func:`settled` reads pods that exist,
+    so the wait for its preemptor ends once the preemptor itself is Running."""
     rejections: dict[str, str] = {}
-    for number, pod in enumerate(pods, start=1):
+    pods = _pods(documents)
+    number = 0
+    for pod in documents:
+        if pod.get("kind", "Pod") != "Pod":
+            await _create_other(system, pod, progress)
+            continue
+        number += 1
         key = pod_key(pod)
         label = f"[{number}/{len(pods)}] {key}"
         progress.show(f"{label}: submitting", tick=True)
@@ -182,7 +262,9 @@ async def _submit(
         found = state.pod(*key.split("/", 1))
         result = "?" if found is None else outcome(state, found).value
         node = "" if found is None else PodView(found).node_name
-        progress.done(f"{label}: {result}{' on ' + node if node else ''}")
+        evicted = [seen.victim for seen in preemptions(state) if seen.preemptor == key]
+        took = f", evicting {', '.join(evicted)}" if evicted else ""
+        progress.done(f"{label}: {result}{' on ' + node if node else ''}{took}")
     return rejections
 
 
@@ -214,6 +296,7 @@ def _print_access(system: System, out: TextIO) -> None:
         "Try:",
         f"  kubectl --server {system.url} get pods -o wide",
         f"  kubectl --server {system.url} get events --field-selector reason=FailedScheduling",
+        f"  kubectl --server {system.url} get events --field-selector reason=Preempted",
         f"  kubectl --server {system.url} get node gpu-node-a -o yaml",
         f"  curl -s {system.metrics_urls().get('scheduler-0', '')} | grep '^hami_gpu'",
         *(
@@ -231,22 +314,44 @@ async def _tick(progress: _Progress, text: str, started: float) -> None:
         progress.show(f"{text} ({time.monotonic() - started:.1f} s)", tick=True)
 
 
+def _gpu_events_recorded(state: ClusterState) -> bool:
+    """Every preemption has the extender's PreemptedForGPU Event too (what its victim freed)."""
+    return all(seen.frees for seen in preemptions(state))
+
+
 async def _run(
-    system: System, pods: Sequence[dict[str, Any]], *, examples: Path, out: TextIO
+    system: System, documents: Sequence[dict[str, Any]], *, examples: Path, out: TextIO
 ) -> bool:
     """Submit the examples, print the report; whether every expectation and invariant held."""
+    pods = _pods(documents)
     print(f"submitting {len(pods)} example pods from {examples}", file=out)
     progress = _Progress(out)
-    rejections = await _submit(system, pods, progress)
+    rejections = await _submit(system, documents, progress)
     # Pods placed later may have woken an unschedulable one (a bind's node lock changes the
     # node): report once every pod has settled again, as kube-scheduler left them.
     keys = [pod_key(pod) for pod in pods if pod_key(pod) not in rejections]
     state = await system.wait_for(
         settled(keys), within=_POD_TIMEOUT, what="every example pod settles"
     )
+    # The report names the GPU a victim freed from the extender's Event; a missing one is
+    # reported as such, not waited for without end.
+    with contextlib.suppress(TimeoutError):
+        state = await system.wait_for(
+            lambda s: settled(keys)(s) and _gpu_events_recorded(s),
+            within=_EVENTS_TIMEOUT,
+            what="the extender's PreemptedForGPU events",
+        )
     usage, missed = await system.wait_monitors(within=_MONITOR_TIMEOUT)
     results = _evaluate(state, pods, rejections)
-    out.write(render_report(state, results=results, rejections=rejections, usage=usage))
+    out.write(
+        render_report(
+            state,
+            results=results,
+            rejections=rejections,
+            usage=usage,
+            preemption_mode=PREEMPTION_MODE,
+        )
+    )
     violations = check_all(state)
     print(f"Invariants: {len(violations)} violations", file=out)
     for violation in violations:
@@ -269,8 +374,12 @@ async def run_demo(
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    pods = load_examples(examples) + load_examples(examples / VENDOR_EXAMPLES)
-    if not pods:
+    pods = [
+        *load_examples(examples),
+        *load_examples(examples / VENDOR_EXAMPLES),
+        *load_examples(examples / PREEMPTION_EXAMPLES),
+    ]
+    if not _pods(pods):
         print(f"no example pods in {examples}", file=out)
         return 2
     progress = _Progress(out)

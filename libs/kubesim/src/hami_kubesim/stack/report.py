@@ -1,11 +1,12 @@
 """Cluster snapshot → the text the demo prints.
 
-Three sections: every pod with its node, phase, the GPUs each container got (memory, cores)
+Four sections: every pod with its node, phase, the GPUs each container got (memory, cores)
 and the env its containers were given by the device plugin (from the kubelet stand-in's
 allocation record) and, when the vGPU monitors were read, what they report for each of those
 GPUs (memory used of the limit, utilisation); the pods that were not placed, with the
-scheduler's FailedScheduling message or the admission refusal; and per-node, per-GPU utilisation
-(memory, cores, task slots and the pods holding it). Pure: no I/O.
+scheduler's FailedScheduling message or the admission refusal; the preemptions (who evicted
+whom, on which node and GPU, from the Events; the victims are gone); and per-node, per-GPU
+utilisation (memory, cores, task slots and the pods holding it). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from hami_kube.objects import PodView
 from hami_kubesim.stack.checks.expectations import ExpectationResult
 from hami_kubesim.stack.checks.mig import container_reservations_of
+from hami_kubesim.stack.checks.preemptions import Preemption, preemptions
 from hami_kubesim.stack.checks.usage import DeviceReading, MonitorUsage
 from hami_kubesim.stack.state import (
     ClusterState,
@@ -166,6 +168,31 @@ def _device_lines(node: str, loads: Mapping[str, DeviceLoad], what: str = "GPUs"
     return lines
 
 
+def _freed(frees: str) -> str:
+    """The extender's ``<uuid>[,...]: <MiB> MiB, <cores>% cores`` with short UUIDs."""
+    uuids, sep, amounts = frees.partition(": ")
+    gpus = ",".join(_short(u) for u in uuids.split(","))
+    return f", GPU {gpus}{sep}{amounts}" if frees else ", GPU not reported by the extender"
+
+
+def _preemption_lines(found: Sequence[Preemption], mode: str) -> list[str]:
+    lines = ["", f"Preemptions ({len(found)})"]
+    if mode:
+        lines.extend(textwrap.wrap(mode, width=_WIDTH, initial_indent="  ", subsequent_indent="  "))
+    for seen in found:
+        lines.extend(
+            textwrap.wrap(
+                f"{meta_name(seen.preemptor)} evicted {meta_name(seen.victim)} on {seen.node}"
+                + _freed(seen.frees),
+                width=_WIDTH,
+                initial_indent="  ",
+                subsequent_indent="      ",
+                break_on_hyphens=False,
+            )
+        )
+    return lines
+
+
 def meta_name(key: str) -> str:
     """``namespace/name`` → ``name`` for the default namespace, else unchanged."""
     return key.removeprefix("default/")
@@ -177,10 +204,12 @@ def render_report(
     results: Sequence[ExpectationResult] = (),
     rejections: Mapping[str, str] | None = None,
     usage: MonitorUsage | None = None,
+    preemption_mode: str = "",
 ) -> str:
     """The report text. ``results`` (expectations) mark each pod ✓/✗; ``rejections`` maps pod
     keys refused at admission to the refusal; ``usage`` is what the vGPU monitors report (None:
-    not read, no monitor lines)."""
+    not read, no monitor lines); ``preemption_mode`` is one line saying which preemption the
+    cluster runs (the Preemptions section shows when it is given or a pod was preempted)."""
     rejected = dict(rejections or {})
     verdict = {r.expectation.key: r for r in results}
     pods = sorted(state.pods, key=lambda p: PodView(p).creation_timestamp)
@@ -196,6 +225,9 @@ def render_report(
         lines.extend(_unplaced_lines(state, pod, f"{pod_key(pod)} [{outcome(state, pod)}]", None))
     for key, message in sorted(rejected.items()):
         lines.extend(_unplaced_lines(state, None, key, message))
+    found = preemptions(state)
+    if found or preemption_mode:
+        lines.extend(_preemption_lines(found, preemption_mode))
     lines += ["", "GPU utilisation"]
     for node, loads in sorted(device_loads(state).items()):
         if loads:

@@ -3,10 +3,14 @@
 An example pod says what should become of it in ``demo.hami.io/*`` annotations:
 
 ``demo.hami.io/expect``
-    ``placed`` (Running), ``unschedulable`` (Pending with a FailedScheduling reason) or
-    ``rejected`` (refused at admission).
+    ``placed`` (Running), ``unschedulable`` (Pending with a FailedScheduling reason),
+    ``rejected`` (refused at admission) or ``preempted`` (gone, with kube-scheduler's
+    ``Preempted`` Event on it: evicted for a pod of higher priority).
 ``demo.hami.io/expect-node``
-    the node it must run on.
+    the node it must run on (``preempted``: the node it was evicted from).
+``demo.hami.io/expect-preempted-by``
+    with ``preempted``: the example pod (same namespace) it was evicted for, as the
+    ``Preempted`` Event's preemptor UID or the extender's ``PreemptedForGPU`` Event names it.
 ``demo.hami.io/expect-gpu-model``
     a text every GPU it got has in its registered type (``A100``), case-insensitive.
 ``demo.hami.io/expect-gpu``
@@ -31,6 +35,7 @@ from typing import Any, Final
 
 from hami_kube.objects import PodView
 from hami_kubesim.stack.checks.mig import reservations_of
+from hami_kubesim.stack.checks.preemptions import Preemption, preemptions
 from hami_kubesim.stack.state import (
     ClusterState,
     Outcome,
@@ -51,7 +56,7 @@ __all__ = [
 
 EXPECT_PREFIX: Final = "demo.hami.io/"
 EXPECT: Final = EXPECT_PREFIX + "expect"
-_OUTCOMES: Final = frozenset({"placed", "unschedulable", "rejected"})
+_OUTCOMES: Final = frozenset({"placed", "unschedulable", "rejected", "preempted"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,7 @@ class Expectation:
     reason: str = ""
     gpus_one_of: tuple[frozenset[str], ...] = ()
     mig_profiles: tuple[str, ...] = ()
+    preempted_by: str = ""
 
     @property
     def key(self) -> str:
@@ -106,6 +112,7 @@ def expectation_of(pod: Mapping[str, Any]) -> Expectation | None:
         reason=get("expect-reason"),
         gpus_one_of=_gpu_sets(get("expect-gpus-one-of")),
         mig_profiles=tuple(p.strip() for p in get("expect-mig-profiles").split(",") if p.strip()),
+        preempted_by=get("expect-preempted-by"),
     )
 
 
@@ -159,6 +166,29 @@ def _placed_problems(state: ClusterState, want: Expectation, pod: Mapping[str, A
     return problems
 
 
+def _preempted(state: ClusterState, want: Expectation) -> ExpectationResult:
+    pod = state.pod(want.namespace, want.name)
+    if pod is not None:
+        return ExpectationResult(want, False, f"expected preempted, is {outcome(state, pod).value}")
+    found = [p for p in preemptions(state) if p.victim == want.key]
+    if not found:
+        return ExpectationResult(want, False, "gone, but no Preempted event names it")
+    seen: Preemption = found[-1]
+    problems = []
+    if want.node and seen.node != want.node:
+        problems.append(f"expected node {want.node}")
+    if want.preempted_by:
+        by = f"{want.namespace}/{want.preempted_by}"
+        preemptor = state.pod(want.namespace, want.preempted_by)
+        uid = PodView(preemptor).uid if preemptor is not None else ""
+        if by != seen.extender_preemptor and not (uid and uid == seen.preemptor_uid):
+            problems.append(f"expected preempted by {want.preempted_by}")
+    detail = f"preempted by {seen.preemptor} on {seen.node}"
+    return ExpectationResult(
+        want, not problems, detail + ("; " + "; ".join(problems) if problems else "")
+    )
+
+
 def evaluate(
     state: ClusterState, want: Expectation, *, rejection: str | None = None
 ) -> ExpectationResult:
@@ -170,6 +200,8 @@ def evaluate(
         if want.reason and want.reason not in rejection:
             return ExpectationResult(want, False, f"rejected, but not for {want.reason!r}")
         return ExpectationResult(want, True, f"rejected: {rejection}")
+    if want.outcome == "preempted":
+        return _preempted(state, want)
     pod = state.pod(want.namespace, want.name)
     if pod is None:
         return ExpectationResult(want, False, "pod not found")

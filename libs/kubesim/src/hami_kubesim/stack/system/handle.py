@@ -171,7 +171,12 @@ class System:
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Create an object as a client would (pods pass through admission)."""
         kind = str(obj.get("kind", "Pod"))
-        resource = {"Pod": "pods", "ResourceQuota": "resourcequotas"}.get(kind, kind.lower() + "s")
+        plurals = {
+            "Pod": "pods",
+            "ResourceQuota": "resourcequotas",
+            "PriorityClass": "priorityclasses",
+        }
+        resource = plurals.get(kind, kind.lower() + "s")
         return await self.api.create(resource, dict(obj))
 
     async def delete_pod(self, namespace: str, name: str) -> None:
