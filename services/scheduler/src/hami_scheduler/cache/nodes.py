@@ -351,9 +351,7 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     }
     known = _known_register_keys(vendors)
     slim_meta["annotations"] = {
-        k: v
-        for k, v in node.annotations.items()
-        if k in wanted or foreign_register_key(k, known)
+        k: v for k, v in node.annotations.items() if k in wanted or foreign_register_key(k, known)
     }
     allocatable = dict(node.allocatable)
     synthesised = {name for vendor in vendors for name in capacity_resources(vendor)}

@@ -39,10 +39,12 @@ from hami_scheduler.cache.holdings import Resident
 from hami_scheduler.cache.nodes import NodeFacts
 from hami_scheduler.core import DeviceUsage, NodeUsage
 from hami_scheduler.core.usage.device import device_usage
-from hami_scheduler.gpumap.query import Page, document, flag, page_of, text
+from hami_scheduler.gpumap.query import DEFAULT_PER_PAGE, Page, document, flag, page_of, text
 from hami_scheduler.gpumap.summary import Summary, add, card_free, node_summary
 
 __all__ = ["MAX_RAW", "MapQuery", "MapSource", "map_document"]
+
+DEFAULT_PAGE: Final = Page(1, DEFAULT_PER_PAGE)
 
 MAX_RAW: Final = 4096
 """The longest raw annotation value shown (the rest is cut, ``truncated`` says so)."""
@@ -72,7 +74,7 @@ class MapQuery:
     vendor: str = ""
     """Case-insensitive substring of a card's vendor word or type: only such cards count."""
     fragmented: bool = False
-    page: Page = Page(1, 50)
+    page: Page = DEFAULT_PAGE
 
     @classmethod
     def read(cls, query: Mapping[str, str]) -> MapQuery:
