@@ -39,13 +39,10 @@ from hami_scheduler.cache.holdings import Resident
 from hami_scheduler.cache.nodes import NodeFacts
 from hami_scheduler.core import DeviceUsage, NodeUsage
 from hami_scheduler.core.usage.device import device_usage
-from hami_scheduler.gpumap.query import DEFAULT_PER_PAGE, Page, document, flag, page_of, text
+from hami_scheduler.gpumap.query import DEFAULT_PAGE, Page, document, flag, page_of, text
 from hami_scheduler.gpumap.summary import Summary, add, card_free, node_summary
 
 __all__ = ["MAX_RAW", "MapQuery", "MapSource", "map_document"]
-
-DEFAULT_PAGE: Final = Page(1, DEFAULT_PER_PAGE)
-
 MAX_RAW: Final = 4096
 """The longest raw annotation value shown (the rest is cut, ``truncated`` says so)."""
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from hami_kube.timefmt import format_time
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_PAGE",
     "DEFAULT_PER_PAGE",
     "MAX_PER_PAGE",
     "Page",
     "QueryError",
     "document",
     "flag",
+    "moment",
     "number",
     "page_of",
     "text",
@@ -83,6 +85,9 @@ class Page:
         return cls(page, per_page)
 
 
+DEFAULT_PAGE: Final = Page(1, DEFAULT_PER_PAGE)
+
+
 def page_of(items: Sequence[Any], page: Page) -> tuple[Sequence[Any], dict[str, int]]:
     """The page's slice of ``items`` and the ``page`` object of the documents (a page past the
     end is empty, not an error: the list may have shrunk since the link was made)."""
@@ -91,6 +96,11 @@ def page_of(items: Sequence[Any], page: Page) -> tuple[Sequence[Any], dict[str, 
     start = (page.page - 1) * page.per_page
     info = {"page": page.page, "perPage": page.per_page, "total": total, "pages": pages}
     return items[start : start + page.per_page], info
+
+
+def moment(unix: float) -> str:
+    """Unix seconds as RFC 3339 (UTC)."""
+    return format_time(datetime.fromtimestamp(unix, UTC))
 
 
 def document(kind: str, now: datetime, replica: Mapping[str, Any]) -> dict[str, Any]:
