@@ -84,15 +84,12 @@ async def start_site(
     bytes are too few (a GET that carries a document in its query).
     """
     host, port = parse_bind(bind)
-    handler_args: dict[str, Any] = {}
+    # Passed on to each connection's request handler (aiohttp's RequestHandler).
+    handler: dict[str, Any] = {}
     if max_line_size is not None:
-        handler_args["max_line_size"] = max_line_size
+        handler["max_line_size"] = max_line_size
     runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        shutdown_timeout=5.0,
-        handler_args=handler_args or None,
+        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, **handler
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)

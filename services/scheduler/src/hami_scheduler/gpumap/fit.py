@@ -57,6 +57,7 @@ __all__ = [
 MAX_MANIFEST: Final = 64 * 1024
 """Decoded manifest bytes taken (a Pod is a few KiB)."""
 MAX_PLACEMENTS: Final = 100
+_URL_ALPHABET: Final = str.maketrans("-_", "+/")
 _TEMPLATED: Final = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"})
 
 
@@ -107,7 +108,9 @@ def _decode(encoded: str) -> bytes:
     if len(encoded) > (MAX_MANIFEST * 4) // 3 + 4:
         raise QueryError(f"manifest: more than {MAX_MANIFEST} bytes once decoded")
     try:
-        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        # base64url (standard base64 is taken too); anything outside the alphabet is refused.
+        standard = encoded.translate(_URL_ALPHABET)
+        raw = base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise QueryError("manifest: not base64url (RFC 4648 §5, padding optional)") from None
     if len(raw) > MAX_MANIFEST:
@@ -203,16 +206,18 @@ class FitProbe:
             decision = decide_on(plan, joint, fleet, name)
             if isinstance(decision, str) or not decision.fits:
                 continue
+            node = fleet.gpus.get(name)
             devices: dict[str, dict[str, Any]] = {}
             for word, per_container in decision.devices.entries:
                 for granted in per_container:
                     for one in granted:
+                        card = None if node is None else node.device(one.uuid)
                         held = devices.setdefault(
                             one.uuid,
                             {
                                 "id": one.uuid,
                                 "vendor": word,
-                                "type": one.type,
+                                "type": one.type if card is None else card.type,
                                 "memory": 0,
                                 "cores": 0,
                             },

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 from aiohttp import web
@@ -212,6 +212,7 @@ def _headers(response: web.StreamResponse, policy: str, frame_ancestors: str) ->
 def _guard(state: GpuMapState) -> Middleware:
     policy = content_security_policy(state.frame_ancestors)
 
+    @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         view, form = _VIEWS.get(request.path, ("other", "json"))
@@ -235,7 +236,7 @@ def _guard(state: GpuMapState) -> Middleware:
         )
         return response
 
-    return guard
+    return cast("Middleware", guard)
 
 
 def build_gpumap_app(state: GpuMapState) -> web.Application:
