@@ -253,7 +253,7 @@ def test_manifests_of_workloads_give_their_pod_template() -> None:
     assert (pod["kind"], pod["metadata"]["namespace"]) == ("Pod", "t")
     cron = {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": template}}}}
     assert pod_from_manifest(encoded(cron))["spec"]["containers"] == [{"name": "c"}]
-    with pytest.raises(QueryError, match="spec[.]containers is missing"):
+    with pytest.raises(QueryError, match=r"spec\.containers is missing"):
         pod_from_manifest(encoded({"kind": "Pod", "spec": {}}))
     with pytest.raises(QueryError, match="not an object"):
         pod_from_manifest(encoded([1, 2]))
