@@ -123,8 +123,9 @@ def by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 3000), st.integers(0, 50)), max_size=6))
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 1300), st.integers(0, 16)), max_size=6))
 def test_holders_add_up_to_what_each_card_has_allocated(grants: list[tuple[int, int, int]]) -> None:
+    # At most 6 grants of ≤ 1300 MiB and ≤ 16 cores: what a scheduler could have placed.
     pods = [
         placed(f"p{i}", "n", allocation((f"GPU-n-{index}", mem, cores)))
         for i, (index, mem, cores) in enumerate(grants)

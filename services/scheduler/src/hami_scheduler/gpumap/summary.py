@@ -75,32 +75,15 @@ def card_free(device: DeviceUsage, cordoned: bool) -> tuple[int, int]:
 
 def summarise(devices: Iterable[DeviceUsage], cordon: frozenset[str]) -> Summary:
     """The :class:`Summary` of ``devices`` (``cordon``: the node's cordoned UUIDs)."""
-    count = total_mem = alloc_mem = free_mem = big_mem = 0
-    total_cores = alloc_cores = free_cores = big_cores = largest_card = 0
+    rows = []
     for device in devices:
-        count += 1
-        total_mem += device.totalmem
-        alloc_mem += device.usedmem
-        total_cores += device.totalcore
-        alloc_cores += device.usedcores
-        largest_card = max(largest_card, device.totalmem)
         mem, cores = card_free(device, device.uuid in cordon)
-        free_mem += mem
-        free_cores += cores
-        big_mem = max(big_mem, mem)
-        big_cores = max(big_cores, cores)
-    return Summary(
-        count,
-        total_mem,
-        alloc_mem,
-        free_mem,
-        big_mem,
-        total_cores,
-        alloc_cores,
-        free_cores,
-        big_cores,
-        largest_card,
-    )
+        used_mem, used_cores = device.usedmem, device.usedcores
+        total_mem, total_cores = device.totalmem, device.totalcore
+        rows.append(
+            (1, total_mem, used_mem, mem, mem, total_cores, used_cores, cores, cores, total_mem)
+        )
+    return _fold(rows)
 
 
 def node_summary(node: NodeUsage, keep: Callable[[DeviceUsage], bool] | None = None) -> Summary:
@@ -113,19 +96,38 @@ def node_summary(node: NodeUsage, keep: Callable[[DeviceUsage], bool] | None = N
 
 def add(summaries: Iterable[Summary]) -> Summary:
     """Several nodes' summaries as one (the largest pieces are the largest of any node)."""
+    return _fold(
+        (
+            one.devices,
+            one.total_memory,
+            one.allocated_memory,
+            one.free_memory,
+            one.largest_memory,
+            one.total_cores,
+            one.allocated_cores,
+            one.free_cores,
+            one.largest_cores,
+            one.largest_card,
+        )
+        for one in summaries
+    )
+
+
+def _fold(rows: Iterable[tuple[int, int, int, int, int, int, int, int, int, int]]) -> Summary:
+    """Rows of :class:`Summary` fields as one: the largest pieces by maximum, the rest summed."""
     count = total_mem = alloc_mem = free_mem = big_mem = 0
-    total_cores = alloc_cores = free_cores = big_cores = largest_card = 0
-    for one in summaries:
-        count += one.devices
-        total_mem += one.total_memory
-        alloc_mem += one.allocated_memory
-        free_mem += one.free_memory
-        big_mem = max(big_mem, one.largest_memory)
-        total_cores += one.total_cores
-        alloc_cores += one.allocated_cores
-        free_cores += one.free_cores
-        big_cores = max(big_cores, one.largest_cores)
-        largest_card = max(largest_card, one.largest_card)
+    total_cores = alloc_cores = free_cores = big_cores = big_card = 0
+    for n, t_mem, a_mem, f_mem, b_mem, t_cores, a_cores, f_cores, b_cores, card in rows:
+        count += n
+        total_mem += t_mem
+        alloc_mem += a_mem
+        free_mem += f_mem
+        big_mem = max(big_mem, b_mem)
+        total_cores += t_cores
+        alloc_cores += a_cores
+        free_cores += f_cores
+        big_cores = max(big_cores, b_cores)
+        big_card = max(big_card, card)
     return Summary(
         count,
         total_mem,
@@ -136,5 +138,5 @@ def add(summaries: Iterable[Summary]) -> Summary:
         alloc_cores,
         free_cores,
         big_cores,
-        largest_card,
+        big_card,
     )
