@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, Final, Protocol
 
 from hami_kube.timefmt import format_time
@@ -95,7 +96,10 @@ def _summary(source: MapSource, name: str, query: MapQuery) -> Summary:
     usage = source.nodes.get(name)
     if usage is None:
         return Summary()
-    return node_summary(usage, query.wants if query.vendor else None)
+    if not query.vendor:
+        return node_summary(usage)
+    # Remembered per node version and filter text (a page polled with one filter stays cheap).
+    return usage.derived(("gpumap", query.vendor), lambda: node_summary(usage, query.wants))
 
 
 def _capacity(summary: Summary, *, cluster: bool) -> dict[str, Any]:
@@ -130,8 +134,14 @@ def map_document(
 ) -> dict[str, Any]:
     """The ``GpuMap`` document (docs/gpumap.md)."""
     selected: list[tuple[str, Summary]] = []
+    usages = source.nodes
     for name in source.node_names():
         if query.node and query.node not in name.lower():
+            continue
+        usage = usages.get(name)
+        if usage is not None and not query.vendor:
+            # The common case (a registered node, no vendor filter): one remembered summary.
+            selected.append((name, node_summary(usage)))
             continue
         facts = source.facts(name)
         if not _listed(facts):
@@ -144,7 +154,7 @@ def map_document(
     counted = len(selected)
     if query.fragmented:
         selected = [(name, summary) for name, summary in selected if summary.fragmented]
-    selected.sort(key=lambda item: item[0])
+    selected.sort(key=itemgetter(0))
     shown, page = page_of(selected, query.page)
     doc = document("GpuMap", now, replica)
     doc["cluster"] = {

@@ -18,8 +18,7 @@ matching cards only.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from hami_scheduler.core import DeviceUsage, NodeUsage
 
@@ -38,9 +37,10 @@ REFERENCE_SHARE: Final = 4
 _KEY: Final = ("gpumap", "summary")
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """Capacity, allocation and free capacity over a set of cards (MiB; percent points)."""
+class Summary(NamedTuple):
+    """Capacity, allocation and free capacity over a set of cards (MiB; percent points).
+
+    A tuple, so a fleet's summaries fold without a conversion each (:func:`add`)."""
 
     devices: int = 0
     total_memory: int = 0
@@ -81,7 +81,9 @@ def summarise(devices: Iterable[DeviceUsage], cordon: frozenset[str]) -> Summary
         used_mem, used_cores = device.usedmem, device.usedcores
         total_mem, total_cores = device.totalmem, device.totalcore
         rows.append(
-            (1, total_mem, used_mem, mem, mem, total_cores, used_cores, cores, cores, total_mem)
+            Summary(
+                1, total_mem, used_mem, mem, mem, total_cores, used_cores, cores, cores, total_mem
+            )
         )
     return _fold(rows)
 
@@ -96,24 +98,10 @@ def node_summary(node: NodeUsage, keep: Callable[[DeviceUsage], bool] | None = N
 
 def add(summaries: Iterable[Summary]) -> Summary:
     """Several nodes' summaries as one (the largest pieces are the largest of any node)."""
-    return _fold(
-        (
-            one.devices,
-            one.total_memory,
-            one.allocated_memory,
-            one.free_memory,
-            one.largest_memory,
-            one.total_cores,
-            one.allocated_cores,
-            one.free_cores,
-            one.largest_cores,
-            one.largest_card,
-        )
-        for one in summaries
-    )
+    return _fold(summaries)
 
 
-def _fold(rows: Iterable[tuple[int, int, int, int, int, int, int, int, int, int]]) -> Summary:
+def _fold(rows: Iterable[Summary]) -> Summary:
     """Rows of :class:`Summary` fields as one: the largest pieces by maximum, the rest summed."""
     count = total_mem = alloc_mem = free_mem = big_mem = 0
     total_cores = alloc_cores = free_cores = big_cores = big_card = 0
