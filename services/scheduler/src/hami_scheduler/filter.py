@@ -175,7 +175,7 @@ class FilterService:
             log.info("filter_error", pod=pod.key, error=refused.message)
             if args.pod is not None:
                 self._events.filter_error(pod, refused.message)
-                if refused.reason in ("bad_pod", "bad_annotation"):
+                if refused.reason in ("bad_pod", "bad_annotation") and not pod.node_name:
                     self._record(pod, len(args.node_names or ()), 0, None, {}, refused.message)
         elapsed = time.perf_counter() - started
         status = "error" if reply.error else outcome
