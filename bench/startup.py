@@ -126,7 +126,11 @@ def service_args(name: str, emu: Emulator, metrics_port: int) -> list[str]:
         "--log-level=warning",
     ]
     if name == "hami_scheduler":
-        return [f"--http_bind=127.0.0.1:{free_port()}", *common]
+        return [
+            f"--http_bind=127.0.0.1:{free_port()}",
+            "--gpumap-bind-address=127.0.0.1:0",
+            *common,
+        ]
     if name == "hami_webhook":
         return [f"--http_bind=127.0.0.1:{free_port()}", *common]
     devices = emu.work / "devices.yaml"

@@ -701,6 +701,33 @@ def test_scheduler_values_reach_the_extender(render: RenderFn) -> None:
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
 
 
+def test_gpumap_is_served_on_its_own_port_and_service_port(render: RenderFn) -> None:
+    rendered = render()
+    deployment = rendered.one("Deployment", "demo-hami-scheduler")
+    extender = container(deployment, "extender")
+    assert flag(extender["args"], "--gpumap-bind-address") == ":9397"
+    assert flag(extender["args"], "--gpumap-frame-ancestors") == "'none'"
+    ports = {p["name"]: p["containerPort"] for p in extender["ports"]}
+    assert ports["gpumap"] == 9397
+    service = rendered.one("Service", "demo-hami-scheduler")
+    assert service["spec"]["type"] == "ClusterIP"
+    served = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert served["gpumap"] == (9397, "gpumap")
+
+
+def test_gpumap_values(render: RenderFn) -> None:
+    values = {"scheduler": {"gpumap": {"port": 8099, "frameAncestors": "'self' https://p.example"}}}
+    extender = container(render(values).one("Deployment", "demo-hami-scheduler"), "extender")
+    assert flag(extender["args"], "--gpumap-bind-address") == ":8099"
+    assert flag(extender["args"], "--gpumap-frame-ancestors") == "'self' https://p.example"
+    rendered = render({"scheduler": {"gpumap": {"enabled": False}}})
+    extender = container(rendered.one("Deployment", "demo-hami-scheduler"), "extender")
+    assert flag(extender["args"], "--gpumap-bind-address") == ""
+    assert "gpumap" not in {p["name"] for p in extender["ports"]}
+    service = rendered.one("Service", "demo-hami-scheduler")
+    assert "gpumap" not in {p["name"] for p in service["spec"]["ports"]}
+
+
 def test_extender_certificate_is_generated_for_its_service(render: RenderFn) -> None:
     import base64
 

@@ -381,6 +381,9 @@ def test_scheduler_command_line(compose: dict[str, Any], volumes: dict[str, Path
     argv = mounts_of(service, volumes).args(service["command"])
     settings = settings_module.parse_settings(argv, environ={})
     assert settings is not None
+    # The read-only GPU map is published on the host (docs/gpumap.md).
+    assert settings.gpumap_bind_address == ":9397"
+    assert "127.0.0.1:9393:9397" in service["ports"]
 
 
 @pytest.fixture

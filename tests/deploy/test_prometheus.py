@@ -412,6 +412,7 @@ def running_stack(root: Path) -> Iterator[dict[str, Service]]:
                             f"--kube-url={api}",
                             f"--http_bind=127.0.0.1:{free_port()}",
                             f"--metrics-bind-address=127.0.0.1:{scheduler_metrics}",
+                            "--gpumap-bind-address=127.0.0.1:0",
                             "--scheduler-name=hami-scheduler",
                             f"--device-config-file={DEVICE_CONFIG}",
                         ),

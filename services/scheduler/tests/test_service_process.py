@@ -98,6 +98,8 @@ async def scheduler_process(*args: str) -> AsyncIterator[SchedulerProcess]:
         sys.executable,
         "-m",
         "hami_scheduler",
+        # Never the default :9397 on every interface: tests run side by side.
+        "--gpumap-bind-address=127.0.0.1:0",
         *args,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,

@@ -9,10 +9,11 @@
 3. ``watches`` — the node, pod and ResourceQuota reflectors feeding the cache;
 4. ``leadership`` — none, follow or campaign (``--leader-elect-mode``); a campaigning leader
    releases its Lease when cancelled, so a successor need not wait for it to expire;
-5. ``metrics-site`` and ``extender-site`` — ``/metrics`` and the extender (HTTPS when a
-   certificate is configured); leaving a site stops accepting and lets in-flight requests finish
-   (until the step's bound), while the caches, the leadership and the client they use are
-   still there;
+5. ``metrics-site``, ``extender-site`` and ``gpumap-site`` — ``/metrics``, the extender (HTTPS
+   when a certificate is configured) and the read-only GPU map (``--gpumap-bind-address``, when
+   set: :mod:`hami_scheduler.gpumap`, whose pending-pods watch runs in ``watches``); leaving a
+   site stops accepting and lets in-flight requests finish (until the step's bound), while the
+   caches, the leadership and the client they use are still there;
 6. ``loops`` — handshakes, the upkeep (overdue node locks, stale pending binds), the
    certificate reloader, the after-sync step and the role label.
 
@@ -60,6 +61,9 @@ from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.cache.watch import CacheWatcher
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
+from hami_scheduler.gpumap.parts import RunningGpuMap, gpumap_parts
+from hami_scheduler.gpumap.server import MAX_LINE
+from hami_scheduler.gpumap.verdicts import Verdicts
 from hami_scheduler.handshake import HandshakeLoop
 from hami_scheduler.http import ExtenderState, build_app
 from hami_scheduler.leader import AlwaysLeader, Leadership, LeaseCampaign, LeaseFollower
@@ -80,7 +84,8 @@ log = structlog.get_logger("hami_scheduler")
 
 EXIT_SHARES: Final = {
     "loops": 0.05,
-    "extender-site": 0.5,
+    "gpumap-site": 0.05,
+    "extender-site": 0.45,
     "metrics-site": 0.05,
     "leadership": 0.15,
     "watches": 0.05,
@@ -106,6 +111,8 @@ class RunningScheduler:
     binder: BindService
     metrics: SchedulerMetrics
     upkeep: Upkeep
+    gpumap: RunningGpuMap | None = None
+    """The GPU map's parts, when ``--gpumap-bind-address`` is set."""
 
     @property
     def scheme(self) -> str:
@@ -176,6 +183,7 @@ class _Deciders:
     binder: BindService
     upkeep: Upkeep
     preempts: PreemptService
+    planner: Planner
 
 
 def _deciders(
@@ -191,6 +199,7 @@ def _deciders(
     leadership: Leadership,
     chosen: PreemptionEvents,
     now: Callable[[], datetime],
+    verdicts: Verdicts | None,
 ) -> _Deciders:
     """What answers ``/filter``, ``/prioritize``, ``/bind`` and ``/preempt``, and what looks after
     them."""
@@ -212,6 +221,7 @@ def _deciders(
         watches=watcher,
         pending=pending,
         clock=lambda: now().timestamp(),
+        verdicts=verdicts,
     )
     locking: dict[str, list[str]] = {}
     for vendor in watcher.cache.vendors:
@@ -269,7 +279,7 @@ def _deciders(
         watches=watcher,
         chosen=chosen,
     )
-    return _Deciders(filters, binder, upkeep, preempts)
+    return _Deciders(filters, binder, upkeep, preempts, planner)
 
 
 def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
@@ -353,17 +363,21 @@ async def run(
             events,
             leading=lambda: leadership.is_leader,
         )
+        gpumap = gpumap_parts(settings, client, reflector_config)
+        map_listeners = () if gpumap is None else (gpumap.verdicts,)
         watcher = CacheWatcher(
             client,
             cache,
             config=reflector_config,
-            listeners=(waits, owners, pending, chosen),
+            listeners=(waits, owners, pending, chosen, *map_listeners),
             nominee_listeners=(chosen.nominee_event,),
         )
         metrics.track_cache(cache, watcher.ready)
         watches = await life.tasks("watches", within=bound("watches"))
         for reflector in watcher.reflectors:
             watches.spawn(f"reflector-{reflector.name}", reflector.run())
+        if gpumap is not None:
+            watches.spawn(f"reflector-{gpumap.watch.name}", gpumap.watch.run())
 
         labeller = RoleLabeller(
             client, pod_name=settings.pod_name, pod_namespace=settings.pod_namespace
@@ -391,6 +405,7 @@ async def run(
             leadership=leadership,
             chosen=chosen,
             now=now,
+            verdicts=None if gpumap is None else gpumap.verdicts,
         )
         filters, binder = deciders.filters, deciders.binder
         state = ExtenderState(
@@ -419,6 +434,19 @@ async def run(
             ),
             within=bound("extender-site"),
         )
+        gpumap_port: int | None = None
+        if gpumap is not None:
+            map_app = gpumap.app(cache, deciders.planner, leadership, metrics, settings, now=now)
+            gpumap_port = await life.enter(
+                "gpumap-site",
+                site(
+                    map_app,
+                    settings.gpumap_bind_address,
+                    within=bound("gpumap-site"),
+                    max_line_size=MAX_LINE,
+                ),
+                within=bound("gpumap-site"),
+            )
 
         handshakes = HandshakeLoop(
             cache,
@@ -444,6 +472,7 @@ async def run(
             port=port,
             tls=tls is not None,
             metrics_port=metrics_port,
+            gpumap_port=gpumap_port,
             filter_mode=settings.filter_mode,
             leader_elect=settings.leader.enabled,
             leader_mode=settings.leader.mode if settings.leader.enabled else None,
@@ -465,6 +494,7 @@ async def run(
                     binder=binder,
                     metrics=metrics,
                     upkeep=deciders.upkeep,
+                    gpumap=None if gpumap is None else gpumap.running(gpumap_port),
                 )
             )
         await life.run_until(stop)

@@ -22,6 +22,7 @@ from typing import Final
 
 from hami_kube.events import MAX_MESSAGE_LENGTH, EventRecorder, EventType, ObjectReference
 from hami_kube.objects import PodView
+from hami_scheduler.core.reasons import reason_words
 
 __all__ = [
     "BINDING_FAILED",
@@ -46,17 +47,6 @@ INVALID_DEVICE_ANNOTATION: Final = "InvalidDeviceAnnotation"
 NODE_LOCK_OVERDUE: Final = "NodeLockOverdue"
 PREEMPTED_FOR_GPU: Final = "PreemptedForGPU"
 PREEMPTING_FOR_GPU: Final = "PreemptingForGPU"
-
-
-def reason_words(reason: str) -> list[str]:
-    """The reason words of a ``FailedNodes`` text: ``"1/2 A, 1/2 B"`` → ``["A", "B"]``.
-
-    What follows ``" — "`` (a MIG refusal's free slices, say) is detail, not a word."""
-    words = []
-    for part in reason.partition(" — ")[0].split(", "):
-        head, _, rest = part.partition(" ")
-        words.append(rest if rest and "/" in head else part)
-    return words
 
 
 def _joined(items: Iterable[str], budget: int) -> str:

@@ -75,12 +75,13 @@ from hami_scheduler.core import NodeUsage, PodPlan, SelectMemo
 from hami_scheduler.core.joint.hints import JointRequest, KoordRequests, koord_requests
 from hami_scheduler.core.joint.route import choose, resolved
 from hami_scheduler.events import SchedulerEvents
+from hami_scheduler.gpumap.verdicts import Verdict, Verdicts, group_reasons
 from hami_scheduler.leader import AlwaysLeader, LeaderView, not_leader_message
 from hami_scheduler.metrics import SchedulerMetrics
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.selection.resolvable import EmptyNodes, Split, split_unresolvable
-from hami_scheduler.selection.select import node_refusal, record_of
+from hami_scheduler.selection.select import record_of, screen
 from hami_scheduler.settings import FilterMode
 from hami_scheduler.wire import ExtenderArgs
 
@@ -144,10 +145,12 @@ class FilterService:
         watches: Synced | None = None,
         pending: PendingBinds | None = None,
         clock: Callable[[], float] = time.time,
+        verdicts: Verdicts | None = None,
     ) -> None:
         """``leadership``: who may decide (none: this process always does); ``watches``: what
         the cache is fed by (none: it counts as synced); ``pending``: where decisions wait for
-        their bind (shared with the :class:`~hami_scheduler.bind.service.BindService`)."""
+        their bind (shared with the :class:`~hami_scheduler.bind.service.BindService`);
+        ``verdicts``: where each pod's last verdict is kept for the GPU map (none: nowhere)."""
         self._cache = cache
         self._planner = planner
         self.pending = pending if pending is not None else PendingBinds(cache)
@@ -157,6 +160,7 @@ class FilterService:
         self._leadership = leadership or AlwaysLeader()
         self._watches = watches
         self._clock = clock
+        self._verdicts = verdicts
         self.memo = SelectMemo()
         self._empties = EmptyNodes()
 
@@ -171,6 +175,8 @@ class FilterService:
             log.info("filter_error", pod=pod.key, error=refused.message)
             if args.pod is not None:
                 self._events.filter_error(pod, refused.message)
+                if refused.reason in ("bad_pod", "bad_annotation") and not pod.node_name:
+                    self._record(pod, len(args.node_names or ()), 0, None, {}, refused.message)
         elapsed = time.perf_counter() - started
         status = "error" if reply.error else outcome
         self._metrics.observe("filter", status, elapsed, "" if status == outcome else outcome)
@@ -227,11 +233,12 @@ class FilterService:
             self.pending.drop(pod.uid)
             self._cache.release(pod.uid)
         plan = self._plan(pod, requests, quota=True)
-        refused, candidates = self._screen(args.node_names, plan, joint)
+        refused, candidates = screen(self._cache, args.node_names, plan, joint)
         fleet = self._cache.fleet_for(pod.uid, pod.priority)
         selection = choose(plan, joint, fleet, candidates, memo=self.memo)
         failed = {**refused, **resolved(selection.failed)}
         self._metrics.reject(failed.values())
+        self._record(pod, len(args.node_names), len(selection.fitting), selection.node, failed)
         if selection.node is None or selection.decision is None:
             # kube-scheduler preempts only for a pod no node fits: only then does the split
             # matter (it costs a decision on an empty copy of each refused node).
@@ -274,21 +281,29 @@ class FilterService:
         )
         return _reply([selection.node], Split(failed)), "scheduled"
 
-    def _screen(
-        self, names: Sequence[str], plan: PodPlan, joint: JointRequest
-    ) -> tuple[dict[str, str], list[str]]:
-        """Candidates the core should judge, and the troubled ones refused with their problem."""
-        failed: dict[str, str] = {}
-        if not self._cache.troubled:
-            return failed, list(names)
-        candidates: list[str] = []
-        for name in names:
-            problem = node_refusal(self._cache, name, plan, joint)
-            if problem is None:
-                candidates.append(name)
-            else:
-                failed[name] = problem
-        return failed, candidates
+    def _record(  # noqa: PLR0917 - one private call shape, two call sites
+        self,
+        pod: PodView,
+        nodes: int,
+        fitting: int,
+        chosen: str | None,
+        failed: Mapping[str, str],
+        error: str = "",
+    ) -> None:
+        """Keep this filter's verdict for the GPU map (O(refused nodes), one pass)."""
+        if self._verdicts is None or not pod.uid:
+            return
+        verdict = Verdict(
+            pod.namespace,
+            pod.name,
+            self._clock(),
+            nodes,
+            fitting,
+            chosen,
+            group_reasons(failed),
+            error,
+        )
+        self._verdicts.record(pod.uid, verdict)
 
     def _simulate(
         self,

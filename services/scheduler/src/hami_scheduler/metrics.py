@@ -35,6 +35,8 @@ that needed the lock waited for it: ``acquired``, ``expired`` — the wait budge
 ``hami_scheduler_cache_misses_total{object}`` (a GET because the watch caches lacked a node, a
 pod or a lock owner) and ``hami_scheduler_pending_binds`` (filtered pods whose bind has not come
 yet).
+The GPU map (docs/gpumap.md): ``hami_scheduler_gpumap_request_duration_seconds{view,format,code}``
+(``view`` map/pending/fit/other, ``format`` json/html).
 Memory is in bytes (MiB × 1048576), as HAMi exports it.
 """
 
@@ -341,6 +343,13 @@ class SchedulerMetrics(ServiceMetrics):
             "hami_node_lock_overdue",
             "Node locks held past their timeout (--node-lock-timeout; Cambricon's: 2 minutes) "
             "by a pod still waiting for its Allocate.",
+            registry=self.registry,
+        )
+        self.gpumap = Histogram(
+            "hami_scheduler_gpumap_request_duration_seconds",
+            "Time to answer a GPU map request (page or JSON), by view, format and status code.",
+            ["view", "format", "code"],
+            buckets=_BUCKETS,
             registry=self.registry,
         )
         self.pending_binds = Gauge(

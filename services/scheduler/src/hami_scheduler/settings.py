@@ -17,7 +17,10 @@ bind still has to write the lock and the Binding after its wait), ``--handshake-
 (default ``5m``, the seed protocol's rule; HAMi's code uses 60 s), ``--handshake-interval``
 (HAMi's register loop period, 15 s), ``--tls-reload-interval`` and the leader-election
 details ``--leader-elect-mode``, ``--leader-elect-identity``, ``--leader-elect-lease-duration``,
-``--leader-elect-renew-deadline`` and ``--leader-elect-retry-period`` (kube-scheduler's names).
+``--leader-elect-renew-deadline`` and ``--leader-elect-retry-period`` (kube-scheduler's names);
+``--gpumap-bind-address`` (default ``:9397``, empty disables: the read-only GPU map,
+docs/gpumap.md) and ``--gpumap-frame-ancestors`` (its CSP ``frame-ancestors``, default
+``'none'``).
 
 NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
 ``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
@@ -53,8 +56,11 @@ from hami_runtime.serving import (
     serving_flags,
     serving_values,
 )
+from hami_runtime.sites import parse_bind
 
 __all__ = [
+    "DEFAULT_FRAME_ANCESTORS",
+    "DEFAULT_GPUMAP_BIND",
     "DEFAULT_HTTP_BIND",
     "DEFAULT_METRICS_BIND",
     "DEFAULT_NODE_LOCK_WAIT_S",
@@ -73,6 +79,9 @@ __all__ = [
 DEFAULT_HTTP_BIND: Final = "127.0.0.1:8080"
 DEFAULT_METRICS_BIND: Final = ":9395"
 DEFAULT_COMPONENT: Final = "hami-scheduler"
+DEFAULT_GPUMAP_BIND: Final = ":9397"
+"""``--gpumap-bind-address``'s default (the GPU map, docs/gpumap.md); ``""`` disables it."""
+DEFAULT_FRAME_ANCESTORS: Final = "'none'"
 EXTENDER_HTTP_TIMEOUT_S: Final = 30.0
 """The extender ``httpTimeout`` our KubeSchedulerConfiguration sets: kube-scheduler abandons a
 ``/bind`` after it, so a bind's wait for the node lock must end well before."""
@@ -136,6 +145,11 @@ class Settings(ServingSettings):
     pod_name: str = ""
     pod_namespace: str = ""
     """This replica's own pod (``POD_NAME``/``POD_NAMESPACE``), labelled with its role."""
+    gpumap_bind_address: str = ""
+    """Where the GPU map is served (``""``: not at all — the default here, so embedded and
+    test instances open no fixed port; the flag's default is :data:`DEFAULT_GPUMAP_BIND`)."""
+    gpumap_frame_ancestors: str = DEFAULT_FRAME_ANCESTORS
+    """The page's CSP ``frame-ancestors`` sources (who may embed it in a frame)."""
 
     def __post_init__(self) -> None:
         ServingSettings.__post_init__(self)
@@ -148,6 +162,14 @@ class Settings(ServingSettings):
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be positive")
+        if self.gpumap_bind_address:
+            parse_bind(self.gpumap_bind_address)
+        sources = self.gpumap_frame_ancestors
+        if not sources.strip() or any(c in sources for c in ";,\r\n\t\x00"):
+            raise ValueError(
+                "--gpumap-frame-ancestors must be CSP sources separated by spaces "
+                "(e.g. 'none', 'self', https://portal.example.com), without ';' or ','"
+            )
         if self.node_lock_retry_timeout_s < 0:
             raise ValueError("--node-lock-retry-timeout must not be negative")
         if not 0 <= self.node_lock_wait_s < EXTENDER_HTTP_TIMEOUT_S:
@@ -270,6 +292,18 @@ _FLAGS: Final = (
         choices=tuple(FILTER_MODES),
     ),
     Flag(
+        ("--gpumap-bind-address",),
+        "gpumap_bind_address",
+        DEFAULT_GPUMAP_BIND,
+        "where the read-only GPU map page and its JSON API are served (empty: disabled)",
+    ),
+    Flag(
+        ("--gpumap-frame-ancestors",),
+        "gpumap_frame_ancestors",
+        DEFAULT_FRAME_ANCESTORS,
+        "CSP frame-ancestors of the GPU map page: who may embed it ('none': nobody)",
+    ),
+    Flag(
         ("--handshake-timeout",),
         "handshake_timeout",
         "5m",
@@ -348,6 +382,8 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         vendors=vendors,
         pod_name=env.get("POD_NAME", ""),
         pod_namespace=env.get("POD_NAMESPACE", ""),
+        gpumap_bind_address=args.gpumap_bind_address,
+        gpumap_frame_ancestors=args.gpumap_frame_ancestors,
     )
 
 

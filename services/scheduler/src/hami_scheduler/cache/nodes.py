@@ -25,7 +25,7 @@ whatever an annotation holds ends up as an ``error`` text naming the annotation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ __all__ = [
     "NodeFacts",
     "VendorRegistration",
     "capacity_resources",
+    "foreign_register_key",
     "read_node",
     "slim_node",
 ]
@@ -95,6 +96,10 @@ class NodeFacts:
     nics: tuple[RdmaNic, ...] = ()
     rdma_error: str = ""
     """Why the RDMA register cannot be read (its NICs are then unusable)."""
+    foreign: tuple[tuple[str, str], ...] = ()
+    """Register-like annotations (``hami.io/node-…register…``) of vendors this scheduler does
+    not handle, ``(key, value)``: never decoded or scheduled on, kept only so the GPU map shows
+    them raw instead of hiding them (:func:`foreign_register_key`)."""
 
     def registration(self, word: str) -> VendorRegistration | None:
         for registration in self.registrations:
@@ -123,6 +128,23 @@ class NodeFacts:
     def nic_key(self) -> tuple[object, ...]:
         """What the node's NIC layout depends on: the NICs and where the GPUs sit."""
         return (tuple((r.word, r.raw) for r in self.registrations), self.rdma_raw)
+
+
+_FOREIGN_PREFIX: Final = "hami.io/node-"
+
+
+def foreign_register_key(key: str, known: Collection[str]) -> bool:
+    """Whether ``key`` looks like a vendor's device registration (``hami.io/node-<x>-register``,
+    ``hami.io/node-register-<x>``) that none of ``known`` (the configured vendors' keys and
+    the RDMA register) is."""
+    return key.startswith(_FOREIGN_PREFIX) and "register" in key and key not in known
+
+
+def _known_register_keys(vendors: Sequence[Vendor]) -> frozenset[str]:
+    found = {keys.RDMA_REGISTER}
+    for vendor in vendors:
+        found.update(k for k in (vendor.register_key, vendor.inventory_key) if k is not None)
+    return frozenset(found)
 
 
 def _problem(key: str, exc: BaseException) -> str:
@@ -272,6 +294,12 @@ def read_node(
         nics, rdma_error = previous.nics, previous.rdma_error
     elif rdma_raw:
         nics, rdma_error = _decode_rdma(rdma_raw)
+    handled = _known_register_keys(vendors)
+    foreign = tuple(
+        (key, value)
+        for key, value in annotations.items()
+        if foreign_register_key(key, handled) and isinstance(value, str)
+    )
     return NodeFacts(
         name=node.name,
         labels=node.labels,
@@ -287,6 +315,7 @@ def read_node(
         rdma_raw=rdma_raw,
         nics=nics,
         rdma_error=rdma_error,
+        foreign=foreign,
     )
 
 
@@ -295,7 +324,8 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
 
     Real nodes carry kilobytes of status (images, conditions, addresses) the scheduler never
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
-    the device annotations, the node locks (every vendor's key: bind decides on the cached
+    the device annotations (and register-like ones of vendors not handled here, for the GPU
+    map), the node locks (every vendor's key: bind decides on the cached
     copy) and ``status.allocatable``.
     """
     node = NodeView(obj)
@@ -319,7 +349,10 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     slim_meta: dict[str, Any] = {
         k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta
     }
-    slim_meta["annotations"] = {k: v for k, v in node.annotations.items() if k in wanted}
+    known = _known_register_keys(vendors)
+    slim_meta["annotations"] = {
+        k: v for k, v in node.annotations.items() if k in wanted or foreign_register_key(k, known)
+    }
     allocatable = dict(node.allocatable)
     synthesised = {name for vendor in vendors for name in capacity_resources(vendor)}
     capacity = {k: v for k, v in node.capacity.items() if k in synthesised}

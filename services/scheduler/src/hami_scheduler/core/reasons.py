@@ -33,6 +33,7 @@ __all__ = [
     "NUMA_NOT_FIT",
     "RESOURCE_QUOTA_NOT_FIT",
     "format_reasons",
+    "reason_words",
 ]
 
 CARD_NOT_HEALTH: Final = "CardNotHealth"
@@ -72,3 +73,14 @@ CARD_APP_CLASS_MISMATCH: Final = "CardAppClassMismatch"
 def format_reasons(counts: Mapping[str, int], cards: int) -> str:
     """``"<n>/<cards> <Reason>"`` for every counted reason, sorted by reason, joined by ``", "``."""
     return ", ".join(f"{counts[word]}/{cards} {word}" for word in sorted(counts) if counts[word])
+
+
+def reason_words(reason: str) -> list[str]:
+    """The reason words of a ``FailedNodes`` text: ``"1/2 A, 1/2 B"`` → ``["A", "B"]``.
+
+    What follows ``" — "`` (a MIG refusal's free slices, say) is detail, not a word."""
+    words = []
+    for part in reason.partition(" — ")[0].split(", "):
+        head, _, rest = part.partition(" ")
+        words.append(rest if rest and "/" in head else part)
+    return words

@@ -5,6 +5,8 @@
   device is looked at: a malformed register annotation or a vendor that stopped answering the
   handshake (for the vendors the pod asks), an unreadable ``hami.io/node-rdma-register`` (for a
   pod asking for NICs);
+* :func:`screen` — the candidates left once those refusals are made (the filter and the GPU
+  map's fit probe);
 * :func:`record_of` — either kind of decision as the annotations the Binding carries and the
   holding to assume;
 * :func:`hold_planner` — how the cache plans a nominated preemptor to hold devices for it
@@ -12,6 +14,8 @@
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from hami_kube.objects import PodView
 from hami_protocol.config.device import DeviceConfig
@@ -25,7 +29,7 @@ from hami_scheduler.core.joint.route import Fleet, nics_of
 from hami_scheduler.selection.joint_plan import joint_record, joint_request, managed
 from hami_scheduler.selection.plan import DecisionRecord, Planner, decision_record
 
-__all__ = ["hold_planner", "node_refusal", "record_of"]
+__all__ = ["hold_planner", "node_refusal", "record_of", "screen"]
 
 
 def hold_planner(planner: Planner, cache: SchedulerCache) -> HoldPlanner:
@@ -55,6 +59,24 @@ def node_refusal(
     if problem is None and request.wants_nics:
         problem = cache.nic_problem(name)
     return problem
+
+
+def screen(
+    cache: SchedulerCache, names: Sequence[str], plan: PodPlan, request: JointRequest
+) -> tuple[dict[str, str], list[str]]:
+    """The candidates the core should judge, and the troubled ones the cache refuses with their
+    problem (:func:`node_refusal`); O(1) extra when no node is troubled."""
+    failed: dict[str, str] = {}
+    if not cache.troubled:
+        return failed, list(names)
+    candidates: list[str] = []
+    for name in names:
+        problem = node_refusal(cache, name, plan, request)
+        if problem is None:
+            candidates.append(name)
+        else:
+            failed[name] = problem
+    return failed, candidates
 
 
 def record_of(

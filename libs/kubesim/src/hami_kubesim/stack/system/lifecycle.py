@@ -227,7 +227,8 @@ async def _running(
         front = await router.start()
     else:
         front = scheduler_ports[0]
-    plan = ServicePlan(work_dir, free_port(), scheduler_ports, front)
+    gpumap_ports = tuple(free_port() for _ in range(replicas))
+    plan = ServicePlan(work_dir, free_port(), scheduler_ports, front, gpumap_ports)
     for node in spec.nodes:
         dump_yaml(fake_devices_document(node), plan.devices_file(node.name))
         node_config = node_config_document(node)

@@ -55,6 +55,9 @@ class ServicePlan:
     scheduler_ports: tuple[int, ...]
     front_port: int
     """Where the scheduling loop calls the extender: the only replica, or the leader router."""
+    gpumap_ports: tuple[int, ...] = ()
+    """Where each replica serves the GPU map (``--gpumap-bind-address``; its default, ``:9397``
+    on every interface, would clash between replicas and with other stacks on the machine)."""
 
     @property
     def extender_url(self) -> str:
@@ -152,6 +155,8 @@ def scheduler_processes(
         name = f"scheduler-{index}"
         metrics = free_port()
         args = [*_https(port, tls_dir, spec), *_common(spec, api_url, metrics)]
+        gpumap = plan.gpumap_ports[index] if index < len(plan.gpumap_ports) else free_port()
+        args.append(f"--gpumap-bind-address=127.0.0.1:{gpumap}")
         flags = {
             "--handshake-timeout": options.handshake_timeout,
             "--handshake-interval": options.handshake_interval,

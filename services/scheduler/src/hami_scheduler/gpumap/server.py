@@ -1,0 +1,248 @@
+"""The GPU map's HTTP server: its own port (``--gpumap-bind-address``), read-only by construction.
+
+Routes (relative to wherever a proxy mounts the server): the pages ``/`` (map), ``/pending`` and
+``/fit``, rendered by :func:`~hami_scheduler.gpumap.html.render_page` from the very documents
+the JSON routes ``/api/v1/map``, ``/api/v1/pending`` and ``/api/v1/fit`` answer.
+
+* **GET and HEAD only**: any other method on any path is 405 (``Allow: GET, HEAD``); no route
+  writes, the fit probe is a dry run, and there is no raw query endpoint.
+* **Bounded input**: a query string longer than :data:`MAX_QUERY` is 414 (the request line limit
+  is raised to just above it, for a fit manifest); every parameter is bounded
+  (:mod:`.query`); a request or manifest that cannot be read is 400 ``{"error": "..."}`` (a page:
+  the renderer's error view).
+* **Headers on every answer**: ``Cache-Control: no-store``, ``X-Content-Type-Options: nosniff``,
+  ``Referrer-Policy: no-referrer`` and the Content-Security-Policy
+  (:func:`content_security_policy`, ``frame-ancestors`` from ``--gpumap-frame-ancestors``).
+* **Whichever replica answers**: every replica's cache follows the cluster (the watches run
+  whether it leads or not), so the map and the fit probe answer from any replica; each document
+  says who answered and who leads (:meth:`GpuMapState.replica`).  The extender's verdicts exist
+  only where ``/filter`` ran — the leader — so a follower's pending list carries
+  ``verdicts.recordedHere: false`` (and every ``verdict`` null) rather than pretending.
+* Each answer's duration is observed in
+  ``hami_scheduler_gpumap_request_duration_seconds{view,format,code}``.
+
+Rendering runs on the event loop: a page of at most 500 nodes (a few ms); the cluster totals read
+each node's remembered summary (:mod:`.summary`), O(nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, cast
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.gpumap import html
+from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
+from hami_scheduler.gpumap.model import MapQuery, map_document
+from hami_scheduler.gpumap.pending import PendingPods, PendingQuery, pending_document
+from hami_scheduler.gpumap.query import QueryError, document
+from hami_scheduler.leader import LeaderView
+from hami_scheduler.metrics import SchedulerMetrics
+
+__all__ = [
+    "MAX_QUERY",
+    "PROBE_PARAMETERS",
+    "GpuMapState",
+    "build_gpumap_app",
+    "content_security_policy",
+]
+
+log = structlog.get_logger("hami_scheduler")
+
+MAX_QUERY: Final = 96 * 1024
+"""The longest query string taken: a 64 KiB manifest in base64url is 87,382 characters."""
+MAX_LINE: Final = MAX_QUERY + 2048
+"""The request line limit given to the server (path, method and version beside the query)."""
+PROBE_PARAMETERS: Final = (
+    "gpus",
+    "memory",
+    "memoryPercentage",
+    "cores",
+    "type",
+    "vendor",
+    "namespace",
+    "manifest",
+)
+"""A fit page with none of these shows the form only (``kind: FitForm``)."""
+
+Render = Callable[[str, dict[str, Any], Mapping[str, str]], str]
+
+
+def content_security_policy(frame_ancestors: str) -> str:
+    """The page's policy: nothing loaded from anywhere, inline CSS only, forms to itself."""
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
+        f"base-uri 'none'; frame-ancestors {frame_ancestors}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMapState:
+    """What the handlers read."""
+
+    cache: SchedulerCache
+    probe: FitProbe
+    pending: PendingPods
+    pending_synced: Callable[[], bool]
+    leadership: LeaderView
+    identity: str
+    scheduler_name: str
+    metrics: SchedulerMetrics
+    frame_ancestors: str = "'none'"
+    now: Callable[[], datetime] = datetime.now
+    render: Render = html.render_page
+
+    def replica(self) -> dict[str, Any]:
+        """Who answers and who leads (every document carries it)."""
+        return {
+            "leader": self.leadership.leader or None,
+            "answeredBy": self.identity or None,
+            "answeredByLeader": self.leadership.is_leader,
+        }
+
+
+_STATE: Final = web.AppKey("hami_gpumap_state", GpuMapState)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(doc: Mapping[str, Any], status: int = 200) -> web.Response:
+    body = json.dumps(doc, separators=(",", ":"), default=str).encode()
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+def _page(
+    state: GpuMapState, kind: str, doc: dict[str, Any], query: Mapping[str, str]
+) -> web.Response:
+    status = 400 if kind == "error" else 200
+    return web.Response(
+        status=status, text=state.render(kind, doc, query), content_type="text/html"
+    )
+
+
+def _map(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
+    return map_document(state.cache, MapQuery.read(query), now=state.now(), replica=state.replica())
+
+
+def _pending(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
+    doc = pending_document(
+        state.pending,
+        PendingQuery.read(query),
+        now=state.now(),
+        scheduler=state.scheduler_name,
+        complete=state.pending_synced(),
+        replica=state.replica(),
+    )
+    here = state.leadership.is_leader
+    doc["verdicts"] = {
+        "recordedHere": here,
+        "kept": len(state.pending.verdicts),
+        "note": None
+        if here
+        else (
+            "this replica does not lead: the extender's verdicts are kept by the leader "
+            f"({state.leadership.leader or 'unknown'}) that answered /filter; ask again to "
+            "reach another replica, or open the page through the leader's pod"
+        ),
+    }
+    if not here:
+        for item in doc["items"]:
+            item["verdict"] = None
+    return doc
+
+
+def _fit(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
+    encoded = query.get("manifest", "")
+    vendors = state.cache.vendors
+    pod = pod_from_manifest(encoded) if encoded else pod_from_parameters(query, vendors)
+    return state.probe.probe(pod, now=state.now(), replica=state.replica())
+
+
+_VIEWS: Final[Mapping[str, tuple[str, str]]] = {
+    "/": ("map", "html"),
+    "/pending": ("pending", "html"),
+    "/fit": ("fit", "html"),
+    "/api/v1/map": ("map", "json"),
+    "/api/v1/pending": ("pending", "json"),
+    "/api/v1/fit": ("fit", "json"),
+}
+_BUILDERS: Final[Mapping[str, Callable[[GpuMapState, Mapping[str, str]], dict[str, Any]]]] = {
+    "map": _map,
+    "pending": _pending,
+    "fit": _fit,
+}
+
+
+async def _view(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
+    view, form = _VIEWS[request.path]
+    query: Mapping[str, str] = request.query
+    try:
+        if view == "fit" and form == "html" and not any(query.get(p) for p in PROBE_PARAMETERS):
+            doc = document("FitForm", state.now(), state.replica())
+            doc["vendors"] = [vendor.common_word for vendor in state.cache.vendors]
+        else:
+            doc = _BUILDERS[view](state, query)
+    except QueryError as exc:
+        if form == "json":
+            return _json({"error": str(exc)}, 400)
+        return _page(state, "error", {"error": str(exc), "view": view}, query)
+    if form == "json":
+        return _json(doc)
+    return _page(state, view, doc, query)
+
+
+def _headers(response: web.StreamResponse, policy: str, frame_ancestors: str) -> None:
+    headers = response.headers
+    headers["Cache-Control"] = "no-store"
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers["Referrer-Policy"] = "no-referrer"
+    headers["Content-Security-Policy"] = policy
+    if frame_ancestors.strip() == "'none'":
+        headers["X-Frame-Options"] = "DENY"
+
+
+def _guard(state: GpuMapState) -> Middleware:
+    policy = content_security_policy(state.frame_ancestors)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        view, form = _VIEWS.get(request.path, ("other", "json"))
+        response: web.StreamResponse
+        if request.method not in ("GET", "HEAD"):
+            response = _json({"error": f"{request.method} not allowed: read-only"}, 405)
+            response.headers["Allow"] = "GET, HEAD"
+        elif len(request.query_string) > MAX_QUERY:
+            response = _json({"error": f"query longer than {MAX_QUERY} characters"}, 414)
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                response = _json({"error": exc.reason}, exc.status)
+            except Exception as exc:
+                log.exception("gpumap_internal_error", path=request.path)
+                response = _json({"error": f"internal error: {type(exc).__name__}"}, 500)
+        _headers(response, policy, state.frame_ancestors)
+        state.metrics.gpumap.labels(view=view, format=form, code=str(response.status)).observe(
+            time.perf_counter() - started
+        )
+        return response
+
+    return cast("Middleware", guard)
+
+
+def build_gpumap_app(state: GpuMapState) -> web.Application:
+    """The GPU map application (serve it with ``max_line_size=MAX_LINE``)."""
+    app = web.Application(middlewares=[_guard(state)], client_max_size=1024)
+    app[_STATE] = state
+    for path in _VIEWS:
+        app.router.add_get(path, _view)
+    return app
