@@ -1,0 +1,6 @@
+"""The GPU map: read-only documents built from the scheduler's own state (issue 25).
+
+Pure builders (:mod:`.model`, :mod:`.pending`, :mod:`.fit`) turn the cache's frozen state into
+the JSON documents of ``docs/gpumap.md``; :mod:`.server` serves them and the HTML page that
+:mod:`.html` renders from the same documents.
+"""
