@@ -228,34 +228,32 @@ def sample_pending() -> dict[str, Any]:
     }
 
 
+def _probe(**answer: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "FitProbe", "generatedAt": GENERATED_AT, **answer}
+
+
 def fit_fits() -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "FitProbe",
-        "generatedAt": GENERATED_AT,
-        "fits": True,
-        "placements": [
+    return _probe(
+        fits=True,
+        placements=[
             {"node": "node-a", "devices": [{"id": "GPU-0001-uuid", "memory": 4000, "cores": 30}]},
             {"node": "node-c", "devices": [{"id": "GPU-0007-uuid", "memory": 4000, "cores": 30}]},
         ],
-        "binding": None,
-        "reasons": [],
-    }
+        binding=None,
+        reasons=[],
+    )
 
 
 def fit_nowhere() -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "FitProbe",
-        "generatedAt": GENERATED_AT,
-        "fits": False,
-        "placements": [],
-        "binding": {"reason": "CardInsufficientMemory", "nodes": 9},
-        "reasons": [
+    return _probe(
+        fits=False,
+        placements=[],
+        binding={"reason": "CardInsufficientMemory", "nodes": 9},
+        reasons=[
             {"reason": "CardInsufficientMemory", "nodes": 9, "examples": ["node-a", "node-b"]},
             {"reason": "NodeInsufficientDevice", "nodes": 3, "examples": ["node-c"]},
         ],
-    }
+    )
 
 
 def large_map(nodes: int, cards: int = 8, holders: int = 3) -> dict[str, Any]:

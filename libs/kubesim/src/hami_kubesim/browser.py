@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -53,7 +54,8 @@ __all__ = [
 
 CALL_TIMEOUT_S: Final = 30.0
 START_TIMEOUT_S: Final = 30.0
-INSTALL_TIMEOUT_S: Final = 900
+INSTALL_TIMEOUT_S: Final = 600
+"""All of an install may take (browser tests set their pytest timeout above it)."""
 MAX_SCREENSHOT_HEIGHT: Final = 8000
 FLAGS: Final = (
     "--headless",
@@ -105,11 +107,12 @@ def find_or_install_chromium() -> Path:
     install = [
         "install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "chromium"
     ]  # fmt: skip
+    deadline = time.monotonic() + INSTALL_TIMEOUT_S
     try:
-        done = _apt(install)
+        done = _apt(install, deadline)
         if done.returncode != 0:  # stale package lists: refresh once, then try again
-            _apt(["update"])
-            done = _apt(install)
+            _apt(["update"], deadline)
+            done = _apt(install, deadline)
     except (subprocess.SubprocessError, OSError) as exc:
         raise ChromiumUnavailableError(f"apt-get install chromium failed: {exc}") from exc
     found = shutil.which("chromium")
@@ -119,13 +122,14 @@ def find_or_install_chromium() -> Path:
     return Path(found)
 
 
-def _apt(args: list[str]) -> subprocess.CompletedProcess[str]:
+def _apt(args: list[str], deadline: float) -> subprocess.CompletedProcess[str]:
+    """``apt-get args``, killed at ``deadline`` (the install's whole budget, not each step's)."""
     return subprocess.run(
         ["apt-get", *args],
         env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
         capture_output=True,
         text=True,
-        timeout=INSTALL_TIMEOUT_S,
+        timeout=max(deadline - time.monotonic(), 1.0),
         check=False,
     )
 

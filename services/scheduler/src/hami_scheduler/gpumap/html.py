@@ -65,7 +65,7 @@ table{border-collapse:collapse;margin:.25rem 0 1rem}caption{text-align:left;font
 th,td{border:1px solid #949494;padding:.2rem .4rem;vertical-align:top;text-align:left}
 th{background:#eee}.num{text-align:right;font-variant-numeric:tabular-nums}
 .scroll{overflow-x:auto}.meta,.muted{color:#4a4a4a}
-.bar{display:flex;width:16rem;height:1.1rem;border:1px solid #4a4a4a;background:#f4f4f4}
+.bar{display:flex;width:12rem;height:1.1rem;border:1px solid #4a4a4a;background:#f4f4f4}
 .bar div{overflow:hidden;white-space:nowrap;font-size:.75rem;line-height:1.1rem;
 text-align:center;color:#000;border-right:1px solid #fff}
 .s0{background:#9ecae1}.s1{background:#fdae6b}.s2{background:#a1d99b}.s3{background:#bcbddc}
@@ -73,7 +73,7 @@ text-align:center;color:#000;border-right:1px solid #fff}
 .used{background:#6b6b6b!important;color:#fff!important}
 .ok{color:#0b6b1f}.bad{color:#a00000;font-weight:bold}.warn{color:#7a4d00;font-weight:bold}
 .flag{border:1px solid currentColor;padding:0 .25rem;border-radius:3px}
-ul.holders{margin:0;padding-left:1.1rem}.dots{letter-spacing:1px}
+ul.holders{margin:0;padding-left:1.1rem}td.who{min-width:20rem}th.card{min-width:9rem}.dots{letter-spacing:1px}
 form{margin:.5rem 0 1rem}fieldset{display:inline-block;border:1px solid #949494}
 label{margin-right:.75rem}input[type=number]{width:6rem}textarea{width:40rem;max-width:95%}
 .error{border:2px solid #a00000;padding:.5rem;color:#a00000}
@@ -87,6 +87,8 @@ dl.summary dt{font-weight:bold}dl.summary dd{margin:0}
 
 def _e(value: object) -> str:
     """Escaped text of any value (``None`` is the caller's business: see :func:`_or`)."""
+    if isinstance(value, int):  # most values on a page: nothing to escape
+        return str(value)
     return escape(str(value), quote=True)
 
 
@@ -215,7 +217,8 @@ def render_page(kind: str, doc: dict[str, Any], query: Mapping[str, str]) -> str
     title = _TITLES[kind]
     out.append('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">')
     out.append('<meta name="viewport" content="width=device-width, initial-scale=1">')
-    out.append('<meta name="referrer" content="no-referrer">')
+    # A data: icon stops browsers asking for /favicon.ico, outside the proxy prefix.
+    out.append('<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,">')
     if refresh is not None:
         out.append(f'<meta http-equiv="refresh" content="{refresh}">')
     out.append(f"<title>{_e(title)} · HAMi</title><style>{_CSS}</style></head><body>")
@@ -405,7 +408,8 @@ def _card(out: list[str], device: Mapping[str, Any]) -> None:
     )
     holders = [_d(h) for h in _l(device.get("holders"))]
     out.append(
-        f'<tr><th scope="row">#{_or(device.get("index"), "?")} {_or(device.get("type"), "")}'
+        f'<tr><th scope="row" class="card">#{_or(device.get("index"), "?")} '
+        f"{_or(device.get('type'), '')}"
         f'<br><small class="muted">{_or(device.get("id"), "")}</small></th>'
         f"<td>{_or(device.get('vendor'), '?')}<br>{_or(device.get('mode'), 'unknown mode')}"
     )
@@ -439,7 +443,7 @@ def _card(out: list[str], device: Mapping[str, Any]) -> None:
     if used is not None and total is not None and 0 < total <= MAX_SHARE_DOTS:
         dots = "●" * min(int(used), int(total)) + "○" * max(int(total) - int(used), 0)
         out.append(f'<br><span class="dots" aria-hidden="true">{dots}</span>')
-    out.append("</td><td>")
+    out.append('</td><td class="who">')
     if holders:
         out.append('<ul class="holders">')
         for i, holder in enumerate(holders):
