@@ -65,7 +65,7 @@ table{border-collapse:collapse;margin:.25rem 0 1rem}caption{text-align:left;font
 th,td{border:1px solid #949494;padding:.2rem .4rem;vertical-align:top;text-align:left}
 th{background:#eee}.num{text-align:right;font-variant-numeric:tabular-nums}
 .scroll{overflow-x:auto}.meta,.muted{color:#4a4a4a}
-.bar{display:flex;width:12rem;height:1.1rem;border:1px solid #4a4a4a;background:#f4f4f4}
+.bar{display:flex;width:9rem;height:1.1rem;border:1px solid #4a4a4a;background:#f4f4f4}
 .bar div{overflow:hidden;white-space:nowrap;font-size:.75rem;line-height:1.1rem;
 text-align:center;color:#000;border-right:1px solid #fff}
 .s0{background:#9ecae1}.s1{background:#fdae6b}.s2{background:#a1d99b}.s3{background:#bcbddc}
@@ -73,7 +73,7 @@ text-align:center;color:#000;border-right:1px solid #fff}
 .used{background:#6b6b6b!important;color:#fff!important}
 .ok{color:#0b6b1f}.bad{color:#a00000;font-weight:bold}.warn{color:#7a4d00;font-weight:bold}
 .flag{border:1px solid currentColor;padding:0 .25rem;border-radius:3px}
-ul.holders{margin:0;padding-left:1.1rem}td.who{min-width:20rem}th.card{min-width:9rem}.dots{letter-spacing:1px}
+ul.holders{margin:0;padding-left:1.1rem}td.who{min-width:16rem}th.card{min-width:7rem}td.usage{min-width:10rem}.dots{font-size:.8rem}
 form{margin:.5rem 0 1rem}fieldset{display:inline-block;border:1px solid #949494}
 label{margin-right:.75rem}input[type=number]{width:6rem}textarea{width:40rem;max-width:95%}
 .error{border:2px solid #a00000;padding:.5rem;color:#a00000}
@@ -451,7 +451,7 @@ def _card(out: list[str], device: Mapping[str, Any]) -> None:
         out.append("</ul>")
     else:
         out.append("none")
-    out.append(f"</td><td>{_device_usage(device.get('usage'), memory)}</td></tr>")
+    out.append(f'</td><td class="usage">{_device_usage(device.get("usage"), memory)}</td></tr>')
 
 
 def _bar(total: object, pieces: list[tuple[object, int]], what: str) -> str:
