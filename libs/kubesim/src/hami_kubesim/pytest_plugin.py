@@ -7,6 +7,13 @@ Fixtures:
   options to :func:`~hami_kubesim.testing.running_apiserver` (``bookmark_interval=0.2``, ...).
   A test package's own ``sim`` fixture overrides this one.
 - ``kube``: a :class:`hami_kube.rest.KubeClient` for ``sim`` (10 s request timeout).
+- ``chromium_executable`` (session): Debian's headless Chromium, found or installed with apt
+  (:func:`~hami_kubesim.browser.find_or_install_chromium`); tests using it skip, saying why,
+  where it cannot be had.  ``browser``: a :class:`~hami_kubesim.browser.Browser` running it for
+  the test (function-scoped loop; a test on a longer-lived loop uses
+  :func:`~hami_kubesim.browser.launch` itself).  ``screenshot_dir`` (session): where browser tests
+  keep screenshots for a person to look at: ``$HAMI_SCREENSHOT_DIR``, else ``build/screenshots``
+  under the root dir (git-ignored).
 - ``no_leaked_tasks``: fails the test when an asyncio task it started is still pending once the
   test and its fixtures are torn down; the failure names each task and where it waits.  It is
   autouse for the async tests under the paths of the ``kubesim_task_guard`` ini option (see
@@ -34,6 +41,7 @@ Ini options (``[tool.pytest.ini_options]``):
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,11 +52,19 @@ import pytest_asyncio
 
 from hami_kube.config import KubeSettings
 from hami_kube.rest import KubeClient, open_client
+from hami_kubesim.browser import Browser, ChromiumUnavailableError, find_or_install_chromium, launch
 from hami_kubesim.testing import RunningApiServer, running_apiserver
 from hami_kubesim.virtual_clock import IDLE_CONFIRM_S, virtual_time
 from hami_runtime.lifecycle import describe_tasks
 
-__all__ = ["kube", "no_leaked_tasks", "sim"]
+__all__ = [
+    "browser",
+    "chromium_executable",
+    "kube",
+    "no_leaked_tasks",
+    "screenshot_dir",
+    "sim",
+]
 
 GUARD_INI: Final = "kubesim_task_guard"
 _SETTLE_CYCLES: Final = 20
@@ -130,6 +146,34 @@ async def kube(sim: RunningApiServer) -> AsyncIterator[KubeClient]:
     """A hami_kube client for ``sim``."""
     async with open_client(KubeSettings(kube_url=sim.url, request_timeout_s=10.0)) as client:
         yield client
+
+
+# --- a headless browser ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> Path:
+    """Headless Chromium's executable; skips the tests using it where it cannot be had."""
+    try:
+        return find_or_install_chromium()
+    except ChromiumUnavailableError as exc:
+        pytest.skip(f"no headless Chromium for the browser tests: {exc}")
+
+
+@pytest.fixture
+async def browser(chromium_executable: Path, tmp_path: Path) -> AsyncIterator[Browser]:
+    """Chromium, headless, with a fresh profile, for the duration of the test."""
+    async with launch(chromium_executable, tmp_path / "chromium-profile") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir(pytestconfig: pytest.Config) -> Path:
+    """``$HAMI_SCREENSHOT_DIR``, else ``<rootdir>/build/screenshots``; created."""
+    configured = os.environ.get("HAMI_SCREENSHOT_DIR")
+    path = Path(configured) if configured else pytestconfig.rootpath / "build" / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 # --- virtual time -----------------------------------------------------------------------------
