@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -154,3 +156,21 @@ async def publish_service(
             "endpointslices",
             endpoint_slice(namespace, name, f"{name}-{index}", address, backend),
         )
+
+
+def write_kubeconfig(
+    path: Path, server_url: str, *, token: str = "kubesim", context: str = "kubesim"
+) -> Path:
+    """A kubeconfig file for clients that take one (``kubectl``, ``kubectl hami``) pointing at
+    the API server ``server_url`` (plain http) as a token user; kubesim checks no credentials,
+    the token only makes the client send one.  Returns ``path``."""
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "users": [{"name": context, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+    }
+    path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    return path

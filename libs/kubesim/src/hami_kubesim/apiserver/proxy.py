@@ -19,7 +19,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import unquote
 
 from hami_kubesim.apiserver.errors import BadRequestError, NotFoundError, StatusError
 from hami_kubesim.objects.resources import SERVICES
@@ -62,23 +61,6 @@ class Location:
     @property
     def authority(self) -> str:
         return f"[{self.host}]" if ":" in self.host else self.host
-
-
-def parse_proxy_path(path: str) -> ProxyRequest | None:
-    """``ProxyRequest`` for a raw (still percent-encoded) URL path naming a Service's proxy
-    subresource; ``None`` for any other path."""
-    parts = path.split("/")
-    # ['', 'api', 'v1', 'namespaces', ns, 'services', id, 'proxy', ...]
-    if len(parts) < 8 or parts[1:4] != ["api", "v1", "namespaces"] or parts[5] != "services":
-        return None
-    if parts[7] != "proxy" or not parts[4] or not parts[6]:
-        return None
-    rest = parts[8:]
-    return ProxyRequest(
-        namespace=unquote(parts[4]),
-        service_id=unquote(parts[6]),
-        path=None if not rest else unquote("/".join(rest)),
-    )
 
 
 def backend_path(path: str | None) -> str:
@@ -168,7 +150,6 @@ __all__ = [
     "ProxyRequest",
     "backend_path",
     "locate",
-    "parse_proxy_path",
     "proxy_verb",
     "service_unavailable",
     "split_scheme_name_port",

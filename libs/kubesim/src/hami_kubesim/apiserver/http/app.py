@@ -17,11 +17,11 @@ from hami_kubesim.apiserver.history import Entry, encode
 from hami_kubesim.apiserver.http import discovery, openapi
 from hami_kubesim.apiserver.http.admin import add_admin_routes
 from hami_kubesim.apiserver.http.routing import Discovery, Target, parse
-from hami_kubesim.apiserver.http.serviceproxy import ServiceProxy, resolve
+from hami_kubesim.apiserver.http.serviceproxy import ServiceProxy, parse_proxy_path, resolve
 from hami_kubesim.apiserver.http.watch import serve_watch
 from hami_kubesim.apiserver.listing import ListPage
 from hami_kubesim.apiserver.metrics import client_name, kube_verb
-from hami_kubesim.apiserver.proxy import ProxyRequest, parse_proxy_path, proxy_verb
+from hami_kubesim.apiserver.proxy import ProxyRequest, proxy_verb
 from hami_kubesim.apiserver.selectors import label_selector_from_query, parse_field_selector
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.objects import tables

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ssl
 from typing import Final
+from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
@@ -51,6 +52,23 @@ _HOP_BY_HOP: Final = frozenset(
 _NOT_FORWARDED: Final = _HOP_BY_HOP | {"host", "authorization", "content-length"}
 _DIAL_TIMEOUT_S: Final = 30.0
 """kube-apiserver's proxy dialer gives up connecting after 30 s."""
+
+
+def parse_proxy_path(path: str) -> ProxyRequest | None:
+    """``ProxyRequest`` for a raw (still percent-encoded) URL path naming a Service's proxy
+    subresource; ``None`` for any other path."""
+    parts = path.split("/")
+    # ['', 'api', 'v1', 'namespaces', ns, 'services', id, 'proxy', ...]
+    if len(parts) < 8 or parts[1:4] != ["api", "v1", "namespaces"] or parts[5] != "services":
+        return None
+    if parts[7] != "proxy" or not parts[4] or not parts[6]:
+        return None
+    rest = parts[8:]
+    return ProxyRequest(
+        namespace=unquote(parts[4]),
+        service_id=unquote(parts[6]),
+        path=None if not rest else unquote("/".join(rest)),
+    )
 
 
 def resolve(server: ApiServer, target: ProxyRequest) -> Location:
@@ -163,4 +181,4 @@ def _dial_error(location: Location, exc: BaseException) -> str:
     return f"{where}: {cause}"
 
 
-__all__ = ["ServiceProxy", "resolve"]
+__all__ = ["ServiceProxy", "parse_proxy_path", "resolve"]
