@@ -88,7 +88,8 @@ def render_pending(document: dict[str, Any], *, wide: bool, now: datetime) -> st
         rows: list[list[str]] = [list(_WIDE_HEADER if wide else _HEADER)]
         for item in items:
             verdict = item.get("verdict")
-            waiting = duration(float(item.get("waitingSeconds") or 0))
+            seconds = item.get("waitingSeconds")
+            waiting = duration(float(seconds)) if isinstance(seconds, int | float) else "?"
             common = [str(item.get("namespace", "?")), str(item.get("name", "?")), waiting]
             if wide:
                 at = verdict.get("at") if isinstance(verdict, dict) else None

@@ -55,6 +55,8 @@ class ServicePlan:
     scheduler_ports: tuple[int, ...]
     front_port: int
     """Where the scheduling loop calls the extender: the only replica, or the leader router."""
+    gpumap_ports: tuple[int, ...] = ()
+    """Each replica's GPU map port (``SystemSpec.gpumap``), in replica order; empty when off."""
 
     @property
     def extender_url(self) -> str:
@@ -160,6 +162,8 @@ def scheduler_processes(
             "--gpu-scheduler-policy": options.gpu_scheduler_policy,
         }
         args += [f"{flag}={value}" for flag, value in flags.items() if value]
+        if plan.gpumap_ports:
+            args.append(f"--gpumap-bind-address=127.0.0.1:{plan.gpumap_ports[index]}")
         if replicated:
             namespace, lease = LEASE
             args += [
