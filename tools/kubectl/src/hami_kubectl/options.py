@@ -76,24 +76,22 @@ class Invocation:
     fit: FitRequest = field(default_factory=FitRequest)
 
 
-def _positive(text: str) -> int:
+def _whole(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
 
 
 def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
+    return _whole(text, 0)
 
 
 def _per_page(text: str) -> int:
