@@ -26,7 +26,7 @@ lint: sync
 	$(RUN) ruff format --check .
 
 typecheck: sync
-	$(RUN) mypy libs/protocol/src libs/kube/src libs/runtime/src libs/kubeletapi/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src
+	$(RUN) mypy libs/protocol/src libs/kube/src libs/runtime/src libs/kubeletapi/src libs/kubesim/src services/scheduler/src services/webhook/src services/deviceplugin/src tools/kubectl/src
 
 layers: sync
 	$(RUN) lint-imports

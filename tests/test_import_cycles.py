@@ -1,8 +1,8 @@
 """No two modules of the repository's packages import each other, directly or round a loop.
 
 import-linter (``make layers``) says which packages may import which; it does not look for cycles
-between modules. This test does, for every package under ``libs/*/src`` and ``services/*/src``,
-from the source with ``ast`` (nothing is imported).
+between modules. This test does, for every package under ``libs/*/src``, ``services/*/src`` and
+``tools/*/src``, from the source with ``ast`` (nothing is imported).
 
 What counts as an edge ``a -> b`` (``b`` one of those modules):
 
@@ -34,7 +34,9 @@ matches a cycle fails too, so the list only shrinks."""
 
 
 def source_roots(repo: Path = REPO) -> list[Path]:
-    return sorted([*repo.glob("libs/*/src"), *repo.glob("services/*/src")])
+    return sorted(
+        [*repo.glob("libs/*/src"), *repo.glob("services/*/src"), *repo.glob("tools/*/src")]
+    )
 
 
 def modules_under(roots: list[Path]) -> dict[str, Path]:

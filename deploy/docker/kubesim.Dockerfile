@@ -27,6 +27,7 @@ COPY libs/kubesim/pyproject.toml libs/kubesim/
 COPY services/scheduler/pyproject.toml services/scheduler/
 COPY services/webhook/pyproject.toml services/webhook/
 COPY services/deviceplugin/pyproject.toml services/deviceplugin/
+COPY tools/kubectl/pyproject.toml tools/kubectl/
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace --package hami-kubesim
 COPY libs/protocol libs/protocol

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +22,7 @@ from aiohttp import web
 from hami_kubesim.apiserver.hooks import MutatingAdmission
 from hami_kubesim.apiserver.http.app import create_app
 from hami_kubesim.apiserver.server import ApiServer
+from hami_kubesim.objects.services import endpoint_slice, selectorless_service
 
 
 def api_client(url: str) -> Any:
@@ -130,3 +133,44 @@ async def eventually(
             detail = f": {what}" if what else ""
             raise AssertionError(f"condition not met within {within}s{detail}")
         await asyncio.sleep(step)
+
+
+async def publish_service(
+    server: ApiServer,
+    *,
+    namespace: str,
+    name: str,
+    ports: Mapping[str, int],
+    backends: Sequence[Mapping[str, int]],
+    address: str = "127.0.0.1",
+) -> None:
+    """Create the Service ``namespace/name`` with the named ``ports`` (name → Service port) and
+    one EndpointSlice per backend (``<name>-<i>``: one ready endpoint at ``address`` with that
+    backend's ports, name → local port), so the API server's service proxy reaches the backends.
+
+    Each backend gets a slice of its own because a slice's ports apply to all its endpoints, and
+    local backends share one address on different ports."""
+    await server.create("services", selectorless_service(namespace, name, ports))
+    for index, backend in enumerate(backends):
+        await server.create(
+            "endpointslices",
+            endpoint_slice(namespace, name, f"{name}-{index}", address, backend),
+        )
+
+
+def write_kubeconfig(
+    path: Path, server_url: str, *, token: str = "kubesim", context: str = "kubesim"
+) -> Path:
+    """A kubeconfig file for clients that take one (``kubectl``, ``kubectl hami``) pointing at
+    the API server ``server_url`` (plain http) as a token user; kubesim checks no credentials,
+    the token only makes the client send one.  Returns ``path``."""
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "users": [{"name": context, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+    }
+    path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    return path

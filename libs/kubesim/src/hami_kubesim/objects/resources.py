@@ -195,6 +195,26 @@ POD_DISRUPTION_BUDGETS = ResourceType(
     subresources=("status",),
     has_status=True,
 )
+SERVICES = ResourceType(
+    "",
+    "v1",
+    "Service",
+    "services",
+    "service",
+    namespaced=True,
+    short_names=("svc",),
+    subresources=("status", "proxy"),
+    has_status=True,
+    categories=("all",),
+)
+ENDPOINT_SLICES = ResourceType(
+    "discovery.k8s.io",
+    "v1",
+    "EndpointSlice",
+    "endpointslices",
+    "endpointslice",
+    namespaced=True,
+)
 
 ALL_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -208,6 +228,8 @@ ALL_TYPES: tuple[ResourceType, ...] = (
     EVENTS_V1,
     PRIORITY_CLASSES,
     POD_DISRUPTION_BUDGETS,
+    SERVICES,
+    ENDPOINT_SLICES,
 )
 
 

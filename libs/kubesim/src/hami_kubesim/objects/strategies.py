@@ -10,8 +10,10 @@ from hami_kubesim.apiserver.history import clone
 from hami_kubesim.objects import disruptionbudgets as budgets
 from hami_kubesim.objects import pods as pod_strategy
 from hami_kubesim.objects import priorityclasses
+from hami_kubesim.objects import services as service_strategy
 from hami_kubesim.objects.quantities import stringify
 from hami_kubesim.objects.resources import (
+    ENDPOINT_SLICES,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
@@ -19,6 +21,7 @@ from hami_kubesim.objects.resources import (
     PODS,
     PRIORITY_CLASSES,
     RESOURCE_QUOTAS,
+    SERVICES,
     ResourceType,
 )
 from hami_kubesim.objects.validation import (
@@ -129,6 +132,10 @@ def prepare_for_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         priorityclasses.prepare_for_create(obj)
     elif rt is POD_DISRUPTION_BUDGETS:
         budgets.prepare_for_create(obj)
+    elif rt is SERVICES:
+        service_strategy.prepare_service(obj)
+    elif rt is ENDPOINT_SLICES:
+        service_strategy.prepare_endpoint_slice(obj)
 
 
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
@@ -143,6 +150,10 @@ def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
         causes.extend(priorityclasses.validate_priority_class(obj))
     elif rt is POD_DISRUPTION_BUDGETS:
         causes.extend(budgets.validate_budget(obj))
+    elif rt is SERVICES:
+        causes.extend(service_strategy.validate_service(obj))
+    elif rt is ENDPOINT_SLICES:
+        causes.extend(service_strategy.validate_endpoint_slice(obj))
     return causes
 
 
@@ -192,6 +203,13 @@ def prepare_for_update(
         priorityclasses.prepare_for_update(out, old)
     elif rt is POD_DISRUPTION_BUDGETS:
         budgets.prepare_for_update(out, old, subresource)
+    elif rt is SERVICES and subresource is None:
+        out = clone(out)
+        service_strategy.keep_cluster_ip(out, old)
+        service_strategy.prepare_service({**out})  # defaults the shared spec; status is kept
+    elif rt is ENDPOINT_SLICES:
+        out = clone(out)
+        service_strategy.prepare_endpoint_slice(out)
     return out
 
 
@@ -216,6 +234,10 @@ def validate_update(
             if subresource == "status"
             else budgets.validate_budget(new)
         )
+    elif rt is SERVICES and subresource is None:
+        causes.extend(service_strategy.validate_service_update(new, old))
+    elif rt is ENDPOINT_SLICES:
+        causes.extend(service_strategy.validate_endpoint_slice_update(new, old))
     return causes
 
 

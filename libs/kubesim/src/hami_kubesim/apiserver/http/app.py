@@ -17,9 +17,11 @@ from hami_kubesim.apiserver.history import Entry, encode
 from hami_kubesim.apiserver.http import discovery, openapi
 from hami_kubesim.apiserver.http.admin import add_admin_routes
 from hami_kubesim.apiserver.http.routing import Discovery, Target, parse
+from hami_kubesim.apiserver.http.serviceproxy import ServiceProxy, parse_proxy_path, resolve
 from hami_kubesim.apiserver.http.watch import serve_watch
 from hami_kubesim.apiserver.listing import ListPage
 from hami_kubesim.apiserver.metrics import client_name, kube_verb
+from hami_kubesim.apiserver.proxy import ProxyRequest, proxy_verb
 from hami_kubesim.apiserver.selectors import label_selector_from_query, parse_field_selector
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.objects import tables
@@ -140,8 +142,12 @@ class Handlers:
 
     def __init__(self, server: ApiServer) -> None:
         self.server = server
+        self.proxy = ServiceProxy()
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        proxied = parse_proxy_path(request.rel_url.raw_path)
+        if proxied is not None:
+            return await self._proxy(request, proxied)
         try:
             target = parse(self.server.registry, request.path)
         except StatusError as err:
@@ -155,6 +161,32 @@ class Handlers:
         response = await self._answer(request, target, verb, count)
         if verb != "watch" or response.status != 200:  # a started watch counted itself
             count(response.status)
+        return response
+
+    async def _proxy(self, request: web.Request, target: ProxyRequest) -> web.StreamResponse:
+        """``services/proxy``: counted as kube-apiserver counts a connect request (verb
+        ``CONNECT``); faults match verb ``get`` (``create``, ... by method, the verb RBAC
+        checks) and resource ``services/proxy``."""
+        client = client_name(request.headers.get("User-Agent"))
+        verb = proxy_verb(request.method)
+        names = ("services/proxy",)
+        try:
+            delay = self.server.faults.latency_for(verb, names)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            injected = self.server.faults.error_for(verb, names)
+            if injected is not None:
+                raise injected
+            response = await self.proxy.forward(request, target, resolve(self.server, target))
+        except StatusError as err:
+            response = error_response(err)
+        self.server.requests.record(
+            client=client,
+            verb="CONNECT",
+            resource="services",
+            subresource="proxy",
+            code=response.status,
+        )
         return response
 
     def _counter(self, request: web.Request, target: Target, verb: str) -> Callable[[int], None]:
@@ -355,5 +387,9 @@ def create_app(server: ApiServer) -> web.Application:
     async def _on_shutdown(_app: web.Application) -> None:
         server.shutdown()
 
+    async def _on_cleanup(_app: web.Application) -> None:
+        await handlers.proxy.close()
+
     app.on_shutdown.append(_on_shutdown)
+    app.on_cleanup.append(_on_cleanup)
     return app

@@ -20,7 +20,12 @@ KUBE_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"]}
+_SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "binding": ["create"],
+    "proxy": ["create", "delete", "get", "patch", "update"],
+}
+_SUBRESOURCE_KINDS = {"binding": "Binding", "proxy": "ServiceProxyOptions"}
 
 
 def version() -> dict[str, Any]:
@@ -82,7 +87,7 @@ def _resource(rt: ResourceType) -> list[dict[str, Any]]:
                 "name": f"{rt.plural}/{sub}",
                 "singularName": "",
                 "namespaced": rt.namespaced,
-                "kind": "Binding" if sub == "binding" else rt.kind,
+                "kind": _SUBRESOURCE_KINDS.get(sub, rt.kind),
                 "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
             }
         )

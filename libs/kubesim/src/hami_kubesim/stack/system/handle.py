@@ -72,6 +72,9 @@ class System:
     """The vGPU monitor of each node, by node name (with ``spec.vgpu_monitor``)."""
     host_roots: Mapping[str, Path] = field(default_factory=dict)
     """Each node's host root, by node name (with ``spec.vgpu_monitor``)."""
+    gpumap_ports: Mapping[str, int] = field(default_factory=dict)
+    """Scheduler replica name → its GPU map port (with ``spec.gpumap``); the API server's
+    service proxy reaches them at :data:`~.objects.SCHEDULER_GPUMAP_PROXY`."""
 
     # ----- views ---------------------------------------------------------------------------
     @property

@@ -62,7 +62,13 @@ from hami_kubesim.kubelet.settings import pod_resources_socket_for
 from hami_kubesim.scheduler.config import parse_scheduler_config
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.system.handle import System
-from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE, mutating_webhook_configuration
+from hami_kubesim.stack.system.objects import (
+    GPUMAP_PORT,
+    SCHEDULER_HTTPS_PORT,
+    SCHEDULER_SERVICE,
+    WEBHOOK_SERVICE,
+    mutating_webhook_configuration,
+)
 from hami_kubesim.stack.system.ports import free_port
 from hami_kubesim.stack.system.processes import ServiceProcess, stop_all
 from hami_kubesim.stack.system.router import LeaderRouter
@@ -83,7 +89,7 @@ from hami_kubesim.stack.system.spec import (
     fake_devices_document,
     node_config_document,
 )
-from hami_kubesim.testing import format_url
+from hami_kubesim.testing import format_url, publish_service
 
 __all__ = ["running_system"]
 
@@ -212,6 +218,26 @@ async def running_system(
             shutil.rmtree(work_dir, ignore_errors=True)
 
 
+async def _publish_scheduler_service(
+    system: System, scheduler_ports: tuple[int, ...], gpumap_ports: tuple[int, ...]
+) -> None:
+    """The chart's scheduler Service, with one EndpointSlice per extender replica (the replicas
+    share 127.0.0.1, so their ports differ and a slice's ports apply to all its endpoints)."""
+    namespace, name = SCHEDULER_SERVICE
+    https, gpumap = SCHEDULER_HTTPS_PORT[0], GPUMAP_PORT[0]
+    await system.ensure_namespace(namespace)
+    await publish_service(
+        system.api,
+        namespace=namespace,
+        name=name,
+        ports=dict((SCHEDULER_HTTPS_PORT, GPUMAP_PORT)),
+        backends=[
+            {https: extender, gpumap: page}
+            for extender, page in zip(scheduler_ports, gpumap_ports, strict=True)
+        ],
+    )
+
+
 @contextlib.asynccontextmanager
 async def _running(
     spec: SystemSpec, work_dir: Path, *, deviceplugin_processes: bool, grace: float
@@ -227,7 +253,7 @@ async def _running(
         front = await router.start()
     else:
         front = scheduler_ports[0]
-    gpumap_ports = tuple(free_port() for _ in range(replicas))
+    gpumap_ports = tuple(free_port() for _ in range(replicas)) if spec.gpumap else ()
     plan = ServicePlan(work_dir, free_port(), scheduler_ports, front, gpumap_ports)
     for node in spec.nodes:
         dump_yaml(fake_devices_document(node), plan.devices_file(node.name))
@@ -300,7 +326,12 @@ async def _running(
                 },
                 monitors=monitors,
                 host_roots=host_roots,
+                gpumap_ports={
+                    s.name: port for s, port in zip(schedulers, gpumap_ports, strict=False)
+                },
             )
+            if spec.gpumap:
+                await _publish_scheduler_service(system, scheduler_ports, gpumap_ports)
             if router is not None:
                 router.set_target(system.leader_port)
                 follower = asyncio.create_task(router.follow_leader(), name="stack-router")

@@ -1,4 +1,5 @@
-"""Kubernetes objects the stack creates: the webhook's configuration and namespace quotas.
+"""Kubernetes objects the stack creates: the webhook's configuration, namespace quotas and the
+names of the scheduler's Service.
 
 :func:`mutating_webhook_configuration` is what the chart's
 ``charts/webhook/templates/mutatingwebhook.yaml`` renders with its default values (service
@@ -15,6 +16,9 @@ from typing import Any
 from hami_kubesim.stack.system.spec import FailurePolicy
 
 __all__ = [
+    "GPUMAP_PORT",
+    "SCHEDULER_GPUMAP_PROXY",
+    "SCHEDULER_SERVICE",
     "WEBHOOK_CONFIGURATION_NAME",
     "WEBHOOK_SERVICE",
     "device_pod",
@@ -26,6 +30,17 @@ __all__ = [
 WEBHOOK_CONFIGURATION_NAME = "hami-webhook"
 WEBHOOK_SERVICE = ("hami-system", "hami-webhook")
 """``(namespace, name)`` of the webhook's Service, as the chart names it."""
+SCHEDULER_SERVICE = ("kube-system", "hami-scheduler")
+"""``(namespace, name)`` of the scheduler's Service: the chart's name, in the namespace
+``kubectl hami`` looks in by default."""
+GPUMAP_PORT = ("gpumap", 9397)
+"""The scheduler Service's GPU map port: name and number (the chart's default)."""
+SCHEDULER_HTTPS_PORT = ("https", 443)
+SCHEDULER_GPUMAP_PROXY = (
+    f"/api/v1/namespaces/{SCHEDULER_SERVICE[0]}/services/{SCHEDULER_SERVICE[1]}:"
+    f"{GPUMAP_PORT[0]}/proxy/"
+)
+"""The GPU map's page through the API server's service proxy (``SystemSpec.gpumap``)."""
 
 _IGNORE = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
 

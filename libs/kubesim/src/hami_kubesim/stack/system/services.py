@@ -56,8 +56,7 @@ class ServicePlan:
     front_port: int
     """Where the scheduling loop calls the extender: the only replica, or the leader router."""
     gpumap_ports: tuple[int, ...] = ()
-    """Where each replica serves the GPU map (``--gpumap-bind-address``; its default, ``:9397``
-    on every interface, would clash between replicas and with other stacks on the machine)."""
+    """Each replica's GPU map port (``SystemSpec.gpumap``), in replica order; empty when off."""
 
     @property
     def extender_url(self) -> str:
@@ -155,8 +154,6 @@ def scheduler_processes(
         name = f"scheduler-{index}"
         metrics = free_port()
         args = [*_https(port, tls_dir, spec), *_common(spec, api_url, metrics)]
-        gpumap = plan.gpumap_ports[index] if index < len(plan.gpumap_ports) else free_port()
-        args.append(f"--gpumap-bind-address=127.0.0.1:{gpumap}")
         flags = {
             "--handshake-timeout": options.handshake_timeout,
             "--handshake-interval": options.handshake_interval,
@@ -165,6 +162,10 @@ def scheduler_processes(
             "--gpu-scheduler-policy": options.gpu_scheduler_policy,
         }
         args += [f"{flag}={value}" for flag, value in flags.items() if value]
+        # Each replica its own port: the flag's default, :9397 on every interface, would clash
+        # between replicas and with other stacks on the machine; empty turns the map off.
+        gpumap = f"127.0.0.1:{plan.gpumap_ports[index]}" if plan.gpumap_ports else ""
+        args.append(f"--gpumap-bind-address={gpumap}")
         if replicated:
             namespace, lease = LEASE
             args += [

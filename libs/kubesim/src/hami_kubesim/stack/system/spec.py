@@ -261,6 +261,12 @@ class SystemSpec:
     """The capacity totals mode, as the chart's ``global.capacityTotals`` turns it on: device
     plugins ``--advertise-capacity-totals``, the webhook ``--write-capacity-totals``, and the
     KubeSchedulerConfiguration through :func:`capacity_totals_document`."""
+    gpumap: bool = True
+    """The GPU map, on as the chart's ``scheduler.gpumap.enabled`` default: each extender replica
+    serves it on a port of its own (``--gpumap-bind-address``), and the scheduler's Service
+    ``kube-system/hami-scheduler`` (ports ``https`` 443 and ``gpumap`` 9397) with one
+    EndpointSlice per replica is created, so the API server's service proxy reaches it as in a
+    cluster (``kubectl hami``).  Off: the flag is passed empty."""
 
 
 SLOT_RESOURCE = "nvidia.com/gpu"

@@ -1,0 +1,33 @@
+"""``SystemSpec.gpumap``: the extender replicas get ``--gpumap-bind-address`` (only when asked:
+the scheduler accepts the flag from issue 25's core branch on) and the scheduler Service's
+names match what ``kubectl hami`` looks for by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hami_kubesim.stack.system.objects import GPUMAP_PORT, SCHEDULER_GPUMAP_PROXY
+from hami_kubesim.stack.system.services import ServicePlan, scheduler_processes
+from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
+
+
+def _args(spec: SystemSpec, plan: ServicePlan, tmp_path: Path) -> list[tuple[str, ...]]:
+    return [p.spec.args for p in scheduler_processes(spec, plan, "http://127.0.0.1:1", tmp_path)]
+
+
+def test_each_replica_serves_its_gpu_map_on_its_own_port(tmp_path: Path) -> None:
+    node = gpu_model_node("n1", "Tesla T4", count=1, memory_mib=15360)
+    spec = SystemSpec(nodes=(node,), scheduler=SchedulerOptions(replicas=2), gpumap=True)
+    plan = ServicePlan(tmp_path, 1, (2, 3), 4, gpumap_ports=(5, 6))
+    first, second = _args(spec, plan, tmp_path)
+    assert "--gpumap-bind-address=127.0.0.1:5" in first
+    assert "--gpumap-bind-address=127.0.0.1:6" in second
+    off = ServicePlan(tmp_path, 1, (2, 3), 4)
+    assert not any(a.startswith("--gpumap") for args in _args(spec, off, tmp_path) for a in args)
+
+
+def test_the_proxy_path_is_the_plugins_default() -> None:
+    assert GPUMAP_PORT == ("gpumap", 9397)
+    assert SCHEDULER_GPUMAP_PROXY == (
+        "/api/v1/namespaces/kube-system/services/hami-scheduler:gpumap/proxy/"
+    )
