@@ -250,7 +250,8 @@ async def test_read_only_with_security_headers() -> None:
         assert "GPU-n-0" in page
         status, form, _ = await get(h, "fit")
         assert status == 200
-        assert "FitForm" in form
+        assert 'action="./fit"' in form
+        assert "Fill in a request or paste a manifest" in form
         async with h.http.head(f"{url}/api/v1/map") as response:
             assert response.status == 200
         long_query = "x" * (97 * 1024)
