@@ -22,7 +22,7 @@ from hami_scheduler.gpumap.fit import pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.model import MapQuery, map_document
 from hami_scheduler.gpumap.query import Page, QueryError, page_of
 from hami_scheduler.gpumap.summary import add, card_free, summarise
-from hami_scheduler.gpumap.verdicts import Verdict, Verdicts, group_reasons
+from hami_scheduler.gpumap.verdicts import Verdict, Verdicts, group_reasons, kubernetes_causes
 
 from .service_helpers import gpus, node_object, pod_object, register_annotations
 
@@ -258,3 +258,22 @@ def test_manifests_of_workloads_give_their_pod_template() -> None:
         pod_from_manifest(encoded({"kind": "Pod", "spec": {}}))
     with pytest.raises(QueryError, match="not an object"):
         pod_from_manifest(encoded([1, 2]))
+
+
+def test_kubernetes_causes_leave_out_what_the_gpu_scheduler_said() -> None:
+    message = (
+        "0/5 nodes are available: 1 Insufficient cpu, 2 1/2 CardInsufficientMemory, "
+        "1/2 NumaNotFit, 1 node(s) had untolerated taint {gpu: bad}. preemption: 0/5 nodes are "
+        "available: 5 Preemption is not helpful for scheduling."
+    )
+    causes, preemption = kubernetes_causes(
+        message, ["1/2 CardInsufficientMemory, 1/2 NumaNotFit", "unused text"]
+    )
+    assert causes == ["1 Insufficient cpu", "1 node(s) had untolerated taint {gpu: bad}"]
+    assert preemption == "0/5 nodes are available: 5 Preemption is not helpful for scheduling"
+
+
+def test_kubernetes_causes_are_empty_when_every_node_failed_in_the_gpu_scheduler() -> None:
+    message = "0/2 nodes are available: 2 2/2 CardInsufficientMemory."
+    assert kubernetes_causes(message, ["2/2 CardInsufficientMemory"]) == ([], "")
+    assert kubernetes_causes("binding rejected: boom", []) == (["binding rejected: boom"], "")

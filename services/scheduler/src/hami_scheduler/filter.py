@@ -302,6 +302,7 @@ class FilterService:
             chosen,
             group_reasons(failed),
             error,
+            tuple(set(failed.values())),
         )
         self._verdicts.record(pod.uid, verdict)
 

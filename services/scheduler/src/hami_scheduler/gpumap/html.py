@@ -595,8 +595,20 @@ def _kubernetes(kubernetes: object) -> str:
     if not isinstance(kubernetes, Mapping):
         return '<span class="muted">none reported</span>'
     reason = _or(kubernetes.get("reason"), "")
-    message = _or(kubernetes.get("message"), "")
-    return f"<strong>{reason}</strong>{': ' if reason and message else ''}{message}"
+    causes = kubernetes.get("causes")
+    if not isinstance(causes, list):
+        # Gates, another scheduler: one message, no histogram to split.
+        message = _or(kubernetes.get("message"), "")
+        return f"<strong>{reason}</strong>{': ' if reason and message else ''}{message}"
+    # kube-scheduler's message without what the GPU scheduler said (its own column).
+    listed = (
+        "<ul>" + "".join(f"<li>{_e(cause)}</li>" for cause in causes) + "</ul>"
+        if causes
+        else '<p class="muted">none besides the GPU scheduler\'s</p>'
+    )
+    preemption = kubernetes.get("preemption")
+    tail = f"<p>preemption: {_e(preemption)}</p>" if preemption else ""
+    return f"<strong>{reason}</strong>{listed}{tail}"
 
 
 def _policy(policy: Mapping[str, Any]) -> str:

@@ -41,7 +41,7 @@ from hami_protocol.request.containers import (
 )
 from hami_protocol.vendor.table import NVIDIA, Vendor
 from hami_scheduler.gpumap.query import DEFAULT_PAGE, Page, document, moment, page_of, text
-from hami_scheduler.gpumap.verdicts import Verdict, Verdicts
+from hami_scheduler.gpumap.verdicts import Verdict, Verdicts, kubernetes_causes
 
 __all__ = [
     "PENDING_PODS",
@@ -212,7 +212,7 @@ class PendingQuery:
         return cls(text(query, "namespace"), Page.read(query))
 
 
-def _kubernetes(pod: PendingPod, scheduler: str) -> dict[str, str] | None:
+def _kubernetes(pod: PendingPod, scheduler: str, verdict: Verdict | None) -> dict[str, Any] | None:
     if pod.gates:
         return {"reason": "SchedulingGated", "message": "scheduling gates: " + ", ".join(pod.gates)}
     if scheduler and pod.scheduler_name != scheduler:
@@ -226,7 +226,13 @@ def _kubernetes(pod: PendingPod, scheduler: str) -> dict[str, str] | None:
         }
     if pod.condition is not None:
         reason, message = pod.condition
-        return {"reason": reason, "message": message}
+        causes, preemption = kubernetes_causes(message, verdict.texts if verdict else ())
+        return {
+            "reason": reason,
+            "message": message,
+            "causes": causes,
+            "preemption": preemption or None,
+        }
     return None
 
 
@@ -280,8 +286,8 @@ def pending_document(
                 "deleting": pod.deleting,
                 "request": {"containers": list(pod.request), "error": pod.request_error or None},
                 "policy": {"node": pod.node_policy, "gpu": pod.gpu_policy},
-                "verdict": _verdict(pods.verdicts.get(pod.uid)),
-                "kubernetes": _kubernetes(pod, scheduler),
+                "verdict": _verdict(verdict := pods.verdicts.get(pod.uid)),
+                "kubernetes": _kubernetes(pod, scheduler, verdict),
                 "nominatedNode": pod.nominated or None,
             }
         )

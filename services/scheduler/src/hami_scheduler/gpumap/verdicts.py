@@ -17,8 +17,9 @@ leader (docs/gpumap.md says what a follower answers).
 
 from __future__ import annotations
 
+import re
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +34,7 @@ __all__ = [
     "Verdict",
     "Verdicts",
     "group_reasons",
+    "kubernetes_causes",
 ]
 
 EXAMPLES: Final = 5
@@ -65,6 +67,9 @@ class Verdict:
     reasons: tuple[ReasonGroup, ...]
     error: str = ""
     """The filter's answer when it could not judge the pod at all (an invalid annotation)."""
+    texts: tuple[str, ...] = ()
+    """The distinct refusal texts, as sent back in ``FailedNodes``: kube-scheduler's own message
+    repeats them, and :func:`kubernetes_causes` takes them out of it."""
 
 
 def group_reasons(
@@ -132,3 +137,28 @@ class Verdicts:
 
     def node_event(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
         del obj, deleted
+
+
+_FIT_ERROR = re.compile(r"^0/(?P<total>\d+) nodes are available:(?P<body>.*?)\.?$", re.S)
+_PREEMPTION = " preemption: "
+
+
+def kubernetes_causes(message: str, extender_texts: Iterable[str]) -> tuple[list[str], str]:
+    """kube-scheduler's ``FailedScheduling`` text without what this extender said: the
+    Kubernetes-side causes (``["1 Insufficient cpu", ...]``) and the preemption part.
+
+    ``FitError.Error`` writes ``0/N nodes are available: <count> <reason>, ... .`` over every
+    node's reasons, this extender's ``FailedNodes`` texts among them, then ``preemption: ...``.
+    An extender text may itself hold ``", "`` (``"1/2 A, 1/2 B"``), so the histogram cannot be
+    split blindly: each ``<count> <text>`` this extender sent is taken out first, and what is
+    left is split.  A message of another shape is returned whole, as one cause."""
+    head, _, preemption = message.partition(_PREEMPTION)
+    matched = _FIT_ERROR.match(head.strip())
+    if matched is None:
+        return ([head.strip()] if head.strip() else []), preemption.strip()
+    body = " " + matched.group("body").strip()
+    for text in sorted(set(extender_texts), key=len, reverse=True):
+        if text:
+            body = re.sub(rf"(^|,) \d+ {re.escape(text)}(?=,|$)", "", body)
+    causes = [part.strip() for part in body.split(",") if part.strip()]
+    return causes, preemption.strip().removesuffix(".")
