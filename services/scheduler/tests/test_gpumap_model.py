@@ -18,7 +18,7 @@ from hami_protocol.pod.devices import ContainerDevice, encode_pod_devices
 from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import DeviceUsage
-from hami_scheduler.gpumap.fit import pod_from_manifest, pod_from_parameters
+from hami_scheduler.gpumap.fit import binding_dimension, pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.model import MapQuery, map_document
 from hami_scheduler.gpumap.query import Page, QueryError, page_of
 from hami_scheduler.gpumap.summary import add, card_free, summarise
@@ -277,3 +277,14 @@ def test_kubernetes_causes_are_empty_when_every_node_failed_in_the_gpu_scheduler
     message = "0/2 nodes are available: 2 2/2 CardInsufficientMemory."
     assert kubernetes_causes(message, ["2/2 CardInsufficientMemory"]) == ([], "")
     assert kubernetes_causes("binding rejected: boom", []) == (["binding rejected: boom"], "")
+
+
+def test_the_binding_dimension_is_told_by_nodes_that_have_the_devices() -> None:
+    reasons = group_reasons(
+        {"npu-1": "NodeInsufficientDevice", "npu-2": "NodeInsufficientDevice",
+         "gpu-1": "1/2 CardInsufficientMemory"}
+    )  # fmt: skip
+    assert binding_dimension(reasons) == {"reason": "CardInsufficientMemory", "nodes": 1}
+    alone = group_reasons({"npu-1": "NodeInsufficientDevice"})
+    assert binding_dimension(alone) == {"reason": "NodeInsufficientDevice", "nodes": 1}
+    assert binding_dimension(()) is None

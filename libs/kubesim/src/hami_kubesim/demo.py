@@ -77,6 +77,7 @@ from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ClusterState, outcome, pod_key, stage
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
+from hami_kubesim.stack.system.objects import SCHEDULER_GPUMAP_PROXY
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import (
     REPO_ROOT,
@@ -86,6 +87,7 @@ from hami_kubesim.stack.system.spec import (
     nvlinked_pairs,
     vendor_node,
 )
+from hami_kubesim.testing import write_kubeconfig
 from hami_kubesim.vendors.inventory import VendorDevices
 from hami_protocol import keys
 from hami_runtime.logs import configure_logging
@@ -280,8 +282,11 @@ def _evaluate(
 
 
 def _print_access(system: System, out: TextIO) -> None:
+    kubeconfig = write_kubeconfig(system.work_dir / "kubeconfig", system.url)
+    gpumap = system.url + SCHEDULER_GPUMAP_PROXY
     endpoints = [
         ("API server", system.url),
+        ("GPU map", f"{gpumap}  (the page, through the API server's service proxy)"),
         *((f"{name} metrics", url) for name, url in sorted(system.metrics_urls().items())),
         ("extender (TLS)", system.extender_url),
         ("webhook (TLS)", "called through the MutatingWebhookConfiguration 'hami-webhook'"),
@@ -294,6 +299,10 @@ def _print_access(system: System, out: TextIO) -> None:
         *(f"  {label:<{width}}{value}" for label, value in endpoints),
         "",
         "Try:",
+        f"  open {gpumap}   (pending pods: {gpumap}pending, would it fit?: {gpumap}fit)",
+        f"  KUBECONFIG={kubeconfig} uv run kubectl-hami map      (or `kubectl hami map`,",
+        "      with kubectl and the project's environment on PATH; also: pending, fit --gpus 1"
+        " --memory 20000)",
         f"  kubectl --server {system.url} get pods -o wide",
         f"  kubectl --server {system.url} get events --field-selector reason=FailedScheduling",
         f"  kubectl --server {system.url} get events --field-selector reason=Preempted",
@@ -411,6 +420,12 @@ async def run_demo(
                     await asyncio.Event().wait()  # until Ctrl-C or SIGTERM
                 finally:
                     print("\nstopping every process", file=out)
+            else:
+                print(
+                    "The GPU map page and `kubectl hami` are served while the system runs: "
+                    "make demo DEMO_ARGS=--keep-running",
+                    file=out,
+                )
     finally:
         ticker.cancel()
     return 0 if ok else 1

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -40,8 +40,9 @@ from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import SelectMemo
 from hami_scheduler.core.joint.hints import koord_requests
 from hami_scheduler.core.joint.route import choose, decide_on, resolved
+from hami_scheduler.core.reasons import NODE_INSUFFICIENT_DEVICE
 from hami_scheduler.gpumap.query import QueryError, document, number, text
-from hami_scheduler.gpumap.verdicts import group_reasons
+from hami_scheduler.gpumap.verdicts import ReasonGroup, group_reasons
 from hami_scheduler.selection.joint_plan import joint_request, managed
 from hami_scheduler.selection.plan import Planner
 from hami_scheduler.selection.select import screen
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_MANIFEST",
     "MAX_PLACEMENTS",
     "FitProbe",
+    "binding_dimension",
     "pod_from_manifest",
     "pod_from_parameters",
 ]
@@ -235,11 +237,7 @@ class FitProbe:
                 "nodes": len(names),
                 "fitting": len(selection.fitting),
                 "placements": placements,
-                "binding": (
-                    None
-                    if selection.fitting or not reasons
-                    else {"reason": reasons[0].reason, "nodes": reasons[0].nodes}
-                ),
+                "binding": None if selection.fitting else binding_dimension(reasons),
                 "reasons": [
                     {"reason": r.reason, "nodes": r.nodes, "examples": list(r.examples)}
                     for r in reasons
@@ -248,3 +246,14 @@ class FitProbe:
             }
         )
         return doc
+
+
+def binding_dimension(reasons: Sequence[ReasonGroup]) -> dict[str, Any] | None:
+    """The dimension that binds: the reason most nodes gave, preferring any reason given by
+    nodes that have the devices at all over ``NodeInsufficientDevice``."""
+    # On a mixed cluster the other vendors' nodes lack the kind asked in numbers, which says
+    # nothing about what binds where the kind exists.
+    telling = [r for r in reasons if r.reason != NODE_INSUFFICIENT_DEVICE] or list(reasons)
+    if not telling:
+        return None
+    return {"reason": telling[0].reason, "nodes": telling[0].nodes}

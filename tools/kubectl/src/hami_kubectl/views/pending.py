@@ -66,8 +66,14 @@ def kubernetes_text(cause: Any, wide: bool = False) -> str:
     if not isinstance(cause, dict):
         return "-"
     text = str(cause.get("reason") or "?")
+    causes = cause.get("causes")
     message = cause.get("message")
-    if message:
+    if isinstance(causes, list):
+        # kube-scheduler's message without the GPU scheduler's own reasons (their column).
+        text += ": " + (", ".join(str(c) for c in causes) if causes else "none besides GPU")
+        if wide and cause.get("preemption"):
+            text += f"; preemption: {cause['preemption']}"
+    elif message:
         text += f": {message}"
     return " ".join(text.split()) if wide else truncate(text, _MESSAGE_WIDTH)
 
