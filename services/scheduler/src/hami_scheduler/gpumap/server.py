@@ -18,6 +18,9 @@ the JSON routes ``/api/v1/map``, ``/api/v1/pending`` and ``/api/v1/fit`` answer.
   says who answered and who leads (:meth:`GpuMapState.replica`).  The extender's verdicts exist
   only where ``/filter`` ran — the leader — so a follower's pending list carries
   ``verdicts.recordedHere: false`` (and every ``verdict`` null) rather than pretending.
+* **Usage beside allocation** (``--gpumap-monitors``): the map's nodes get their vGPU monitors'
+  figures from :class:`~.monitors.UsageCollector` — only the shown nodes, remembered 15 s, the
+  request waiting at most the scrape timeout — joined by :func:`~.usage.apply_usage`.
 * Each answer's duration is observed in
   ``hami_scheduler_gpumap_request_duration_seconds{view,format,code}``.
 
