@@ -728,6 +728,34 @@ def test_gpumap_values(render: RenderFn) -> None:
     assert "gpumap" not in {p["name"] for p in service["spec"]["ports"]}
 
 
+def test_gpumap_reads_usage_from_this_releases_monitors(render: RenderFn) -> None:
+    rendered = render()
+    extender = container(rendered.one("Deployment", "demo-hami-scheduler"), "extender")
+    # The monitor Service the device plugin subchart renders, found by its EndpointSlices.
+    assert flag(extender["args"], "--gpumap-monitors") == (
+        "hami-system/demo-hami-device-plugin-monitor"
+    )
+    assert flag(extender["args"], "--gpumap-monitor-timeout") == "2s"
+    monitor = rendered.one("Service", "demo-hami-device-plugin-monitor")
+    assert [p["name"] for p in monitor["spec"]["ports"]] == ["monitor"]
+    role = rendered.one("Role", "demo-hami-scheduler-monitors")
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]}
+    ]
+    binding = rendered.one("RoleBinding", "demo-hami-scheduler-monitors")
+    assert binding["roleRef"]["name"] == "demo-hami-scheduler-monitors"
+    # A template reaches monitors on the host network: no Role; off: no flag value, no Role.
+    template = "http://{node_ip}:9394/metrics"
+    rendered = render({"scheduler": {"gpumap": {"usage": {"monitors": template}}}})
+    extender = container(rendered.one("Deployment", "demo-hami-scheduler"), "extender")
+    assert flag(extender["args"], "--gpumap-monitors") == template
+    assert not rendered.find("Role", "demo-hami-scheduler-monitors")
+    rendered = render({"scheduler": {"gpumap": {"usage": {"enabled": False}}}})
+    extender = container(rendered.one("Deployment", "demo-hami-scheduler"), "extender")
+    assert flag(extender["args"], "--gpumap-monitors") == ""
+    assert not rendered.find("Role", "demo-hami-scheduler-monitors")
+
+
 def test_extender_certificate_is_generated_for_its_service(render: RenderFn) -> None:
     import base64
 

@@ -383,6 +383,8 @@ def test_scheduler_command_line(compose: dict[str, Any], volumes: dict[str, Path
     assert settings is not None
     # The read-only GPU map is published on the host (docs/gpumap.md).
     assert settings.gpumap_bind_address == ":9397"
+    # No vGPU monitors in compose: no usage, rather than asking addresses that lead nowhere.
+    assert settings.gpumap_monitors == ""
     assert "127.0.0.1:9393:9397" in service["ports"]
 
 

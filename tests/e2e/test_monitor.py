@@ -1,12 +1,15 @@
 """The vGPU monitor in the whole system: the device plugin prepares each container's cache
 directory under the node's host root, the kubelet stand-in's containers keep their HAMi-core
 regions there, and the node's monitor process reports each container's devices on ``/metrics``
-with the memory limit the scheduler allocated, until the pod is deleted."""
+with the memory limit the scheduler allocated, until the pod is deleted; the scheduler's GPU map
+shows those figures beside the allocation."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -87,4 +90,44 @@ async def test_the_monitor_reports_each_container_as_allocated_until_the_pod_goe
     await eventually(gone, within=20, what="the deleted pod's series leave /metrics")
     still = await system.monitor_usage()
     assert still.of(NS, "serve", "cuda-0")
+    await system.clear_pods(NS)
+
+
+async def test_the_gpu_map_shows_a_running_pods_memory_used_beside_its_limit(
+    monitored: System,
+) -> None:
+    system = monitored
+    await system.create(gpu_pod("infer", namespace=NS, memory_mib=2000, cores=20))
+    state = await system.wait_for(settled([f"{NS}/infer"]), within=30, what="the pod settles")
+    pod = state.pod(NS, "infer")
+    assert pod is not None
+    assert outcome(state, pod) is Outcome.RUNNING
+    ((_, (device,)),) = container_devices(pod)
+    (port,) = system.gpumap_ports.values()
+    found: list[dict[str, Any]] = []
+
+    async def shown() -> bool:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/api/v1/map") as response,
+        ):
+            doc = await response.json()
+        (node,) = doc["nodes"]
+        (card,) = [d for d in node["devices"] if d["id"] == device.uuid]
+        holders = [h for h in card["holders"] if (h["namespace"], h["pod"]) == (NS, "infer")]
+        found[:] = [node, card, *holders]
+        return bool(holders) and holders[0]["usage"] is not None
+
+    # The monitor is found through its Service's EndpointSlice (as the chart's), asked when the
+    # map is, and remembered 15 s: the first view may find no region written yet.
+    await eventually(shown, within=40, what="the map shows the pod's measured usage")
+    node, card, holder = found
+    assert node["monitor"]["error"] is None
+    assert holder["memory"] == 2000
+    usage = holder["usage"]
+    assert usage["memoryLimit"] == 2000
+    assert 0.2 * 2000 - 1 <= usage["memoryUsed"] <= 0.9 * 2000 + 1
+    assert usage["utilization"] is not None
+    assert usage["overLimit"] is False
+    assert card["usage"]["memoryUsed"] >= usage["memoryUsed"]
     await system.clear_pods(NS)

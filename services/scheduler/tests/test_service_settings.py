@@ -29,6 +29,9 @@ def test_hami_defaults() -> None:
     assert settings.node_label_selector == ""
     assert settings.max_body_bytes == 1024 * 1024
     assert settings.vendors[0].common_word == "NVIDIA"
+    # HAMi's monitor port on each node's address; the chart passes its monitor Service instead.
+    assert settings.gpumap_monitors == "http://{node_ip}:9394/metrics"
+    assert settings.gpumap_monitor_timeout_s == 2
 
 
 def test_flags_with_hami_names() -> None:
@@ -137,6 +140,9 @@ def test_device_config_file_overrides_flags(tmp_path: Path) -> None:
             "lease duration > renew deadline",
         ),
         (["--device-config-file=/does/not/exist"], "cannot read"),
+        (["--gpumap-monitors=hami-system"], "--gpumap-monitors must be empty, a URL template"),
+        (["--gpumap-monitors=http://{host}:9394/"], "may use only {node} and {node_ip}"),
+        (["--gpumap-monitor-timeout=0s"], "--gpumap-monitor-timeout must be above 0"),
     ],
 )
 def test_invalid_flags_exit_with_usage(

@@ -63,6 +63,7 @@ EVENTS = Resource("events", "Event")
 CONFIGMAPS = Resource("configmaps", "ConfigMap")
 RESOURCE_QUOTAS = Resource("resourcequotas", "ResourceQuota")
 LEASES = Resource("leases", "Lease", group="coordination.k8s.io")
+ENDPOINT_SLICES = Resource("endpointslices", "EndpointSlice", group="discovery.k8s.io")
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
@@ -73,6 +74,7 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
 
 __all__ = [
     "CONFIGMAPS",
+    "ENDPOINT_SLICES",
     "EVENTS",
     "LEASES",
     "MUTATING_WEBHOOK_CONFIGURATIONS",

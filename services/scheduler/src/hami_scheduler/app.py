@@ -11,7 +11,8 @@
    releases its Lease when cancelled, so a successor need not wait for it to expire;
 5. ``metrics-site``, ``extender-site`` and ``gpumap-site`` — ``/metrics``, the extender (HTTPS
    when a certificate is configured) and the read-only GPU map (``--gpumap-bind-address``, when
-   set: :mod:`hami_scheduler.gpumap`, whose pending-pods watch runs in ``watches``); leaving a
+   set: :mod:`hami_scheduler.gpumap`, whose pending-pods watch runs in ``watches``, after
+   ``gpumap-monitors``, the HTTP session reading the vGPU monitors' usage); leaving a
    site stops accepting and lets in-flight requests finish (until the step's bound), while the
    caches, the leadership and the client they use are still there;
 6. ``loops`` — handshakes, the upkeep (overdue node locks, stale pending binds), the
@@ -84,7 +85,8 @@ log = structlog.get_logger("hami_scheduler")
 
 EXIT_SHARES: Final = {
     "loops": 0.05,
-    "gpumap-site": 0.05,
+    "gpumap-site": 0.03,
+    "gpumap-monitors": 0.02,
     "extender-site": 0.45,
     "metrics-site": 0.05,
     "leadership": 0.15,
@@ -436,6 +438,10 @@ async def run(
         )
         gpumap_port: int | None = None
         if gpumap is not None:
+            usage = gpumap.collector(cache, settings, now=now)
+            if usage is not None:
+                # Entered before the site, so it closes after the last request is answered.
+                await life.enter("gpumap-monitors", usage, within=bound("gpumap-monitors"))
             map_app = gpumap.app(cache, deciders.planner, leadership, metrics, settings, now=now)
             gpumap_port = await life.enter(
                 "gpumap-site",

@@ -19,8 +19,10 @@ bind still has to write the lock and the Binding after its wait), ``--handshake-
 details ``--leader-elect-mode``, ``--leader-elect-identity``, ``--leader-elect-lease-duration``,
 ``--leader-elect-renew-deadline`` and ``--leader-elect-retry-period`` (kube-scheduler's names);
 ``--gpumap-bind-address`` (default ``:9397``, empty disables: the read-only GPU map,
-docs/gpumap.md) and ``--gpumap-frame-ancestors`` (its CSP ``frame-ancestors``, default
-``'none'``).
+docs/gpumap.md), ``--gpumap-frame-ancestors`` (its CSP ``frame-ancestors``, default
+``'none'``), ``--gpumap-monitors`` (where the map reads the vGPU monitors' usage: a URL template,
+default ``http://{node_ip}:9394/metrics``, or ``<namespace>/<service>`` whose EndpointSlices
+locate them; empty: no usage) and ``--gpumap-monitor-timeout`` (default ``2s``).
 
 NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
 ``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
@@ -57,6 +59,7 @@ from hami_runtime.serving import (
     serving_values,
 )
 from hami_runtime.sites import parse_bind
+from hami_scheduler.gpumap.locate import DEFAULT_MONITORS, parse_monitor_source
 
 __all__ = [
     "DEFAULT_FRAME_ANCESTORS",
@@ -150,6 +153,11 @@ class Settings(ServingSettings):
     test instances open no fixed port; the flag's default is :data:`DEFAULT_GPUMAP_BIND`)."""
     gpumap_frame_ancestors: str = DEFAULT_FRAME_ANCESTORS
     """The page's CSP ``frame-ancestors`` sources (who may embed it in a frame)."""
+    gpumap_monitors: str = ""
+    """Where the map reads the vGPU monitors (:mod:`hami_scheduler.gpumap.locate`; ``""``: no
+    usage — the default here; the flag's default is :data:`DEFAULT_MONITORS`)."""
+    gpumap_monitor_timeout_s: float = 2.0
+    """One monitor scrape's limit, and the most a map request waits for its page's scrapes."""
 
     def __post_init__(self) -> None:
         ServingSettings.__post_init__(self)
@@ -170,6 +178,9 @@ class Settings(ServingSettings):
                 "--gpumap-frame-ancestors must be CSP sources separated by spaces "
                 "(e.g. 'none', 'self', https://portal.example.com), without ';' or ','"
             )
+        parse_monitor_source(self.gpumap_monitors)
+        if not 0 < self.gpumap_monitor_timeout_s <= 60:
+            raise ValueError("--gpumap-monitor-timeout must be above 0 and at most 1m")
         if self.node_lock_retry_timeout_s < 0:
             raise ValueError("--node-lock-retry-timeout must not be negative")
         if not 0 <= self.node_lock_wait_s < EXTENDER_HTTP_TIMEOUT_S:
@@ -304,6 +315,21 @@ _FLAGS: Final = (
         "CSP frame-ancestors of the GPU map page: who may embed it ('none': nobody)",
     ),
     Flag(
+        ("--gpumap-monitors",),
+        "gpumap_monitors",
+        DEFAULT_MONITORS,
+        "where the GPU map reads each node's vGPU monitor for usage: a URL template with "
+        "{node_ip} and {node}, or <namespace>/<service> whose EndpointSlices locate them "
+        "(empty: no usage)",
+    ),
+    Flag(
+        ("--gpumap-monitor-timeout",),
+        "gpumap_monitor_timeout",
+        "2s",
+        "the GPU map's limit for one monitor scrape (and its wait for a page's scrapes)",
+        duration,
+    ),
+    Flag(
         ("--handshake-timeout",),
         "handshake_timeout",
         "5m",
@@ -384,6 +410,8 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         pod_namespace=env.get("POD_NAMESPACE", ""),
         gpumap_bind_address=args.gpumap_bind_address,
         gpumap_frame_ancestors=args.gpumap_frame_ancestors,
+        gpumap_monitors=args.gpumap_monitors,
+        gpumap_monitor_timeout_s=args.gpumap_monitor_timeout,
     )
 
 

@@ -293,11 +293,21 @@ def selectorless_service(
 
 
 def endpoint_slice(
-    namespace: str, service: str, name: str, address: str, ports: Mapping[str, int]
+    namespace: str,
+    service: str,
+    name: str,
+    address: str,
+    ports: Mapping[str, int],
+    *,
+    node_name: str | None = None,
 ) -> dict[str, Any]:
     """An EndpointSlice of ``service`` with one ready endpoint at ``address`` serving the named
-    ``ports`` (name → the backend's port)."""
+    ``ports`` (name → the backend's port), on ``node_name`` when given (a DaemonSet's pod: the
+    GPU map finds each node's vGPU monitor by it)."""
     kind = "IPv6" if ":" in address else "IPv4"
+    endpoint: dict[str, Any] = {"addresses": [address], "conditions": {"ready": True}}
+    if node_name is not None:
+        endpoint["nodeName"] = node_name
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -307,7 +317,7 @@ def endpoint_slice(
             "labels": {SERVICE_NAME_LABEL: service},
         },
         "addressType": kind,
-        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "endpoints": [endpoint],
         "ports": [
             {"name": port_name, "port": port, "protocol": "TCP"}
             for port_name, port in ports.items()

@@ -47,6 +47,7 @@ __all__ = [
     "VendorRegistration",
     "capacity_resources",
     "foreign_register_key",
+    "internal_ip",
     "read_node",
     "slim_node",
 ]
@@ -100,6 +101,9 @@ class NodeFacts:
     """Register-like annotations (``hami.io/node-…register…``) of vendors this scheduler does
     not handle, ``(key, value)``: never decoded or scheduled on, kept only so the GPU map shows
     them raw instead of hiding them (:func:`foreign_register_key`)."""
+    address: str = ""
+    """The node's ``InternalIP`` (``""``: none): where the GPU map may reach its vGPU monitor
+    (``--gpumap-monitors`` with ``{node_ip}``)."""
 
     def registration(self, word: str) -> VendorRegistration | None:
         for registration in self.registrations:
@@ -316,7 +320,16 @@ def read_node(
         nics=nics,
         rdma_error=rdma_error,
         foreign=foreign,
+        address=internal_ip(obj),
     )
+
+
+def internal_ip(obj: Mapping[str, Any]) -> str:
+    """The Node's first ``InternalIP`` address (``""``: none)."""
+    for address in NodeView(obj).addresses:
+        if address.get("type") == "InternalIP" and isinstance(address.get("address"), str):
+            return str(address["address"])
+    return ""
 
 
 def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
@@ -326,7 +339,8 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     looks at; the reflector would keep all of it.  What stays: name, resourceVersion, labels,
     the device annotations (and register-like ones of vendors not handled here, for the GPU
     map), the node locks (every vendor's key: bind decides on the cached
-    copy) and ``status.allocatable``.
+    copy), ``status.allocatable`` and the ``InternalIP`` address (the GPU map's way to a
+    monitor on the host network).
     """
     node = NodeView(obj)
     wanted = {
@@ -357,11 +371,14 @@ def slim_node(obj: dict[str, Any], vendors: Sequence[Vendor]) -> None:
     synthesised = {name for vendor in vendors for name in capacity_resources(vendor)}
     capacity = {k: v for k, v in node.capacity.items() if k in synthesised}
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    address = internal_ip(obj)
     obj.clear()
     obj["metadata"] = slim_meta
     status: dict[str, Any] = {"allocatable": allocatable} if allocatable else {}
     if capacity:
         status["capacity"] = capacity
+    if address:
+        status["addresses"] = [{"type": "InternalIP", "address": address}]
     obj["status"] = status
     if kind is not None:
         obj["kind"] = kind

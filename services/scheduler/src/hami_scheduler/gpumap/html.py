@@ -383,6 +383,14 @@ def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None
     if policy:
         text = ", ".join(f"{k} {v}" for k, v in policy.items())
         out.append(f" Policy: {_e(text)}.")
+    monitor = node.get("monitor")
+    if isinstance(monitor, Mapping):
+        if monitor.get("error"):
+            out.append(
+                f' Measured usage: <span class="muted">no data</span> — {_e(monitor["error"])}.'
+            )
+        else:
+            out.append(f" Measured usage read {_when(monitor.get('at'), now)}.")
     out.append("</p>")
     devices = _l(node.get("devices"))
     if not devices:
@@ -486,8 +494,10 @@ def _holder(out: list[str], holder: Mapping[str, Any], index: int) -> None:
     if not isinstance(usage, Mapping):
         out.append('used: <span class="muted">no data</span></li>')
         return
+    limit = usage.get("memoryLimit")
+    of = "" if _n(limit) is None else f" of {_mib(limit)}"
     out.append(
-        f"used {_mib(usage.get('memoryUsed'))}, utilization {_pct(usage.get('utilization'))}"
+        f"used {_mib(usage.get('memoryUsed'))}{of}, utilization {_pct(usage.get('utilization'))}"
     )
     if usage.get("overLimit"):
         out.append(' <span class="bad flag">⚠ over limit</span>')

@@ -1,5 +1,6 @@
 """The GPU map's parts as the service assembles them (:mod:`hami_scheduler.app`): the verdicts
-the filter records, the pending-pods watch, and the application serving both with the cache.
+the filter records, the pending-pods watch, the vGPU monitors' collector (``--gpumap-monitors``)
+and the application serving them with the cache.
 
 Nothing here exists when ``--gpumap-bind-address`` is empty: no watch, no verdicts, no port.
 """
@@ -7,6 +8,7 @@ Nothing here exists when ``--gpumap-bind-address`` is empty: no watch, no verdic
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +20,13 @@ from hami_kube.resources import PODS
 from hami_kube.rest import KubeClient
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap.fit import FitProbe
+from hami_scheduler.gpumap.locate import (
+    EndpointLocator,
+    Locator,
+    TemplateLocator,
+    parse_monitor_source,
+)
+from hami_scheduler.gpumap.monitors import MAX_AGE_S, UsageCollector
 from hami_scheduler.gpumap.pending import PENDING_PODS, PendingPods
 from hami_scheduler.gpumap.server import GpuMapState, build_gpumap_app
 from hami_scheduler.gpumap.verdicts import Verdicts
@@ -38,6 +47,7 @@ class RunningGpuMap:
     pending: PendingPods
     watch: Reflector
     probe: FitProbe
+    usage: UsageCollector | None = None
 
     def url(self, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}"
@@ -50,7 +60,31 @@ class GpuMap:
     verdicts: Verdicts
     pending: PendingPods
     watch: Reflector
+    client: KubeClient
     probe: FitProbe | None = None
+    usage: UsageCollector | None = None
+
+    def collector(
+        self, cache: SchedulerCache, settings: Settings, *, now: Callable[[], datetime]
+    ) -> UsageCollector | None:
+        """The monitors' collector (enter it before serving), ``None`` when usage is off."""
+        source = parse_monitor_source(settings.gpumap_monitors)
+        locator: Locator
+        if source.service is not None:
+            locator = EndpointLocator(
+                self.client, source.service, max_age_s=MAX_AGE_S, clock=time.monotonic
+            )
+        elif source.template:
+
+            def address_of(node: str) -> str | None:
+                facts = cache.facts(node)
+                return facts.address if facts is not None else None
+
+            locator = TemplateLocator(source.template, address_of)
+        else:
+            return None
+        self.usage = UsageCollector(locator, timeout_s=settings.gpumap_monitor_timeout_s, now=now)
+        return self.usage
 
     def app(
         self,
@@ -74,13 +108,14 @@ class GpuMap:
             metrics=metrics,
             frame_ancestors=settings.gpumap_frame_ancestors,
             now=now,
+            usage=self.usage,
         )
         return build_gpumap_app(state)
 
     def running(self, port: int | None) -> RunningGpuMap:
         assert port is not None, "the site has started"
         assert self.probe is not None, "the application was built"
-        return RunningGpuMap(port, self.verdicts, self.pending, self.watch, self.probe)
+        return RunningGpuMap(port, self.verdicts, self.pending, self.watch, self.probe, self.usage)
 
 
 def gpumap_parts(
@@ -109,4 +144,4 @@ def gpumap_parts(
         handlers=[upserting(pending.upsert, pending.remove)],
         name="scheduler-pending-pods",
     )
-    return GpuMap(verdicts, pending, watch)
+    return GpuMap(verdicts, pending, watch, client)

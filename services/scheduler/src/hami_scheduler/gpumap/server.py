@@ -18,6 +18,9 @@ the JSON routes ``/api/v1/map``, ``/api/v1/pending`` and ``/api/v1/fit`` answer.
   says who answered and who leads (:meth:`GpuMapState.replica`).  The extender's verdicts exist
   only where ``/filter`` ran — the leader — so a follower's pending list carries
   ``verdicts.recordedHere: false`` (and every ``verdict`` null) rather than pretending.
+* **Usage beside allocation** (``--gpumap-monitors``): the map's nodes get their vGPU monitors'
+  figures from :class:`~.monitors.UsageCollector` — only the shown nodes, remembered 15 s, the
+  request waiting at most the scrape timeout — joined by :func:`~.usage.apply_usage`.
 * Each answer's duration is observed in
   ``hami_scheduler_gpumap_request_duration_seconds{view,format,code}``.
 
@@ -42,8 +45,10 @@ from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap import html
 from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.model import MapQuery, map_document
+from hami_scheduler.gpumap.monitors import UsageCollector
 from hami_scheduler.gpumap.pending import PendingPods, PendingQuery, pending_document
 from hami_scheduler.gpumap.query import QueryError, document
+from hami_scheduler.gpumap.usage import apply_usage
 from hami_scheduler.leader import LeaderView
 from hami_scheduler.metrics import SchedulerMetrics
 
@@ -99,6 +104,8 @@ class GpuMapState:
     frame_ancestors: str = "'none'"
     now: Callable[[], datetime] = datetime.now
     render: Render = html.render_page
+    usage: UsageCollector | None = None
+    """The vGPU monitors' figures for the map (``--gpumap-monitors``); ``None``: not read."""
 
     def replica(self) -> dict[str, Any]:
         """Who answers and who leads (every document carries it)."""
@@ -129,6 +136,24 @@ def _page(
 
 def _map(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
     return map_document(state.cache, MapQuery.read(query), now=state.now(), replica=state.replica())
+
+
+async def _add_usage(state: GpuMapState, doc: dict[str, Any]) -> None:
+    """The shown nodes' measured usage beside their allocation (docs/gpumap.md, Usage)."""
+    collector = state.usage
+    nodes = doc["nodes"]
+    if collector is None:
+        doc["usage"] = {"enabled": False}
+        for node in nodes:
+            node["monitor"] = None
+        return
+    doc["usage"] = {
+        "enabled": True,
+        "maxAgeSeconds": collector.max_age_s,
+        "timeoutSeconds": collector.timeout_s,
+    }
+    readings = await collector.readings([node["name"] for node in nodes])
+    apply_usage(nodes, readings, now=state.now())
 
 
 def _pending(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
@@ -190,6 +215,8 @@ async def _view(request: web.Request) -> web.Response:
             doc["vendors"] = [vendor.common_word for vendor in state.cache.vendors]
         else:
             doc = _BUILDERS[view](state, query)
+            if view == "map":
+                await _add_usage(state, doc)
     except QueryError as exc:
         if form == "json":
             return _json({"error": str(exc)}, 400)

@@ -24,6 +24,9 @@
    KubeSchedulerConfiguration with only the extender's ``urlPrefix`` replaced — run here rather
    than by ``running_cluster`` so a spec can shorten the pod backoff, a kube-scheduler setting
    the fault suite needs;
+   with :attr:`~.spec.SystemSpec.gpumap`, the scheduler's Service (one EndpointSlice per
+   replica) and, with monitors, the monitor Service (one EndpointSlice per node's monitor,
+   naming the node: how the GPU map finds them, as in the chart);
 4. polls each service's ``/readyz`` until it answers, waits until every GPU node's register
    annotation is written, the kubelet advertises the GPUs and every extender replica has them
    in its cache (its ``hami_scheduler_cache_objects`` metric), then yields the
@@ -44,6 +47,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import structlog
 import yaml
@@ -59,11 +63,14 @@ from hami_kubesim.cluster.config import (
 )
 from hami_kubesim.cluster.simulated import Cluster, running_cluster, scheduler_config_for
 from hami_kubesim.kubelet.settings import pod_resources_socket_for
+from hami_kubesim.objects.services import endpoint_slice, selectorless_service
 from hami_kubesim.scheduler.config import parse_scheduler_config
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import (
     GPUMAP_PORT,
+    MONITOR_PORT,
+    MONITOR_SERVICE,
     SCHEDULER_HTTPS_PORT,
     SCHEDULER_SERVICE,
     WEBHOOK_SERVICE,
@@ -238,6 +245,24 @@ async def _publish_scheduler_service(
     )
 
 
+async def _publish_monitor_service(system: System) -> None:
+    """The chart's vGPU monitor Service, one EndpointSlice per node's monitor naming its node
+    (as the DaemonSet's pods' would): where the GPU map finds each node's monitor."""
+    namespace, name = MONITOR_SERVICE
+    port_name, port = MONITOR_PORT
+    await system.ensure_namespace(namespace)
+    await system.api.create("services", selectorless_service(namespace, name, {port_name: port}))
+    for node, monitor in system.monitors.items():
+        local = urlsplit(monitor.spec.metrics_url).port
+        assert local is not None
+        await system.api.create(
+            "endpointslices",
+            endpoint_slice(
+                namespace, name, f"{name}-{node}", "127.0.0.1", {port_name: local}, node_name=node
+            ),
+        )
+
+
 @contextlib.asynccontextmanager
 async def _running(
     spec: SystemSpec, work_dir: Path, *, deviceplugin_processes: bool, grace: float
@@ -332,6 +357,8 @@ async def _running(
             )
             if spec.gpumap:
                 await _publish_scheduler_service(system, scheduler_ports, gpumap_ports)
+                if monitors:
+                    await _publish_monitor_service(system)
             if router is not None:
                 router.set_target(system.leader_port)
                 follower = asyncio.create_task(router.follow_leader(), name="stack-router")

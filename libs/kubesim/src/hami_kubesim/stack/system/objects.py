@@ -17,6 +17,7 @@ from hami_kubesim.stack.system.spec import FailurePolicy
 
 __all__ = [
     "GPUMAP_PORT",
+    "MONITOR_SERVICE",
     "SCHEDULER_GPUMAP_PROXY",
     "SCHEDULER_SERVICE",
     "WEBHOOK_CONFIGURATION_NAME",
@@ -36,6 +37,12 @@ SCHEDULER_SERVICE = ("kube-system", "hami-scheduler")
 GPUMAP_PORT = ("gpumap", 9397)
 """The scheduler Service's GPU map port: name and number (the chart's default)."""
 SCHEDULER_HTTPS_PORT = ("https", 443)
+MONITOR_SERVICE = ("hami-system", "hami-device-plugin-monitor")
+"""``(namespace, name)`` of the vGPU monitors' Service (the chart's ``<base>-device-plugin-monitor``
+for a release ``hami`` in ``hami-system``): with ``SystemSpec.vgpu_monitor`` the stack publishes
+one EndpointSlice per node's monitor, naming the node, and the GPU map finds them there."""
+MONITOR_PORT = ("monitor", 9394)
+"""The monitor Service's port: name (what the GPU map looks for) and number (HAMi's)."""
 SCHEDULER_GPUMAP_PROXY = (
     f"/api/v1/namespaces/{SCHEDULER_SERVICE[0]}/services/{SCHEDULER_SERVICE[1]}:"
     f"{GPUMAP_PORT[0]}/proxy/"

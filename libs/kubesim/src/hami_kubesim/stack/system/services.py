@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
 from hami_kubesim.kubelet.settings import pod_resources_socket_for
-from hami_kubesim.stack.system.objects import WEBHOOK_SERVICE
+from hami_kubesim.stack.system.objects import MONITOR_SERVICE, WEBHOOK_SERVICE
 from hami_kubesim.stack.system.ports import free_port
 from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec
 from hami_kubesim.stack.system.spec import GpuNode, SystemSpec
@@ -166,6 +166,11 @@ def scheduler_processes(
         # between replicas and with other stacks on the machine; empty turns the map off.
         gpumap = f"127.0.0.1:{plan.gpumap_ports[index]}" if plan.gpumap_ports else ""
         args.append(f"--gpumap-bind-address={gpumap}")
+        # The map reads usage from the monitors the stack runs, found as the chart's are (the
+        # monitor Service's EndpointSlices, published by the lifecycle); without monitors, off
+        # (the flag's default, each node's InternalIP, leads nowhere here).
+        monitors = "/".join(MONITOR_SERVICE) if spec.vgpu_monitor and gpumap else ""
+        args.append(f"--gpumap-monitors={monitors}")
         if replicated:
             namespace, lease = LEASE
             args += [
