@@ -6,11 +6,14 @@ service processes are killed and restarted; a share of them also contain an inci
 bind path (``hami_kubesim.stack.chaos.incidents``: a paused kubelet outlasting the node lock,
 admission out of bind order, a device-plugin restart between bind and Allocate, a
 default-scheduler pod asking for a GPU, pods placed by an old HAMi release, a pod created from
-a placed pod's manifest). After each, every pod settles and the invariant checker runs over the
-cluster (no device over-committed, no kubelet replica held twice, container env equal to the
-allocation and to the kubelet's devices, no node lock refusing a bind once its owner stopped
-waiting, no pod lost). Prints one line per scenario and the totals; asserts nothing (a
-violation is printed with the seed that reproduces its timeline).
+a placed pod's manifest) or of preemption (``hami_kubesim.stack.chaos.preemption``: a victim
+taking its whole grace period, a preemptor deleted while nominated, two preemptors racing, the
+extender restarted while a preemptor waits). After each, every pod settles and the invariant
+checker runs over the cluster (no device over-committed, no kubelet replica held twice,
+container env equal to the allocation and to the kubelet's devices, no node lock refusing a
+bind once its owner stopped waiting, no pod lost, every preemption victim of lower priority and
+needed, no held slice given to a lower-priority pod). Prints one line per scenario and the
+totals; asserts nothing (a violation is printed with the seed that reproduces its timeline).
 
     uv run --frozen python bench/e2e_faults.py [--scenarios 200] [--first-seed 1000]
         [--incident-share 0.3] [--incidents lock-expiry,default-scheduler]
@@ -80,6 +83,8 @@ async def main(argv: Sequence[str]) -> None:
             outcomes = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items()))
             mark = "ok" if not result.violations else f"{len(result.violations)} VIOLATIONS"
             incident = f" [{result.incident}]" if result.incident else ""
+            if result.preemptions:
+                incident += f" ({result.preemptions} preemptions)"
             print(
                 f"seed {result.seed:>6}: {result.seconds:4.1f} s, {faults:>3} faults, "
                 f"pods: {outcomes}{incident}: {mark}",

@@ -7,8 +7,12 @@ process is killed or stopped and started again; about a third also contain an in
 bind path on one node (``hami_kubesim.stack.chaos.incidents``: a paused kubelet outlasting the node
 lock, admission out of bind order, a device-plugin restart between bind and Allocate, a
 default-scheduler pod asking for a GPU, pods placed by an old HAMi release, a pod created from a
-placed pod's manifest). Then the faults stop, every pod settles, and the invariant checker runs
-over the whole cluster (see ``hami_kubesim.stack.checks.invariants``).
+placed pod's manifest) or of preemption (``hami_kubesim.stack.chaos.preemption``: a victim taking
+its whole grace period, a preemptor deleted while nominated, two preemptors racing for one
+freed card, the extender restarted while a preemptor waits). Then the faults stop, every pod
+settles, and the invariant checker runs over the whole cluster (see
+``hami_kubesim.stack.checks.invariants``), the preemption rules over every preemption the
+scheduling loop carried out.
 
 The seeds are fixed, so the timelines are the same in every run; each seed is its own test, so a
 failing seed is reported alone, with its timeline (``-k "scenario and 7"`` runs one). The last

@@ -17,6 +17,7 @@ import pytest
 from hami_kubesim.stack.chaos import (
     CHAOS_LOCK_TIMEOUT,
     ChaosSummary,
+    PodResult,
     ScenarioResult,
     chaos_config,
     run_scenario,
@@ -115,3 +116,49 @@ async def test_pods_placed_by_an_old_hami_release_are_counted(
     assert old
     assert all(p.outcome == "Running" for p in old)
     assert chaos_system.state().pods == ()  # cleaned up: nothing left holding a GPU
+
+
+def _present(result: ScenarioResult, marker: str) -> list[PodResult]:
+    return [p for name, p in result.pods.items() if marker in name]
+
+
+@pytestmark_nodes
+async def test_a_victim_taking_its_whole_grace_period_leaves_its_slices_to_the_preemptor(
+    chaos_system: System, scenarios: ChaosSummary, node: str
+) -> None:
+    result = await _run(chaos_system, scenarios, "preempt-grace", 9101, node)
+    assert _outcome(result, "-grace-high") == "Running"
+    assert result.preemptions == 1
+    low = _present(result, "-grace-low-")
+    assert len(low) == len(chaos_system.node(node).gpus) - 1  # one victim, the rest untouched
+    assert all(p.outcome == "Running" for p in low)
+
+
+@pytestmark_nodes
+async def test_a_preemptor_deleted_while_nominated_releases_its_hold(
+    chaos_system: System, scenarios: ChaosSummary, node: str
+) -> None:
+    result = await _run(chaos_system, scenarios, "preempt-deleted", 9102, node)
+    assert not _present(result, "-deleted-high")
+    assert result.preemptions == 1
+    assert _outcome(result, "-deleted-late") == "Running"  # took the freed slices
+
+
+@pytestmark_nodes
+@pytest.mark.parametrize("seed", [9103, 9113])  # either preemptor asks first
+async def test_of_two_preemptors_racing_for_one_freed_card_the_higher_wins(
+    chaos_system: System, scenarios: ChaosSummary, seed: int, node: str
+) -> None:
+    result = await _run(chaos_system, scenarios, "preempt-race", seed, node)
+    assert _outcome(result, "-race-high") == "Running"
+    assert _outcome(result, "-race-mid") == "Unschedulable"
+    assert all(p.outcome == "Running" for p in _present(result, "-race-top-"))
+
+
+@pytestmark_nodes
+async def test_an_extender_restarted_while_a_preemptor_waits_still_holds_its_slices(
+    chaos_system: System, scenarios: ChaosSummary, node: str
+) -> None:
+    result = await _run(chaos_system, scenarios, "preempt-extender-restart", 9104, node)
+    assert _outcome(result, "-restart-high") == "Running"
+    assert _outcome(result, "-restart-late") == "Unschedulable"

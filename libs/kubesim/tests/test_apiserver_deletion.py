@@ -8,6 +8,7 @@ started only where a test wants it to finish the deletion, so the marked state h
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,9 +19,11 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from hami_kube.objects import PodView
 from hami_kubesim.cluster.config import NodeSpec
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.standin import KubeletStandIn
+from hami_kubesim.kubelet.status import IGNORES_SIGTERM_ANNOTATION, stop_delay
 from hami_kubesim.testing import RunningApiServer, eventually, running_apiserver
 
 NODE = "node-a"
@@ -175,3 +178,38 @@ async def test_finalizers_and_grace(sim: RunningApiServer, core: client.CoreV1Ap
     )
     await core.patch_namespaced_config_map("cm", "default", {"metadata": {"finalizers": None}})
     assert sim.server.try_get("configmaps", "cm", namespace="default") is None
+
+
+async def test_a_pod_ignoring_sigterm_takes_its_whole_grace_period(
+    sim: RunningApiServer, core: client.CoreV1Api
+) -> None:
+    body = pod("stubborn", nodeName=NODE, terminationGracePeriodSeconds=1)
+    body["metadata"]["annotations"] = {IGNORES_SIGTERM_ANNOTATION: "true"}
+    await core.create_namespaced_pod("default", body)
+    kubelet = sim.server.kubelets[NODE]
+    assert isinstance(kubelet, KubeletStandIn)
+    async with kubelet:
+        loop = asyncio.get_running_loop()
+        deleted_at = loop.time()
+        await core.delete_namespaced_pod("stubborn", "default")
+        await eventually(
+            lambda: sim.server.try_get("pods", "stubborn", namespace="default") is None,
+            within=5.0,
+        )
+        assert loop.time() - deleted_at >= 0.9  # killed when its grace period ended
+
+
+@pytest.mark.parametrize(
+    ("annotations", "grace", "cap", "delay"),
+    [
+        pytest.param({IGNORES_SIGTERM_ANNOTATION: "true"}, 3, 30.0, 3.0, id="whole grace"),
+        pytest.param({IGNORES_SIGTERM_ANNOTATION: "true"}, 300, 30.0, 30.0, id="capped"),
+        pytest.param({}, 3, 30.0, 0.0, id="stops on SIGTERM"),
+        pytest.param({IGNORES_SIGTERM_ANNOTATION: "true"}, 0, 30.0, 0.0, id="grace 0"),
+    ],
+)
+def test_how_long_a_marked_pod_takes_to_stop(
+    annotations: dict[str, str], grace: int, cap: float, delay: float
+) -> None:
+    marked = {"metadata": {"annotations": annotations, "deletionGracePeriodSeconds": grace}}
+    assert stop_delay(PodView(marked), cap=cap) == delay

@@ -293,6 +293,13 @@ async def test_from_1_38_the_extender_gets_the_empty_candidate_and_adds_the_vict
         assert condition["reason"] == "PreemptionByScheduler"
         # a successful preemption leaves the plain FitError as the event
         assert failed_scheduling(sim, "urgent")[0] == "0/1 nodes are available: 1 NoFreeSlot."
+        # the loop keeps what it did, for the invariant checker
+        (record,) = loop.preemptions.records()
+        assert (record.preemptor_uid, record.node) == (urgent.uid, "n1")
+        assert [PodView(v).uid for v in record.victims] == [holder.uid]
+        assert [PodView(p).uid for p in record.on_node] == [holder.uid]
+        assert record.node_object is not None
+        assert record.nominated == ()
         # retried while the victim terminates: waits, nomination kept
         await kube.patch(
             PODS, "urgent", {"metadata": {"labels": {"poke": "1"}}}, namespace="default"

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from hami_kubesim.kubelet.status import IGNORES_SIGTERM_ANNOTATION
 from hami_kubesim.stack.chaos.incidents import (
     CREATION_GAP,
     GATE,
@@ -16,10 +17,15 @@ from hami_kubesim.stack.chaos.incidents import (
     incident_named,
     preexisting_pod,
 )
+from hami_kubesim.stack.chaos.preemption import CLASSES, HIGH, LOW, MID, TOP
 from hami_kubesim.stack.chaos.scenarios import (
+    HOSTNAME_LABEL,
     AwaitBound,
+    AwaitNominated,
     ClearLatency,
     CreatePod,
+    CreatePriorityClass,
+    DeletePod,
     InjectLatency,
     PauseKubelet,
     RestoreRunningPods,
@@ -198,3 +204,68 @@ def test_a_pod_left_by_an_old_release_is_consistent_and_unlabelled(
     }
     snapshot = ClusterState((pod,), (node,), (), datetime.now(UTC))
     assert check_all(snapshot) == ()
+
+
+PREEMPT_CONFIG = dataclasses.replace(CONFIG, node_gpus=(("n1", 3),))
+
+
+def _preempt_steps(name: str, seed: int = 7) -> list[object]:
+    return list(incident_scenario(incident_named(name), seed, PREEMPT_CONFIG).steps)
+
+
+def _class_of(step: CreatePod) -> str:
+    return str(step.pod["spec"]["priorityClassName"])
+
+
+@pytest.mark.parametrize(
+    "name", ["preempt-grace", "preempt-deleted", "preempt-race", "preempt-extender-restart"]
+)
+def test_preemption_incidents_create_their_classes_first_and_fill_the_node(name: str) -> None:
+    steps = _preempt_steps(name)
+    classes = [s for s in steps if isinstance(s, CreatePriorityClass)]
+    assert {(c.name, c.value) for c in classes} == set(CLASSES)
+    assert steps[: len(classes)] == classes
+    pods = _created(steps)
+    assert all(n.startswith("s7-") for n in pods)
+    assert all(p.pod["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "n1"} for p in pods.values())
+    # One pod per GPU before any preemptor asks: the low ones ignore SIGTERM for a while.
+    fillers = [p for n, p in pods.items() if "-low" in n or "-top-" in n]
+    assert len(fillers) == 3
+    low = [p.pod for p in fillers if _class_of(p) == LOW]
+    assert low
+    assert all(p["metadata"]["annotations"][IGNORES_SIGTERM_ANNOTATION] == "true" for p in low)
+    assert all(p["spec"]["terminationGracePeriodSeconds"] in (2, 3) for p in low)
+    waits = {s.name for s in steps if isinstance(s, AwaitBound)}
+    assert waits == {n for n, p in pods.items() if p in fillers}
+
+
+def test_the_deleted_preemptor_goes_once_nominated_and_a_low_pod_follows() -> None:
+    steps = _preempt_steps("preempt-deleted")
+    nominated = next(i for i, s in enumerate(steps) if isinstance(s, AwaitNominated))
+    deleted = next(i for i, s in enumerate(steps) if isinstance(s, DeletePod))
+    assert nominated < deleted
+    waited, gone = steps[nominated], steps[deleted]
+    assert isinstance(waited, AwaitNominated)
+    assert isinstance(gone, DeletePod)
+    assert waited.name == gone.name == "s7-deleted-high"
+    assert _class_of(_created(steps[deleted:])["s7-deleted-late"]) == LOW
+
+
+def test_the_race_leaves_one_card_to_free_for_two_preemptors() -> None:
+    pods = _created(_preempt_steps("preempt-race"))
+    assert [_class_of(p) for n, p in pods.items() if "-top-" in n] == [TOP, TOP]
+    assert {_class_of(pods["s7-race-high"]), _class_of(pods["s7-race-mid"])} == {HIGH, MID}
+
+
+def test_the_extender_restarts_once_the_preemptor_is_nominated() -> None:
+    steps = _preempt_steps("preempt-extender-restart")
+    nominated = next(i for i, s in enumerate(steps) if isinstance(s, AwaitNominated))
+    stop = next(i for i, s in enumerate(steps) if isinstance(s, StopService))
+    assert nominated < stop
+    stopped = steps[stop]
+    assert isinstance(stopped, StopService)
+    assert stopped.service == "scheduler-0"
+    assert any(isinstance(s, StartService) for s in steps[stop:])
+    unnamed = dataclasses.replace(PREEMPT_CONFIG, services=())
+    alone = incident_scenario(incident_named("preempt-extender-restart"), 7, unnamed)
+    assert alone.count(StopService) == 0

@@ -47,6 +47,8 @@ class KubeletSettings:
     admission_delay: float = 0.0
     host_root: Path | None = None
     workload_interval: float = DEFAULT_INTERVAL_S
+    stop_wait_cap: float = 30.0
+    """The longest a pod that ignores SIGTERM takes to stop (its grace period, at most this)."""
 
     @property
     def pod_resources_socket(self) -> Path:

@@ -31,9 +31,12 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
   ``Running`` (after that check).
 * Devices are freed when a pod is deleted or reaches ``Succeeded``/``Failed``; a pod marked for
   deletion (a graceful DELETE, see ``Store.kubelet_nodes``) counts as stopped at once and is
-  deleted with grace period 0, retried on 5xx and lost connections. The real kubelet first
-  kills the containers (up to the grace period) and writes a terminal phase; neither happens
-  here.
+  deleted with grace period 0, retried on 5xx and lost connections — unless it carries
+  ``kubesim.hami.io/ignores-sigterm: "true"``: its containers then stop only when its grace
+  period ends (``deletionGracePeriodSeconds``, at most ``stop_wait_cap``), holding their
+  devices until then. The real kubelet kills the containers (SIGTERM, then SIGKILL at the end
+  of the grace period) and writes a terminal phase before that delete; the phase is not
+  written here.
 * A pod already ``Running`` when the stand-in first sees it is not admitted again: it joins the
   pod manager with the devices its allocation record names (the kubelet's checkpoint; see below),
   or none when it has no record.
@@ -103,6 +106,7 @@ from hami_kubesim.kubelet.status import (
     rejected_status,
     running_status,
     start_failed_status,
+    stop_delay,
 )
 from hami_kubesim.kubelet.statusmanager import delete_stopped_pod, patch_pod_status
 from hami_kubesim.kubelet.workloads import Workloads
@@ -371,7 +375,8 @@ class KubeletStandIn(RunsInBackground):
             return
         self._pods[uid] = pod
         if pod.deleting:
-            self._free(uid)
+            if not self._stops_late(pod):
+                self._free(uid)
             self._finalize(pod)
         elif pod.terminal:
             self._free(uid)
@@ -417,9 +422,14 @@ class KubeletStandIn(RunsInBackground):
             if found is not None and found.uid == uid:
                 del self._allocations[(pod.namespace, pod.name)]
 
+    def _stops_late(self, pod: PodView) -> bool:
+        return stop_delay(pod, cap=self.settings.stop_wait_cap) > 0
+
     def _finalize(self, pod: PodView) -> None:
-        """Confirm a graceful deletion: the containers 'stop' at once (no process runs), so the
-        pod is deleted with grace 0 in the background, retried, while the pod watch goes on."""
+        """Confirm a graceful deletion: the containers 'stop' at once (no process runs) — or,
+        for a pod that ignores SIGTERM, once its grace period is over, its devices held until
+        then — and the pod is deleted with grace 0 in the background, retried, while the pod
+        watch goes on."""
         uid, client, group = pod.uid, self._client, self._group
         if uid in self._finalizing or client is None or group is None:
             return
@@ -433,6 +443,10 @@ class KubeletStandIn(RunsInBackground):
         self._finalizing.add(uid)
 
     async def _delete_stopped(self, client: KubeClient, pod: PodView) -> None:
+        delay = stop_delay(pod, cap=self.settings.stop_wait_cap)
+        if delay > 0:
+            await asyncio.sleep(delay)  # the containers ignore SIGTERM: killed at the deadline
+            self._free(pod.uid)
         try:
             await delete_stopped_pod(client, pod)
         except KubeError as error:

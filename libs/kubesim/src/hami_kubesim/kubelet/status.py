@@ -27,6 +27,9 @@ from hami_kubesim.kubelet.devices import ContainerKind, ResourceDevices
 ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
 REASON_UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
 REASON_CREATE_CONFIG = "CreateContainerConfigError"
+IGNORES_SIGTERM_ANNOTATION = "kubesim.hami.io/ignores-sigterm"
+"""``"true"`` on a pod: its containers ignore SIGTERM, so stopping them takes the whole grace
+period (:func:`stop_delay`); the kubelet stand-in otherwise takes them as stopped at once."""
 
 _GO_CODE_NAMES = {"CANCELLED": "Canceled", "OK": "OK"}
 
@@ -362,3 +365,16 @@ def next_pod_ip(pod_cidr: str, taken: frozenset[str], *, node: str) -> str:
         if str(address) not in taken:
             return str(address)
     raise RuntimeError(f"pod CIDR {pod_cidr} of {node} is exhausted")
+
+
+def stop_delay(pod: PodView, *, cap: float) -> float:
+    """Seconds the containers of ``pod``, marked for deletion, take to stop: its
+    ``deletionGracePeriodSeconds`` (at most ``cap``) when it ignores SIGTERM
+    (:data:`IGNORES_SIGTERM_ANNOTATION`) — the kubelet then kills them with SIGKILL — else 0,
+    as for a container that exits on SIGTERM and no process that runs."""
+    if pod.annotations.get(IGNORES_SIGTERM_ANNOTATION) != "true":
+        return 0.0
+    grace = pod.meta.get("deletionGracePeriodSeconds")
+    if not isinstance(grace, int) or isinstance(grace, bool) or grace <= 0:
+        return 0.0
+    return float(min(grace, cap))

@@ -63,6 +63,7 @@ from hami_kubesim.scheduler.predicates import (
     select_host,
 )
 from hami_kubesim.scheduler.preemption.evaluator import PostFilterResult, Preemption
+from hami_kubesim.scheduler.preemption.record import PreemptionLog
 from hami_kubesim.scheduler.preemption.selection import PlacedPod
 from hami_kubesim.scheduler.queue import SchedulingQueue
 from hami_kubesim.scheduler.statuses import fit_error_message
@@ -138,6 +139,7 @@ class SchedulingCycle:
         spawn: Spawn,
         rng: random.Random | None,
         assume_timeout: float,
+        preemptions: PreemptionLog | None = None,
     ) -> None:
         self.config = config
         self.queue = queue
@@ -163,6 +165,8 @@ class SchedulingCycle:
             budgets=budgets,
             nominator=self.nominator,
             rng=rng,
+            nodes=nodes,
+            record=preemptions,
         )
 
     def close(self) -> None:

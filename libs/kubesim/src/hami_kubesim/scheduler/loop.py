@@ -46,6 +46,7 @@ from hami_kubesim.scheduler.cycle import (
     queue_position,
 )
 from hami_kubesim.scheduler.extender import HttpExtender
+from hami_kubesim.scheduler.preemption.record import PreemptionLog
 from hami_kubesim.scheduler.queue import SchedulingQueue
 from hami_runtime.lifecycle import TaskSet
 
@@ -95,6 +96,8 @@ class SchedulingLoop(RunsInBackground):
         self._cycle: SchedulingCycle | None = None
         self._background: TaskSet | None = None
         self._caches: tuple[Store, Store] | None = None
+        self.preemptions = PreemptionLog()
+        """Every preemption carried out (the latest, bounded), for the invariant checker."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -146,6 +149,7 @@ class SchedulingLoop(RunsInBackground):
                 spawn=self._spawn,
                 rng=self._rng,
                 assume_timeout=self._assume_timeout,
+                preemptions=self.preemptions,
             )
             try:
                 async with asyncio.TaskGroup() as group:

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from hami_kube.objects import NodeView, PodView, key_for
+from hami_kubesim.scheduler.preemption.record import PreemptionRecord
 from hami_protocol import keys
 from hami_protocol.errors import ProtocolError
 from hami_protocol.node.registry import DeviceInfo, decode_node_devices
@@ -74,6 +75,9 @@ class PodMoment:
     phase: str = ""
     bind_phase: str = ""
     deleting: bool = False
+    priority: int = 0
+    nominated: str = ""
+    """``status.nominatedNodeName``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,9 @@ class ClusterState:
     timeline: Timeline | None = None
     """How node locks and pods changed before the snapshot, when it was recorded (the fault
     scenarios record one); the node-lock invariant judges each refusal by it."""
+    preemptions: tuple[PreemptionRecord, ...] = ()
+    """The preemptions the scheduling loop carried out (the fault scenarios keep their own),
+    oldest first; the preemption invariants judge each."""
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return next((p for p in self.pods if pod_key(p) == f"{namespace}/{name}"), None)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import structlog
 
@@ -48,6 +49,7 @@ from hami_kubesim.scheduler.preemption.candidates import (
     offset_and_num_candidates,
     pick_one_node,
 )
+from hami_kubesim.scheduler.preemption.record import PreemptionLog, PreemptionRecord
 from hami_kubesim.scheduler.preemption.selection import (
     PlacedPod,
     Victims,
@@ -106,6 +108,8 @@ class Preemption:
         budgets: Store | None,
         nominator: Nominator,
         rng: random.Random | None,
+        nodes: Store | None = None,
+        record: PreemptionLog | None = None,
     ) -> None:
         self._config = config
         self._client = client
@@ -115,6 +119,8 @@ class Preemption:
         self._budgets = budgets
         self._nominator = nominator
         self._rng = rng
+        self._nodes = nodes
+        self._record = record
 
     async def post_filter(
         self,
@@ -152,6 +158,7 @@ class Preemption:
                 raise _Abort(_NO_CANDIDATE)
             node = next(iter(victims)) if len(victims) == 1 else pick_one_node(victims, utc_now())
             await self._prepare(pod, node, victims[node])
+            self._remember(pod, node, victims[node], snapshot)
             return PostFilterResult(nominate=node)
         except _Abort as abort:
             return PostFilterResult(f"preemption: {abort}")
@@ -254,6 +261,27 @@ class Preemption:
                 log.warning(
                     "cannot clear nominatedNodeName", pod=nomination.pod.key, error=str(exc)
                 )
+
+    def _remember(self, pod: PodView, node: str, victims: Victims, snapshot: NodeSnapshot) -> None:
+        """Keep what this preemption did, with the objects as the caches hold them now (the
+        victims' allocation annotations are newer there than in the snapshot)."""
+        if self._record is None:
+            return
+
+        def latest(view: PodView) -> Mapping[str, Any]:
+            return self._pods.get(view.key) or view.raw
+
+        self._record.add(
+            PreemptionRecord(
+                at=datetime.now(UTC),
+                preemptor=pod.raw,
+                node=node,
+                node_object=None if self._nodes is None else self._nodes.get(node),
+                victims=tuple(latest(v) for v in victims.pods),
+                on_node=tuple(latest(p.pod) for p in snapshot.pods.get(node, ())),
+                nominated=tuple(latest(n.pod) for n in self._nominator.reserving_for(pod, node)),
+            )
+        )
 
 
 def _resolve(

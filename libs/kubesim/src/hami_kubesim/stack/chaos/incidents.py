@@ -36,6 +36,9 @@ Pods of an incident are named ``s<seed>-<incident>-<role>`` and target the node 
   allocation, and nothing of the copied one may stay on it (its Binding blanks every list its
   decision does not write; the ``mig`` invariant sees a reservation left on a non-MIG GPU).
 
+The preemption incidents (``preempt-grace``, ``preempt-deleted``, ``preempt-race``,
+``preempt-extender-restart``) are :mod:`.preemption`'s; :data:`INCIDENTS` lists them too.
+
 Kubelet creation times are stamped to the second, so pods whose creation order matters are
 created :data:`CREATION_GAP` seconds apart.
 """
@@ -46,9 +49,9 @@ import json
 import random
 from typing import Any, Final
 
+from hami_kubesim.stack.chaos.preemption import PREEMPTION_INCIDENTS
 from hami_kubesim.stack.chaos.scenarios import (
     HAMI_SCHEDULER,
-    HOSTNAME_LABEL,
     AwaitBound,
     ClearLatency,
     CreatePod,
@@ -63,6 +66,7 @@ from hami_kubesim.stack.chaos.scenarios import (
     StopService,
     Ungate,
     pod_manifest,
+    targeted_pod,
 )
 from hami_kubesim.stack.state import ALLOCATIONS_ANNOTATION, expected_env
 from hami_protocol import keys
@@ -90,19 +94,6 @@ def _slice(memory_mib: int, cores: int = 10) -> dict[str, str]:
     return {_GPU: "1", "nvidia.com/gpumem": str(memory_mib), "nvidia.com/gpucores": str(cores)}
 
 
-def _targeted(
-    name: str, config: ScenarioConfig, node: str, limits: dict[str, str], **spec: Any
-) -> dict[str, Any]:
-    return pod_manifest(
-        name,
-        config.namespace,
-        limits,
-        scheduler_name=config.scheduler_name,
-        nodeSelector={HOSTNAME_LABEL: node},
-        **spec,
-    )
-
-
 def _past_timeout(rng: random.Random, config: ScenarioConfig) -> float:
     return config.lock_timeout + rng.uniform(0.5, 1.5)
 
@@ -114,9 +105,9 @@ def _lock_expiry(
     later = start + max(CREATION_GAP, _past_timeout(rng, config))
     return [
         PauseKubelet(start, node),
-        CreatePod(start, _targeted(first, config, node, _slice(1000))),
+        CreatePod(start, targeted_pod(first, config, node, _slice(1000))),
         AwaitBound(start, first),
-        CreatePod(later, _targeted(second, config, node, _slice(3000))),
+        CreatePod(later, targeted_pod(second, config, node, _slice(3000))),
         ResumeKubelet(later + rng.uniform(0.5, 2.0), node),
     ]
 
@@ -130,8 +121,8 @@ def _admission_order(
     ungated = created + _past_timeout(rng, config)
     return [
         PauseKubelet(start, node),
-        CreatePod(start, _targeted(held, config, node, _slice(2000), schedulingGates=gates)),
-        CreatePod(created, _targeted(bound, config, node, _slice(1000))),
+        CreatePod(start, targeted_pod(held, config, node, _slice(2000), schedulingGates=gates)),
+        CreatePod(created, targeted_pod(bound, config, node, _slice(1000))),
         AwaitBound(created, bound),
         Ungate(ungated, held),
         ResumeKubelet(ungated + rng.uniform(0.5, 2.0), node),
@@ -147,9 +138,9 @@ def _slow_binding(
     return [
         PauseKubelet(start, node),
         InjectLatency(start, delay, "create", "pods/binding"),
-        CreatePod(start, _targeted(first, config, node, _slice(1000))),
+        CreatePod(start, targeted_pod(first, config, node, _slice(1000))),
         ClearLatency(start + 1.0),
-        CreatePod(later, _targeted(second, config, node, _slice(3000))),
+        CreatePod(later, targeted_pod(second, config, node, _slice(3000))),
         AwaitBound(later, second),
         AwaitBound(later, first),
         ResumeKubelet(start + delay + rng.uniform(1.5, 2.5), node),
@@ -163,7 +154,7 @@ def _plugin_restart(
     service = f"deviceplugin-{node}"
     steps: list[Step] = [
         PauseKubelet(start, node),
-        CreatePod(start, _targeted(pod, config, node, _slice(2000, cores=20))),
+        CreatePod(start, targeted_pod(pod, config, node, _slice(2000, cores=20))),
         AwaitBound(start, pod),
     ]
     if service in config.services:
@@ -192,7 +183,7 @@ def _default_scheduler(
     return [
         PauseKubelet(start, node),
         CreatePod(start, stray_pod),
-        CreatePod(created, _targeted(placed, config, node, _slice(1500))),
+        CreatePod(created, targeted_pod(placed, config, node, _slice(1500))),
         AwaitBound(created, placed),
         ResumeKubelet(created + rng.uniform(0.3, 1.5), node),
     ]
@@ -217,7 +208,7 @@ def _preexisting(
         RestoreRunningPods(start, node, old, whole=rng.random() < 0.6, while_stopped=while_stopped)
     ]
     steps += [
-        CreatePod(start + 0.1 * (index + 1), _targeted(name, config, node, share))
+        CreatePod(start + 0.1 * (index + 1), targeted_pod(name, config, node, share))
         for index, name in enumerate(newcomers)
     ]
     return steps
@@ -246,10 +237,10 @@ def _copied_manifest(
 ) -> list[Step]:
     placed, copy = f"s{seed}-copy-a", f"s{seed}-copy-b"
     later = start + rng.uniform(0.2, 1.0)
-    copied = _targeted(copy, config, node, _slice(1000))
+    copied = targeted_pod(copy, config, node, _slice(1000))
     copied["metadata"]["annotations"] = copied_annotations(node)
     return [
-        CreatePod(start, _targeted(placed, config, node, _slice(1000))),
+        CreatePod(start, targeted_pod(placed, config, node, _slice(1000))),
         AwaitBound(start, placed),
         CreatePod(later, copied),
     ]
@@ -271,8 +262,10 @@ INCIDENTS: Final = (
     Incident("preexisting", _preexisting),
     Incident("preexisting-before-start", _preexisting_before_start),
     Incident("copied-manifest", _copied_manifest),
+    *PREEMPTION_INCIDENTS,
 )
-"""Every incident, by name (see the module docstring)."""
+"""Every incident, by name (see the module docstring; the preemption incidents are
+:mod:`.preemption`'s)."""
 
 
 def incident_named(name: str) -> Incident:

@@ -4,11 +4,13 @@
 operator of the simulated machines would: pods are created and deleted in-process; faults go
 to the API server's fault plan; services are stopped and started in the background (a start
 waits for the stop of the same service); a node's kubelet stand-in is paused and resumed in
-process; :class:`~.scenarios.AwaitBound` holds the timeline until its pod is bound (or gone,
-or ended, or its bound passed); :class:`~.scenarios.RestoreRunningPods` chooses, when played,
-GPUs of the node that no pod holds and kubelet replicas of them that nobody holds, and puts the
-pods straight into the store (:func:`~.incidents.preexisting_pod`). :meth:`Player.finish`
-clears the faults, resumes every kubelet it paused and brings every service back, ready.
+process; :class:`~.scenarios.AwaitBound` (:class:`~.scenarios.AwaitNominated`) holds the
+timeline until its pod is bound (nominated) — or gone, or ended, or its bound passed; a
+:class:`~.scenarios.CreatePriorityClass` creates the class unless it exists;
+:class:`~.scenarios.RestoreRunningPods` chooses, when played, GPUs of the node that no pod
+holds and kubelet replicas of them that nobody holds, and puts the pods straight into the store
+(:func:`~.incidents.preexisting_pod`). :meth:`Player.finish` clears the faults, resumes every
+kubelet it paused and brings every service back, ready.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from hami_kubesim.objects.clock import rfc3339
 from hami_kubesim.stack.chaos.incidents import preexisting_pod
 from hami_kubesim.stack.chaos.scenarios import (
     AwaitBound,
+    AwaitNominated,
     ClearLatency,
     Compact,
     CreatePod,
+    CreatePriorityClass,
     DeletePod,
     DropWatches,
     InjectErrors,
@@ -114,7 +118,11 @@ class Player:
             self.system.kubelet(step.node).resume()
             self._paused.discard(step.node)
         elif isinstance(step, AwaitBound):
-            await self._await_bound(step)
+            await self._await(step.name, step.within, "bound")
+        elif isinstance(step, AwaitNominated):
+            await self._await(step.name, step.within, "nominated")
+        elif isinstance(step, CreatePriorityClass):
+            await self._priority_class(step)
         elif isinstance(step, Ungate):
             with contextlib.suppress(StatusError):  # gone meanwhile
                 await self.system.api.patch(
@@ -127,16 +135,34 @@ class Player:
         elif isinstance(step, RestoreRunningPods):
             await self._restore(step)
 
-    async def _await_bound(self, step: AwaitBound) -> None:
+    async def _await(self, name: str, within: float, what: str) -> None:
+        """Until pod ``name`` is bound (or, ``what="nominated"``, nominated to a node), gone,
+        ended or being deleted; at most ``within`` seconds."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + step.within
+        deadline = loop.time() + within
         while loop.time() < deadline:
-            pod = self.system.api.try_get("pods", step.name, namespace=self.scenario.namespace)
+            pod = self.system.api.try_get("pods", name, namespace=self.scenario.namespace)
             view = PodView(pod or {})
             if pod is None or view.node_name or view.terminal or view.deleting:
                 return
+            if what == "nominated" and view.nominated_node_name:
+                return
             await asyncio.sleep(POLL_INTERVAL)  # polling the in-process store
-        log.warning("pod not bound in time", pod=step.name, seconds=step.within)
+        log.warning("pod not there in time", pod=name, waited_for=what, seconds=within)
+
+    async def _priority_class(self, step: CreatePriorityClass) -> None:
+        if self.system.api.try_get("priorityclasses", step.name) is not None:
+            return
+        with contextlib.suppress(StatusError):  # created meanwhile
+            await self.system.api.create(
+                "priorityclasses",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": step.name},
+                    "value": step.value,
+                },
+            )
 
     async def _restore(self, step: RestoreRunningPods) -> None:
         service = self._service(step.while_stopped) if step.while_stopped else None

@@ -4,8 +4,9 @@
 (:class:`~.player.Player`: the driver creates and deletes pods in-process, as a client; the
 faults hit every HTTP client of the API server: the services and the control-plane
 stand-ins), then stops the faults, resumes the kubelets, brings every stopped service back,
-waits for every pod to settle, checks the invariants — the node-lock rule against the
-:class:`~.timeline.TimelineRecorder`'s record of the scenario — and deletes the scenario's
+waits for every pod to settle, checks the invariants — the node-lock and preemption rules
+against the :class:`~.timeline.TimelineRecorder`'s record of the scenario, the preemption rules
+over the preemptions the scheduling loop carried out meanwhile — and deletes the scenario's
 pods. :func:`run_scenarios` does that for many seeds on one system and sums up.
 """
 
@@ -57,7 +58,9 @@ def chaos_spec() -> SystemSpec:
     ``f-node-c``'s device plugin runs without PodResources (the node lock path); the node-lock
     expiry is 3 s and the scheduling loop's pod backoff 0.2 s doubling to 2 s
     (the chart's kube-scheduler defaults are 1 s to 10 s), so pods retried after a fault settle
-    within a scenario rather than tens of seconds later.
+    within a scenario rather than tens of seconds later. The scheduling loop preempts as
+    kube-scheduler 1.38 does: a node short of GPU slices only (no in-tree victim) goes to the
+    extender's preempt verb, so the preemption incidents preempt in the default mode.
     """
     return SystemSpec(
         nodes=(
@@ -73,6 +76,7 @@ def chaos_spec() -> SystemSpec:
         scheduler=SchedulerOptions(node_lock_timeout="3s"),
         pod_initial_backoff=0.2,
         pod_max_backoff=2.0,
+        preemption_behaviour="1.38",
     )
 
 
@@ -85,10 +89,12 @@ def chaos_config(
 ) -> ScenarioConfig:
     """What the scenarios on ``system`` may contain: its services may be stopped, incidents
     (a share of the scenarios) happen on its GPU nodes with its node-lock timeout."""
+    gpu_nodes = [n for n in system.spec.nodes if n.gpus and n.device_plugin]
     return ScenarioConfig(
         duration=duration,
         services=tuple(p.name for p in system.services()),
-        nodes=tuple(n.name for n in system.spec.nodes if n.gpus and n.device_plugin),
+        nodes=tuple(n.name for n in gpu_nodes),
+        node_gpus=tuple((n.name, len(n.gpus)) for n in gpu_nodes),
         incidents=tuple(incidents),
         incident_share=incident_share,
         lock_timeout=_seconds(system.spec.scheduler.node_lock_timeout, CHAOS_LOCK_TIMEOUT),
@@ -117,6 +123,8 @@ class ScenarioResult:
     """The incident the scenario contained (empty: none)."""
     pods: Mapping[str, PodResult] = field(default_factory=dict)
     """Each pod of the scenario by name, as it ended."""
+    preemptions: int = 0
+    """Preemptions the scheduling loop carried out during the scenario."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +169,10 @@ class ChaosSummary:
         return [(r.seed, v) for r in self.results for v in r.violations]
 
     @property
+    def preemptions(self) -> int:
+        return sum(r.preemptions for r in self.results)
+
+    @property
     def incidents(self) -> Counter[str]:
         return Counter(r.incident for r in self.results if r.incident)
 
@@ -173,6 +185,7 @@ class ChaosSummary:
             f"faults injected: {sum(self.faults.values())} ({faults})",
             f"pods: {sum(self.outcomes.values())} ({outcomes})",
             f"incidents: {sum(self.incidents.values())} ({incidents})",
+            f"preemptions: {self.preemptions}",
             f"expired lock annotations left for the next bind to take over: "
             f"{sum(bool(r.stale_locks) for r in self.results)} scenarios",
             f"violations: {len(self.violations)}",
@@ -215,7 +228,12 @@ async def run_scenario(
         except TimeoutError:
             state = system.state()  # the checker reports what is still in flight
             log.warning("scenario did not settle", seed=scenario.seed, pods=unsettled(state, keys))
-        state = dataclasses.replace(state, timeline=recorder.timeline())
+        timeline = recorder.timeline()
+        state = dataclasses.replace(
+            state,
+            timeline=timeline,
+            preemptions=tuple(p for p in state.preemptions if p.at >= timeline.since),
+        )
     violations = check_all(state, lock_timeout=lock_timeout)
     stale = stale_locks(state, lock_timeout=lock_timeout)
     pods = {
@@ -236,6 +254,7 @@ async def run_scenario(
         stale_locks=tuple(stale),
         incident=scenario.incident,
         pods=pods,
+        preemptions=len(state.preemptions),
     )
 
 

@@ -19,8 +19,10 @@ Steps:
 * now and then (``ScenarioConfig.incident_share``) one *incident* of the bind path on one node
   (:mod:`.incidents` holds them), built from :class:`PauseKubelet` / :class:`ResumeKubelet`
   (hold that node's kubelet admission), :class:`AwaitBound` (wait until a pod is bound),
-  :class:`Ungate` (remove a pod's scheduling gates) and :class:`RestoreRunningPods` (pods that
-  were placed and started long ago, put straight into the store).
+  :class:`Ungate` (remove a pod's scheduling gates), :class:`RestoreRunningPods` (pods that
+  were placed and started long ago, put straight into the store), and for the preemption
+  incidents :class:`CreatePriorityClass` and :class:`AwaitNominated` (wait until a preemptor
+  is nominated).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from typing import Any, Final
 __all__ = [
     "HOSTNAME_LABEL",
     "AwaitBound",
+    "AwaitNominated",
     "ClearLatency",
     "Compact",
     "CreatePod",
+    "CreatePriorityClass",
     "DeletePod",
     "DropWatches",
     "Incident",
@@ -54,6 +58,7 @@ __all__ = [
     "generate_scenario",
     "incident_scenario",
     "pod_manifest",
+    "targeted_pod",
 ]
 
 
@@ -143,6 +148,26 @@ class AwaitBound:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitNominated:
+    """Hold the timeline until pod ``name`` is nominated to a node by a preemption
+    (``status.nominatedNodeName``), or bound, gone, ended, or ``within`` seconds passed."""
+
+    at: float
+    name: str
+    within: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePriorityClass:
+    """Create PriorityClass ``name`` of ``value`` unless it exists (kubesim's Priority admission
+    refuses pods that set ``spec.priority`` themselves: pods name a class)."""
+
+    at: float
+    name: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ungate:
     """Remove pod ``name``'s ``spec.schedulingGates``: the scheduler may place it from now on."""
 
@@ -179,6 +204,8 @@ Step = (
     | PauseKubelet
     | ResumeKubelet
     | AwaitBound
+    | AwaitNominated
+    | CreatePriorityClass
     | Ungate
     | RestoreRunningPods
 )
@@ -222,7 +249,14 @@ class ScenarioConfig:
     lock_timeout: float = 3.0
     """The extenders' node-lock timeout (seconds), which incidents outlast."""
     scheduler_service: str = "scheduler-0"
-    """The extender process an incident stops while pods are restored."""
+    """The extender process an incident stops (while pods are restored, or during a
+    preemption)."""
+    node_gpus: tuple[tuple[str, int], ...] = ()
+    """How many GPUs each node of ``nodes`` has (incidents that fill a node need it)."""
+
+    def gpus_of(self, node: str) -> int:
+        """``node``'s GPU count (0 when not known)."""
+        return dict(self.node_gpus).get(node, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +383,21 @@ def pod_manifest(
             **spec,
         },
     }
+
+
+def targeted_pod(
+    name: str, config: ScenarioConfig, node: str, limits: Mapping[str, str], **spec: Any
+) -> dict[str, Any]:
+    """A pod of ``config``'s namespace and scheduler asking for ``limits`` on ``node`` (a
+    ``kubernetes.io/hostname`` node selector); ``spec`` as for :func:`pod_manifest`."""
+    return pod_manifest(
+        name,
+        config.namespace,
+        limits,
+        scheduler_name=config.scheduler_name,
+        nodeSelector={HOSTNAME_LABEL: node},
+        **spec,
+    )
 
 
 def _stream(rng: random.Random, seed: int, config: ScenarioConfig) -> list[Step]:

@@ -1,10 +1,12 @@
-"""Record how node locks and pods change during a scenario, for the node-lock invariant.
+"""Record how node locks and pods change during a scenario, for the node-lock and preemption
+invariants.
 
 :class:`TimelineRecorder` observes the in-process API server (``ApiServer.observe``: called as
 each change is committed, never dropped) and keeps, stamped with the wall clock the events of
 the scheduling loop are stamped with, every change of a node's ``hami.io/mutex.lock`` and of
-what the lock rule reads of a pod (node, phase, ``bind-phase``, deletion). Used as
-``with TimelineRecorder(api) as recorder: ... recorder.timeline()``.
+what the lock rule and the preemption rules read of a pod (node, phase, ``bind-phase``,
+deletion, priority, nomination). Used as ``with TimelineRecorder(api) as recorder: ...
+recorder.timeline()``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def _pod_moment(at: datetime, pod: Mapping[str, Any], *, exists: bool) -> PodMom
         phase=view.phase,
         bind_phase=view.annotations.get(keys.BIND_PHASE, ""),
         deleting=view.deleting,
+        priority=view.priority,
+        nominated=view.nominated_node_name,
     )
 
 
@@ -99,10 +103,11 @@ class TimelineRecorder:
 
 
 def _same(a: PodMoment, b: PodMoment) -> bool:
-    return (a.exists, a.node, a.phase, a.bind_phase, a.deleting) == (
+    return (a.exists, a.node, a.phase, a.bind_phase, a.deleting, a.nominated) == (
         b.exists,
         b.node,
         b.phase,
         b.bind_phase,
         b.deleting,
+        b.nominated,
     )

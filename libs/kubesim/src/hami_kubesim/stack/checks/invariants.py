@@ -25,6 +25,10 @@ Each check is a pure function ``ClusterState -> list[Violation]``:
 * ``vendors``: the other vendors' devices are never over-committed and every Running
   container got exactly the devices its vendor's allocated list names
   (:mod:`hami_kubesim.stack.checks.vendors`).
+* ``preemption-priority``, ``preemption-needed``, ``preemption-hold``: every victim of a
+  preemption the scheduling loop carried out had a lower priority than its preemptor and was
+  needed, and no lower-priority pod took what a nominated preemptor waited for
+  (:mod:`hami_kubesim.stack.checks.preemption`, which says what each judges and skips).
 * ``outcomes``: every pod is Running, Succeeded, Failed with a reason, or Pending unassigned with
   a FailedScheduling reason — none lost in between.
 
@@ -45,6 +49,11 @@ from hami_kubesim.stack.checks.mig import (
     container_reservations_of,
     mig_env_problems,
     mig_problems,
+)
+from hami_kubesim.stack.checks.preemption import (
+    hold_problems,
+    needless_victims,
+    priority_problems,
 )
 from hami_kubesim.stack.checks.vendors import vendor_problems
 from hami_kubesim.stack.state import (
@@ -76,6 +85,9 @@ __all__ = [
     "check_locks",
     "check_mig",
     "check_outcomes",
+    "check_preemption_hold",
+    "check_preemption_needed",
+    "check_preemption_priority",
     "check_replicas",
     "check_vendors",
 ]
@@ -282,6 +294,18 @@ def check_vendors(state: ClusterState) -> list[Violation]:
     return [Violation("vendors", subject, message) for subject, message in vendor_problems(state)]
 
 
+def check_preemption_priority(state: ClusterState) -> list[Violation]:
+    return [Violation("preemption-priority", s, m) for s, m in priority_problems(state)]
+
+
+def check_preemption_needed(state: ClusterState) -> list[Violation]:
+    return [Violation("preemption-needed", s, m) for s, m in needless_victims(state)]
+
+
+def check_preemption_hold(state: ClusterState) -> list[Violation]:
+    return [Violation("preemption-hold", s, m) for s, m in hold_problems(state)]
+
+
 def check_outcomes(state: ClusterState) -> list[Violation]:
     found: list[Violation] = []
     for pod in state.pods:
@@ -313,6 +337,9 @@ CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("outcomes", lambda state, _: check_outcomes(state)),
     ("mig", lambda state, _: check_mig(state)),
     ("vendors", lambda state, _: check_vendors(state)),
+    ("preemption-priority", lambda state, _: check_preemption_priority(state)),
+    ("preemption-needed", lambda state, _: check_preemption_needed(state)),
+    ("preemption-hold", lambda state, _: check_preemption_hold(state)),
 )
 """Every invariant by name; each takes the snapshot and the node-lock timeout."""
 

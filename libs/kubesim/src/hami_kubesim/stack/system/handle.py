@@ -120,6 +120,7 @@ class System:
             events=tuple(self.api.list("events")),
             taken_at=datetime.now(UTC),
             retrying=self.scheduling_loop.will_retry(nodes, pods),
+            preemptions=self.scheduling_loop.preemptions.records(),
         )
 
     async def monitor_usage(self) -> MonitorUsage:
