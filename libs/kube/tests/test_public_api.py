@@ -69,6 +69,8 @@ PUBLIC_API = {
     },
     "hami_kube.reflector": {
         "AddHandler",
+        "AfterListHandler",
+        "BeforeListHandler",
         "DeleteHandler",
         "EventHandlers",
         "Reflector",

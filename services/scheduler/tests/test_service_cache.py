@@ -207,6 +207,50 @@ def test_assumptions_count_at_once_until_confirmed_or_forgotten() -> None:
     assert c.pod_count == 1
 
 
+def test_a_relist_forgets_bound_decisions_whose_pods_it_lacks_and_keeps_the_rest() -> None:
+    c = cache()
+    c.upsert_node(node("n"))
+    gone, filtered, listed, late = (_holding("n", mem) for mem in (1000, 2000, 3000, 4000))
+    c.assume("uid-gone", "gone", gone)
+    c.bound("uid-gone", gone.key)
+    c.assume("uid-filtered", "filtered", filtered)  # filtered, its bind still to come
+    c.assume("uid-listed", "listed", listed)
+    c.bound("uid-listed", listed.key)
+    c.bound("uid-filtered", gone.key)  # not its assumption: nothing
+    before = c.bound_unconfirmed()
+    assert before == {"uid-gone": gone.key, "uid-listed": listed.key}
+    # Bound once the list had begun: the list may predate its Binding.
+    c.assume("uid-late", "late", late)
+    c.bound("uid-late", late.key)
+    assert held(c, "n") == (4, 10000, 0)
+
+    assert c.forget_unlisted(before, {"uid-listed"}) == [("uid-gone", "default/gone")]
+    assert held(c, "n") == (3, 9000, 0)
+    assert c.holding("uid-gone") is None
+    assert c.assumed_count() == 3
+    assert c.bound_unconfirmed() == {"uid-listed": listed.key, "uid-late": late.key}
+    # Once the watch confirms, nothing is left to settle; a stale snapshot changes nothing.
+    c.upsert_pod(placed("late", "n", "GPU-n-0,NVIDIA,4000,0:;"))
+    assert c.bound_unconfirmed() == {"uid-listed": listed.key}
+    assert c.forget_unlisted({"uid-late": late.key}, set()) == []
+    assert held(c, "n") == (3, 9000, 0)
+
+
+def test_bound_after_the_watch_confirmed_or_forgotten_marks_nothing() -> None:
+    c = cache()
+    c.upsert_node(node("n"))
+    holding = _holding("n", 3000)
+    c.assume("uid-p", "p", holding)
+    c.upsert_pod(placed("p", "n", "GPU-n-0,NVIDIA,3000,0:;"))  # the watch was quicker
+    c.bound("uid-p", holding.key)
+    c.assume("uid-q", "q", _holding("n", 1000))
+    c.bound("uid-q", _holding("n", 1000).key)
+    c.drop_pod("uid-q")
+    assert c.bound_unconfirmed() == {}
+    assert c.forget_unlisted({"uid-p": holding.key}, set()) == []
+    assert held(c, "n") == (1, 3000, 0)
+
+
 def test_release_stops_counting_until_a_new_allocation() -> None:
     c = cache()
     c.upsert_node(node("n"))

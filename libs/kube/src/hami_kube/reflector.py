@@ -5,6 +5,11 @@ Algorithm (client-go's ListAndWatch, on raw JSON):
 1. LIST (consistent read); make the store hold exactly the items and call handlers for the
    difference: ``on_delete`` for objects gone since the previous list, ``on_add`` for new ones,
    ``on_update`` for changed ones (by resourceVersion). After the first LIST ``has_synced`` is true.
+   ``before_list`` runs before each LIST is sent and ``after_list`` once it is applied, with the
+   objects the store now holds: what a LIST cannot tell by a difference — an object created and
+   deleted while the watch was down is in neither the old store nor the list — a client that
+   keeps its own state beside the store can settle there (it knows what it did before the LIST
+   began, and the LIST shows everything that still exists then).
 2. WATCH from the list's resourceVersion with ``allowWatchBookmarks`` and a ``timeoutSeconds``
    drawn from ``[t, 2t)`` so many clients do not reconnect together. Each event updates the store
    and then calls the handlers; the last resourceVersion seen (bookmarks included) is remembered.
@@ -49,15 +54,23 @@ _HEALTHY_WATCH_S = 1.0
 AddHandler = Callable[[JsonObject], Awaitable[None] | None]
 UpdateHandler = Callable[[JsonObject, JsonObject], Awaitable[None] | None]
 DeleteHandler = Callable[[JsonObject], Awaitable[None] | None]
+BeforeListHandler = Callable[[], Awaitable[None] | None]
+AfterListHandler = Callable[[Sequence[JsonObject]], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
 class EventHandlers:
-    """Callbacks for store changes; any may be None. ``on_update`` gets ``(old, new)``."""
+    """Callbacks for store changes; any may be None. ``on_update`` gets ``(old, new)``.
+
+    ``before_list``: called just before each LIST (the first and every re-list) is sent.
+    ``after_list``: called once that LIST is applied (after its add/update/delete handlers),
+    with the objects the store holds now.  A LIST that fails calls ``before_list`` only."""
 
     on_add: AddHandler | None = None
     on_update: UpdateHandler | None = None
     on_delete: DeleteHandler | None = None
+    before_list: BeforeListHandler | None = None
+    after_list: AfterListHandler | None = None
 
 
 def upserting(
@@ -205,6 +218,9 @@ class Reflector:
 
     async def _list(self) -> None:
         config = self._config
+        for handlers in self._handlers:
+            if handlers.before_list is not None:
+                await self._call("before_list", handlers.before_list)
         listing = await self._client.list(
             self._resource,
             namespace=config.namespace,
@@ -236,6 +252,9 @@ class Reflector:
             await self._emit_add(obj)
         for old, new in delta.updated:
             await self._emit_update(old, new)
+        for handlers in self._handlers:
+            if handlers.after_list is not None:
+                await self._call("after_list", handlers.after_list, objects)
         self._synced.set()
 
     async def _watch_once(self) -> bool:
@@ -317,7 +336,9 @@ class Reflector:
             raise
         except Exception:
             self._stats.handler_errors += 1
-            self._log.exception("event handler failed", handler=which, key=object_key(args[-1]))
+            # The list hooks get no object (or a list of them): no key to name.
+            key = object_key(args[-1]) if which.startswith("on_") else None
+            self._log.exception("event handler failed", handler=which, key=key)
 
 
 def _too_large(error: ApiError) -> bool:
@@ -361,6 +382,8 @@ class ReflectorGroup:
 
 __all__ = [
     "AddHandler",
+    "AfterListHandler",
+    "BeforeListHandler",
     "DeleteHandler",
     "EventHandlers",
     "Reflector",

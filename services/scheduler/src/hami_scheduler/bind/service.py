@@ -324,6 +324,10 @@ class BindService:
             elif pod.uid:
                 self._cache.release(pod.uid)
             raise
+        if record is not None:
+            # Bound: from now on only the pod watch confirms the decision (or its re-list
+            # forgets it, the pod gone meanwhile: cache/watch.py).
+            self._cache.bound(pod.uid, record.holding.key)
 
     async def _undo(self, node: str, pod: PodView, wrote: tuple[LockRule, ...]) -> None:
         if pod.uid:

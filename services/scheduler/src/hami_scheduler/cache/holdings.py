@@ -8,7 +8,10 @@ pod holds is decided per UID (:class:`PodRecord`) from three inputs:
   Binding has not been seen yet — it counts at once, so two quick filters cannot hand out the
   same capacity, and is dropped by :meth:`PodHoldings.forget` when the bind fails or replaced
   by ``observed`` once the watch shows the pod bound with a decision (its own, or the one
-  another replica bound it with);
+  another replica bound it with).  Once its Binding succeeded (:meth:`PodHoldings.bound`) only
+  the watch can confirm it — and a watch that was down while the pod was bound and deleted
+  again never will: the re-list after it finds the pod in neither its store nor the list, so no
+  event comes.  :meth:`PodHoldings.forget_unlisted` settles that after each re-list;
 * ``released``: observed allocations the scheduler has given up: they stop counting although
   the pod still carries their annotations.
 
@@ -77,6 +80,8 @@ class PodHoldings:
         self._on_problem = on_problem
         self._by_node: dict[str, dict[str, Holding]] = {}
         self._pods: dict[str, PodRecord] = {}
+        # uid → the assumption whose Binding succeeded, until the watch confirms (or it goes).
+        self._bound: dict[str, AllocationKey] = {}
 
     @property
     def count(self) -> int:
@@ -145,6 +150,7 @@ class PodHoldings:
     def drop(self, uid: str) -> None:
         """The pod is gone: whatever it held is released."""
         record = self._pods.pop(uid, None)
+        self._bound.pop(uid, None)
         if record is not None:
             self._hold(uid, None, record.effective)
 
@@ -178,6 +184,36 @@ class PodHoldings:
         if record is not None and record.assumed is not None and record.assumed.key == key:
             record.assumed = None
             self._settle(uid, record)
+
+    def bound(self, uid: str, key: AllocationKey) -> None:
+        """The Binding carrying the assumption ``key`` succeeded: only the pod watch (or
+        :meth:`forget_unlisted`) settles it now.  Nothing when the watch was quicker."""
+        record = self._pods.get(uid)
+        if record is not None and record.assumed is not None and record.assumed.key == key:
+            self._bound[uid] = key
+
+    def bound_unconfirmed(self) -> dict[str, AllocationKey]:
+        """uid → key of each assumption bound and not yet confirmed by the watch (a copy)."""
+        return dict(self._bound)
+
+    def forget_unlisted(
+        self, before: Mapping[str, AllocationKey], listed: Collection[str]
+    ) -> list[tuple[str, str]]:
+        """After a list of the bound pods: forget each assumption of ``before`` (what
+        :meth:`bound_unconfirmed` said as the list began) still unconfirmed whose pod the list
+        (``listed``: UIDs) lacks.  Its Binding happened before the list's snapshot, so the pod
+        was bound then: absent, it has been deleted, and the watch — which goes on from the
+        list — will never tell.  A decision assumed but not bound yet (the filter's, or a bind
+        whose Binding was still on the wire) is not in ``before`` and stays.  Returns ``(uid,
+        namespace/name)`` of each one forgotten; O(entries of ``before``)."""
+        gone: list[tuple[str, str]] = []
+        for uid, key in before.items():
+            if uid in listed or self._bound.get(uid) != key:
+                continue
+            record = self._pods[uid]
+            gone.append((uid, f"{record.namespace}/{record.name}"))
+            self.forget(uid, key)
+        return gone
 
     def release(self, uid: str) -> None:
         """Stop counting what the pod holds or was assumed to hold (filtered again, or its
@@ -213,6 +249,9 @@ class PodHoldings:
         record.effective = new
         if old is not new:
             self._hold(uid, new, old)
+        bound = self._bound.get(uid)
+        if bound is not None and (record.assumed is None or record.assumed.key != bound):
+            del self._bound[uid]  # confirmed, replaced or forgotten
         if record.observed is None and record.assumed is None and not record.released:
             # Released keys must outlive the holding: a late event may still carry them.
             del self._pods[uid]

@@ -355,6 +355,21 @@ class SchedulerCache:
         """Drop the assumption ``key`` (its bind failed)."""
         self._holdings.forget(uid, key)
 
+    def bound(self, uid: str, key: AllocationKey) -> None:
+        """The Binding of the assumption ``key`` succeeded; see :meth:`PodHoldings.bound
+        <hami_scheduler.cache.holdings.PodHoldings.bound>`."""
+        self._holdings.bound(uid, key)
+
+    def bound_unconfirmed(self) -> dict[str, AllocationKey]:
+        return self._holdings.bound_unconfirmed()
+
+    def forget_unlisted(
+        self, before: Mapping[str, AllocationKey], listed: Collection[str]
+    ) -> list[tuple[str, str]]:
+        """See :meth:`PodHoldings.forget_unlisted
+        <hami_scheduler.cache.holdings.PodHoldings.forget_unlisted>`."""
+        return self._holdings.forget_unlisted(before, listed)
+
     def release(self, uid: str) -> None:
         """Stop counting what the pod holds or was assumed to hold (filtered again, or its
         bind failed); see :meth:`PodHoldings.release

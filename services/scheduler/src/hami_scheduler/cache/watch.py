@@ -9,7 +9,11 @@
   placed by HAMi releases before 2.5 (annotations, no ``hami.io/vgpu-node`` label) are counted,
   and so is a pod whose decision arrives with its Binding, while memory holds only placed pods.
   Unbound pods never reach this process: a decision is counted from the filter's assumption
-  until its Binding shows up here;
+  until its Binding shows up here.  After each (re)list of this watch, a decision whose Binding
+  had succeeded before the list began and whose pod the list lacks is forgotten
+  (:meth:`~hami_scheduler.cache.view.SchedulerCache.forget_unlisted`, logged as
+  ``assumption_forgotten``): the pod was bound and deleted while the watch was down, and
+  neither the list nor the watch after it will ever show it;
 * every ResourceQuota;
 * every pod with a nomination (``fieldSelector=status.nominatedNodeName!=``), of which only the
   pending ones are kept (:func:`~hami_scheduler.cache.nominated.nominated`: unbound, not being
@@ -34,13 +38,22 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upserting
+import structlog
+
+from hami_kube.objects import ObjectView
+from hami_kube.reflector import (
+    EventHandlers,
+    Reflector,
+    ReflectorConfig,
+    ReflectorGroup,
+    upserting,
+)
 from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject, Resource
 from hami_kube.rest import KubeClient
 from hami_protocol.pod.allocation import allocation_keys
 from hami_scheduler.cache.nodes import slim_node
 from hami_scheduler.cache.nominated import nominated
-from hami_scheduler.cache.pods import carries_allocation, slim_pod
+from hami_scheduler.cache.pods import AllocationKey, carries_allocation, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 
 __all__ = ["BOUND_PODS", "NOMINATED_PODS", "PDBS", "CacheListener", "CacheWatcher"]
@@ -50,6 +63,8 @@ BOUND_PODS: Final = "spec.nodeName!="
 NOMINATED_PODS: Final = "status.nominatedNodeName!="
 """The nominated-pods watch's field selector: every pod with a nomination."""
 PDBS: Final = Resource("poddisruptionbudgets", "PodDisruptionBudget", group="policy")
+
+log = structlog.get_logger("hami_scheduler")
 
 NomineeListener = Callable[[JsonObject, bool], None]
 """``(pod, deleted)`` — told of every event of the nominated-pods watch."""
@@ -118,14 +133,35 @@ class CacheWatcher(ReflectorGroup):
         def pending(obj: JsonObject) -> bool:
             return nominated(obj) is not None
 
+        # What was bound and unconfirmed as the pod list began (see forget_unlisted).
+        bound_before: dict[str, AllocationKey] = {}
+
+        def pods_listing() -> None:
+            bound_before.clear()
+            bound_before.update(cache.bound_unconfirmed())
+
+        def pods_listed(objects: Sequence[JsonObject]) -> None:
+            listed = {ObjectView(obj).uid for obj in objects}
+            for uid, pod in cache.forget_unlisted(bound_before, listed):
+                log.info(
+                    "assumption_forgotten",
+                    pod=pod,
+                    uid=uid,
+                    reason="bound before the pod list, absent from it: deleted while the "
+                    "pod watch was down",
+                )
+            bound_before.clear()
+
         def watch(
             resource: Resource,
             name: str,
             upsert: Callable[[JsonObject], None],
             remove: Callable[[JsonObject], None],
             config: ReflectorConfig = base,
+            *,
+            lists: EventHandlers | None = None,
         ) -> Reflector:
-            handlers = [upserting(upsert, remove)]
+            handlers = [upserting(upsert, remove), *([lists] if lists else [])]
             return Reflector(client, resource, config=config, handlers=handlers, name=name)
 
         def pods(selector: str, keep: Callable[[JsonObject], bool]) -> ReflectorConfig:
@@ -135,7 +171,14 @@ class CacheWatcher(ReflectorGroup):
 
         unlabelled = dataclasses.replace(base, label_selector=None)
         self.nodes = watch(NODES, "scheduler-nodes", upsert_node, remove_node)
-        self.pods = watch(PODS, "scheduler-pods", upsert_pod, remove_pod, pods(BOUND_PODS, placed))
+        self.pods = watch(
+            PODS,
+            "scheduler-pods",
+            upsert_pod,
+            remove_pod,
+            pods(BOUND_PODS, placed),
+            lists=EventHandlers(before_list=pods_listing, after_list=pods_listed),
+        )
         self.quotas = watch(
             RESOURCE_QUOTAS, "scheduler-resourcequotas", cache.upsert_quota, cache.remove_quota
         )
