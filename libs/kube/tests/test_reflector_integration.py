@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -214,6 +214,37 @@ async def test_relist_after_compaction_emits_missed_deletes(
     assert mirror.violations == []
     assert ("delete", "a") in mirror.calls
     assert reflector.stats.expired + reflector.stats.lists >= 2
+
+
+async def test_list_hooks_frame_every_list(sim: RunningApiServer, kube: KubeClient) -> None:
+    for name in ("a", "b"):
+        await sim.server.create("nodes", node(name))
+    mirror = Mirror()
+    seen: list[tuple[str, list[str]]] = []
+
+    def before() -> None:
+        seen.append(("before", sorted(mirror.objects)))
+
+    async def after(objects: Sequence[JsonObject]) -> None:
+        # Called with what the store holds, once the list's own handlers have run.
+        assert sorted(object_key(obj) for obj in objects) == sorted(mirror.objects)
+        seen.append(("after", sorted(mirror.objects)))
+
+    hooks = EventHandlers(before_list=before, after_list=after)
+    reflector = Reflector(kube, NODES, config=FAST, handlers=[mirror.handlers(), hooks])
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await reflector.wait_synced()
+        assert seen == [("before", []), ("after", ["a", "b"])]
+        sim.server.inject_error("watch", "nodes", code=500)
+        sim.server.drop_watches("nodes", mode="abort")
+        await sim.server.delete("nodes", "a")
+        await sim.server.create("nodes", node("c"))
+        sim.server.compact()
+        sim.server.clear_faults()
+        await eventually(lambda: len(seen) == 4, what="the re-list ran its hooks")
+    assert seen[2:] == [("before", ["a", "b"]), ("after", ["b", "c"])]
+    assert mirror.violations == []
 
 
 async def _random_operations(sim: RunningApiServer, rng: random.Random, count: int) -> None:

@@ -10,6 +10,7 @@ from hami_protocol.node.registry import DevicePairScore, encode_pair_scores
 from hami_protocol.pod.devices import DeviceUsageSummary
 from hami_protocol.selectors import parse_selector_string
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA
+from hami_scheduler.cache.holdings import BoundDecision
 from hami_scheduler.cache.pods import Holding, allocation_key, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.core import QuotaLimits
@@ -218,7 +219,10 @@ def test_a_relist_forgets_bound_decisions_whose_pods_it_lacks_and_keeps_the_rest
     c.bound("uid-listed", listed.key)
     c.bound("uid-filtered", gone.key)  # not its assumption: nothing
     before = c.bound_unconfirmed()
-    assert before == {"uid-gone": gone.key, "uid-listed": listed.key}
+    assert {uid: b.key for uid, b in before.items()} == {
+        "uid-gone": gone.key,
+        "uid-listed": listed.key,
+    }
     # Bound once the list had begun: the list may predate its Binding.
     c.assume("uid-late", "late", late)
     c.bound("uid-late", late.key)
@@ -228,11 +232,14 @@ def test_a_relist_forgets_bound_decisions_whose_pods_it_lacks_and_keeps_the_rest
     assert held(c, "n") == (3, 9000, 0)
     assert c.holding("uid-gone") is None
     assert c.assumed_count() == 3
-    assert c.bound_unconfirmed() == {"uid-listed": listed.key, "uid-late": late.key}
+    assert {u: b.key for u, b in c.bound_unconfirmed().items()} == {
+        "uid-listed": listed.key,
+        "uid-late": late.key,
+    }
     # Once the watch confirms, nothing is left to settle; a stale snapshot changes nothing.
     c.upsert_pod(placed("late", "n", "GPU-n-0,NVIDIA,4000,0:;"))
-    assert c.bound_unconfirmed() == {"uid-listed": listed.key}
-    assert c.forget_unlisted({"uid-late": late.key}, set()) == []
+    assert list(c.bound_unconfirmed()) == ["uid-listed"]
+    assert c.forget_unlisted({"uid-late": BoundDecision(late.key, "default", "late")}, set()) == []
     assert held(c, "n") == (3, 9000, 0)
 
 
@@ -247,7 +254,7 @@ def test_bound_after_the_watch_confirmed_or_forgotten_marks_nothing() -> None:
     c.bound("uid-q", _holding("n", 1000).key)
     c.drop_pod("uid-q")
     assert c.bound_unconfirmed() == {}
-    assert c.forget_unlisted({"uid-p": holding.key}, set()) == []
+    assert c.forget_unlisted({"uid-p": BoundDecision(holding.key, "default", "p")}, set()) == []
     assert held(c, "n") == (1, 3000, 0)
 
 

@@ -50,3 +50,32 @@ async def test_a_pod_bound_and_deleted_while_the_pod_watch_was_down_holds_nothin
         # The waiting pod's bind still finds its decision and lands.
         assert await h.bind(waiting, "n") == ""
         await eventually(lambda: cache.assumed_count() == 0, what="the watch confirms the bind")
+
+
+async def test_the_sweep_reads_bound_decisions_the_watch_never_confirmed() -> None:
+    # Backstop for what a re-list cannot settle (a Binding answered while the list was under
+    # way): past max_age, one GET per bound decision still unconfirmed.
+    async with harness() as h:
+        await h.add_node("n", gpus("n", 2))
+        await h.synced_node("n")
+        cache, pending = h.scheduler.cache, h.scheduler.filters.pending
+        gone, alive = await h.filtered("gone"), await h.filtered("alive")
+        h.api.inject_error("watch", "pods", code=500)
+        assert h.api.drop_watches("pods", mode="abort") >= 1
+        for pod in (gone, alive):
+            assert await h.bind(pod, "n") == ""
+            await h.allocated(pod["metadata"]["name"], "n")
+        await h.api.delete("pods", "gone", namespace="default")
+        client = h.scheduler.binder._client
+        with capture_logs() as logs:
+            assert await pending.sweep(client) == 0  # too young
+            pending._max_age_s = 0.0
+            assert await pending.sweep(client) == 1
+        forgotten = [(e["pod"], e["reason"]) for e in logs if e["event"] == "assumption_forgotten"]
+        assert forgotten == [("default/gone", "gone")]
+        assert cache.holding(gone["metadata"]["uid"]) is None
+        # Bound with its decision, only the watch is late: it keeps counting.
+        assert list(cache.bound_unconfirmed()) == [alive["metadata"]["uid"]]
+        h.api.clear_faults()
+        await eventually(lambda: cache.assumed_count() == 0, what="the watch confirms the bind")
+        assert cache.holding(alive["metadata"]["uid"]) is not None

@@ -17,6 +17,14 @@ had) reads the pods whose entries are older than ``max_age_s``: gone or replaced
 bound → the entry goes, and the assumption too unless the pod carries the decision (the watch
 confirms it then); still unbound → kept, looked at again a ``max_age_s`` later.  Cost: one GET
 per stale entry per sweep, none in the nominal flow.
+
+Past the Binding, the decision waits for the pod watch alone.  A pod bound and deleted while
+that watch was down is settled by the watch's re-list
+(:meth:`~hami_scheduler.cache.view.SchedulerCache.forget_unlisted`) when the Binding succeeded
+before the list began; one whose answer came while the list was under way is left to the same
+sweep: a decision bound and unconfirmed for ``max_age_s`` (counted from the first sweep that
+sees it) costs one GET — gone, replaced, or not bound with it → forgotten; bound with it → the
+watch is only late: looked at again a ``max_age_s`` later.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from hami_kube.errors import KubeError, NotFoundError
 from hami_kube.objects import PodView
 from hami_kube.resources import PODS, JsonObject
 from hami_kube.rest import KubeClient
+from hami_scheduler.cache.holdings import BoundDecision
 from hami_scheduler.cache.pods import read_pod
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.selection.plan import DecisionRecord
@@ -67,6 +76,8 @@ class PendingBinds:
         self._max_age_s = max_age_s
         self._clock = clock
         self._entries: dict[str, PendingBind] = {}
+        # uid → a bound, unconfirmed decision and when a sweep first saw it so.
+        self._bound: dict[str, tuple[BoundDecision, float]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -96,7 +107,11 @@ class PendingBinds:
 
     async def sweep(self, client: KubeClient) -> int:
         """Look at entries older than ``max_age_s`` (see the module docstring); returns how
-        many were dropped.  API errors keep the entry for the next sweep."""
+        many were dropped (bound decisions forgotten included).  API errors keep the entry for
+        the next sweep."""
+        return await self._sweep_filtered(client) + await self._sweep_bound(client)
+
+    async def _sweep_filtered(self, client: KubeClient) -> int:
         now = self._clock()
         stale = [e for e in self._entries.values() if now - e.since >= self._max_age_s]
         dropped = 0
@@ -125,3 +140,44 @@ class PendingBinds:
             dropped += 1
             log.info("pending_bind_dropped", pod=entry.pod.key, uid=uid)
         return dropped
+
+    async def _sweep_bound(self, client: KubeClient) -> int:
+        now = self._clock()
+        seen: dict[str, tuple[BoundDecision, float]] = {}
+        for uid, decision in self._cache.bound_unconfirmed().items():
+            known = self._bound.get(uid)
+            seen[uid] = known if known is not None and known[0] == decision else (decision, now)
+        self._bound = seen
+        forgotten = 0
+        for uid, (decision, since) in list(seen.items()):
+            if now - since < self._max_age_s:
+                continue
+            try:
+                found = PodView(await client.get(PODS, decision.name, namespace=decision.namespace))
+            except NotFoundError:
+                found = None
+            except KubeError as exc:
+                log.info("bound_decision_check_failed", pod=decision.pod, error=str(exc))
+                continue
+            if self._cache.unconfirmed(uid) != decision:
+                continue  # confirmed or dropped meanwhile
+            reason = self._unbound(found, uid, decision)
+            if reason is None:
+                self._bound[uid] = (decision, self._clock())  # bound with it: the watch is late
+                continue
+            self._cache.forget(uid, decision.key)
+            self._bound.pop(uid, None)
+            forgotten += 1
+            log.info("assumption_forgotten", pod=decision.pod, uid=uid, reason=reason)
+        return forgotten
+
+    def _unbound(self, found: PodView | None, uid: str, decision: BoundDecision) -> str | None:
+        """Why ``decision`` no longer stands for the pod read (``None``: bound with it)."""
+        if found is None:
+            return "gone"
+        if found.uid != uid:
+            return "replaced"
+        holding = read_pod(found.raw, self._cache.vendors).holding
+        if found.node_name and holding is not None and holding.key == decision.key:
+            return None
+        return "not bound with it"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from hami_scheduler.cache.pods import AllocationKey, Holding, PodFacts
 
-__all__ = ["Move", "PodHoldings", "PodProblem", "PodRecord", "Resident"]
+__all__ = ["BoundDecision", "Move", "PodHoldings", "PodProblem", "PodRecord", "Resident"]
 
 PodProblem = Callable[[str, str, str], None]
 """``(namespace/name, uid, problem)`` — a pod's device list could not be decoded."""
@@ -57,6 +57,19 @@ class PodRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class BoundDecision:
+    """An assumption whose Binding succeeded and that the pod watch has not confirmed yet."""
+
+    key: AllocationKey
+    namespace: str
+    name: str
+
+    @property
+    def pod(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class Resident:
     """A pod held on a node, as the preempt verb ranks it."""
 
@@ -81,7 +94,7 @@ class PodHoldings:
         self._by_node: dict[str, dict[str, Holding]] = {}
         self._pods: dict[str, PodRecord] = {}
         # uid → the assumption whose Binding succeeded, until the watch confirms (or it goes).
-        self._bound: dict[str, AllocationKey] = {}
+        self._bound: dict[str, BoundDecision] = {}
 
     @property
     def count(self) -> int:
@@ -190,14 +203,18 @@ class PodHoldings:
         :meth:`forget_unlisted`) settles it now.  Nothing when the watch was quicker."""
         record = self._pods.get(uid)
         if record is not None and record.assumed is not None and record.assumed.key == key:
-            self._bound[uid] = key
+            self._bound[uid] = BoundDecision(key, record.namespace, record.name)
 
-    def bound_unconfirmed(self) -> dict[str, AllocationKey]:
-        """uid → key of each assumption bound and not yet confirmed by the watch (a copy)."""
+    def bound_unconfirmed(self) -> dict[str, BoundDecision]:
+        """uid → each assumption bound and not yet confirmed by the watch (a copy)."""
         return dict(self._bound)
 
+    def unconfirmed(self, uid: str) -> BoundDecision | None:
+        """The pod's assumption, when it is bound and not yet confirmed by the watch."""
+        return self._bound.get(uid)
+
     def forget_unlisted(
-        self, before: Mapping[str, AllocationKey], listed: Collection[str]
+        self, before: Mapping[str, BoundDecision], listed: Collection[str]
     ) -> list[tuple[str, str]]:
         """After a list of the bound pods: forget each assumption of ``before`` (what
         :meth:`bound_unconfirmed` said as the list began) still unconfirmed whose pod the list
@@ -207,12 +224,11 @@ class PodHoldings:
         whose Binding was still on the wire) is not in ``before`` and stays.  Returns ``(uid,
         namespace/name)`` of each one forgotten; O(entries of ``before``)."""
         gone: list[tuple[str, str]] = []
-        for uid, key in before.items():
-            if uid in listed or self._bound.get(uid) != key:
+        for uid, decision in before.items():
+            if uid in listed or self._bound.get(uid) != decision:
                 continue
-            record = self._pods[uid]
-            gone.append((uid, f"{record.namespace}/{record.name}"))
-            self.forget(uid, key)
+            gone.append((uid, decision.pod))
+            self.forget(uid, decision.key)
         return gone
 
     def release(self, uid: str) -> None:
@@ -250,7 +266,7 @@ class PodHoldings:
         if old is not new:
             self._hold(uid, new, old)
         bound = self._bound.get(uid)
-        if bound is not None and (record.assumed is None or record.assumed.key != bound):
+        if bound is not None and (record.assumed is None or record.assumed.key != bound.key):
             del self._bound[uid]  # confirmed, replaced or forgotten
         if record.observed is None and record.assumed is None and not record.released:
             # Released keys must outlive the holding: a late event may still carry them.

@@ -45,7 +45,7 @@ from hami_protocol.selectors import EVERYTHING, LabelSelector
 from hami_protocol.vendor.table import METAX_SGPU, Vendor
 from hami_scheduler.cache.budgets import DisruptionBudgets
 from hami_scheduler.cache.health import BadAnnotation, HandshakeWrite, HealthChange, NodeHealth
-from hami_scheduler.cache.holdings import PodHoldings, PodProblem, Resident
+from hami_scheduler.cache.holdings import BoundDecision, PodHoldings, PodProblem, Resident
 from hami_scheduler.cache.nics import NicCache
 from hami_scheduler.cache.nodes import NodeFacts, read_node
 from hami_scheduler.cache.nominated import Nominations
@@ -360,11 +360,14 @@ class SchedulerCache:
         <hami_scheduler.cache.holdings.PodHoldings.bound>`."""
         self._holdings.bound(uid, key)
 
-    def bound_unconfirmed(self) -> dict[str, AllocationKey]:
+    def bound_unconfirmed(self) -> dict[str, BoundDecision]:
         return self._holdings.bound_unconfirmed()
 
+    def unconfirmed(self, uid: str) -> BoundDecision | None:
+        return self._holdings.unconfirmed(uid)
+
     def forget_unlisted(
-        self, before: Mapping[str, AllocationKey], listed: Collection[str]
+        self, before: Mapping[str, BoundDecision], listed: Collection[str]
     ) -> list[tuple[str, str]]:
         """See :meth:`PodHoldings.forget_unlisted
         <hami_scheduler.cache.holdings.PodHoldings.forget_unlisted>`."""

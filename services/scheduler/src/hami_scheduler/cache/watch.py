@@ -51,9 +51,10 @@ from hami_kube.reflector import (
 from hami_kube.resources import NODES, PODS, RESOURCE_QUOTAS, JsonObject, Resource
 from hami_kube.rest import KubeClient
 from hami_protocol.pod.allocation import allocation_keys
+from hami_scheduler.cache.holdings import BoundDecision
 from hami_scheduler.cache.nodes import slim_node
 from hami_scheduler.cache.nominated import nominated
-from hami_scheduler.cache.pods import AllocationKey, carries_allocation, slim_pod
+from hami_scheduler.cache.pods import carries_allocation, slim_pod
 from hami_scheduler.cache.view import SchedulerCache
 
 __all__ = ["BOUND_PODS", "NOMINATED_PODS", "PDBS", "CacheListener", "CacheWatcher"]
@@ -134,7 +135,7 @@ class CacheWatcher(ReflectorGroup):
             return nominated(obj) is not None
 
         # What was bound and unconfirmed as the pod list began (see forget_unlisted).
-        bound_before: dict[str, AllocationKey] = {}
+        bound_before: dict[str, BoundDecision] = {}
 
         def pods_listing() -> None:
             bound_before.clear()
