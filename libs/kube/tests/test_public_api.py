@@ -92,6 +92,7 @@ PUBLIC_API = {
     },
     "hami_kube.resources": {
         "CONFIGMAPS",
+        "ENDPOINT_SLICES",
         "EVENTS",
         "JsonObject",
         "LEASES",
