@@ -31,19 +31,26 @@ from hami_kubesim.stack.state import (
     Outcome,
     allocated_devices,
     failed_scheduling,
+    node_devices,
     outcome,
 )
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
 from hami_kubesim.stack.system.settle import settled
-from hami_kubesim.stack.system.spec import SystemSpec, gpu_model_node
+from hami_kubesim.stack.system.spec import (
+    SystemSpec,
+    dump_yaml,
+    fake_devices_document,
+    gpu_model_node,
+)
+from hami_protocol.totals import NVIDIA_MEMORY
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 NS = "preempt"
 LOW, HIGH = "e2e-low", "e2e-high"
-ONE_GPU, TWO_GPUS, FRAGMENTED = "pre-one", "pre-two", "pre-frag"
+ONE_GPU, TWO_GPUS, FRAGMENTED, SICK = "pre-one", "pre-two", "pre-frag", "pre-sick"
 _HOSTNAME = "kubernetes.io/hostname"
 _WITHIN = 60.0
 
@@ -72,6 +79,7 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, Sy
             gpu_model_node(ONE_GPU, "Tesla T4", count=1, memory_mib=8000),
             gpu_model_node(TWO_GPUS, "Tesla T4", count=2, memory_mib=8000),
             gpu_model_node(FRAGMENTED, "Tesla T4", count=2, memory_mib=8000),
+            gpu_model_node(SICK, "Tesla T4", count=2, memory_mib=8000),
         ),
         namespaces=("default", "kube-system", "hami-system", NS),
         objects=(_priority_class(LOW, 100), _priority_class(HIGH, 1000)),
@@ -234,3 +242,40 @@ async def test_fragmentation_needs_the_extender_to_choose(cluster: tuple[str, Sy
         assert _outcome(state, "right") is Outcome.RUNNING
     finally:
         await _clear(system)
+
+
+async def test_a_gpu_gone_unhealthy_is_never_the_preemptors(cluster: tuple[str, System]) -> None:
+    """Two 8000 MiB GPUs, a low pod holding 6000 MiB of one; the other GPU goes unhealthy just
+    before a 4000 MiB high-priority pod arrives.  The node's totals still count the sick GPU for
+    a moment (the device plugin re-advertises them at its next pass): up to 1.37 kube-scheduler's
+    dry run then sees room and finds no victim, until the totals drop.  Either way the pod must
+    end on the healthy GPU, with the low pod evicted, and nothing placed on the sick one."""
+    mode, system = cluster
+    try:
+        (held,) = await _running(system, "sick-holder", SICK, 6000)
+        document = fake_devices_document(system.node(SICK))
+        for gpu in document["gpus"]:
+            gpu["healthy"] = gpu["uuid"] == held
+        dump_yaml(document, system.fake_devices_file(SICK))
+        # The scheduler learns of it from the register annotation; the totals in node status
+        # follow at the plugin's next write (that gap is the scenario).
+        await system.wait_for(
+            lambda s: [d.health for d in node_devices(s.node(SICK) or {}) or ()].count(False) == 1,
+            within=_WITHIN,
+            what="the sick GPU registered unhealthy",
+        )
+        await system.create(_pod("after-sickness", SICK, 4000, HIGH))
+        state = await system.wait_for(
+            lambda s: _outcome(s, "after-sickness") is Outcome.RUNNING,
+            within=_WITHIN,
+            what="after-sickness runs",
+        )
+        assert state.pod(NS, "sick-holder") is None
+        assert _gpus(state.pod(NS, "after-sickness")) == {held}
+        if mode.endswith("totals"):
+            allocatable = (state.node(SICK) or {})["status"]["allocatable"]
+            assert allocatable[NVIDIA_MEMORY] == "8000", allocatable
+        assert check_all(state) == ()
+    finally:
+        await _clear(system)
+        dump_yaml(fake_devices_document(system.node(SICK)), system.fake_devices_file(SICK))
