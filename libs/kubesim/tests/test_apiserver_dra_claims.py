@@ -55,7 +55,8 @@ async def test_claim_defaults_and_empty_status(sim: RunningApiServer) -> None:
     sub = subrequest("small", capacity={"memory": "1Gi"})
     fancy = await create(sim, CLAIMS, resource_claim("c2", first_available("gpu", sub)))
     stored = fancy["spec"]["devices"]["requests"][0]["firstAvailable"][0]
-    assert stored["allocationMode"] == "ExactCount" and stored["count"] == 1
+    assert stored["allocationMode"] == "ExactCount"
+    assert stored["count"] == 1
 
 
 REF = (
@@ -194,15 +195,18 @@ async def test_claim_and_template_specs_are_immutable(sim: RunningApiServer) -> 
     code, status = await http_json(sim.url, "PUT", f"{CLAIMS}/c1", changed)
     assert code == 422
     [(field, message)] = causes(status)
-    assert field == "spec" and message.endswith(": field is immutable")
+    assert field == "spec"
+    assert message.endswith(": field is immutable")
     template = await create(sim, TEMPLATES, claim_template("t1", labels={"app": "x"}))
     assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
     changed = {**template, "spec": {**template["spec"], "metadata": {"labels": {"app": "y"}}}}
     code, status = await http_json(sim.url, "PUT", f"{TEMPLATES}/t1", changed)
-    assert code == 422 and causes(status)[0][0] == "spec"
+    assert code == 422
+    assert causes(status)[0][0] == "spec"
     bad = claim_template("t2", labels={"app": "not valid!"})
     code, status = await http_json(sim.url, "POST", TEMPLATES, bad)
-    assert code == 422 and causes(status)[0][0] == "spec.metadata.labels"
+    assert code == 422
+    assert causes(status)[0][0] == "spec.metadata.labels"
 
 
 def reserved(name: str = "p1", uid: str = "uid-1") -> dict[str, Any]:
@@ -230,7 +234,8 @@ async def test_status_subresource_rules(sim: RunningApiServer) -> None:
     code, same = await http_json(
         sim.url, "PUT", f"{CLAIMS}/c1", {**claim, "status": {"allocation": allocated()}}
     )
-    assert code == 200 and same["status"] == {}
+    assert code == 200
+    assert same["status"] == {}
     code, status = await put_status(sim, claim, {"reservedFor": [reserved()]})
     assert code == 422
     assert causes(status) == [
@@ -244,7 +249,8 @@ async def test_status_subresource_rules(sim: RunningApiServer) -> None:
     result = written["status"]["allocation"]["devices"]["results"][0]
     assert result["consumedCapacity"] == {"memory": "4Gi", "cores": "0"}
     code, status = await put_status(sim, written, {"allocation": allocated(str(uuid.uuid4()))})
-    assert code == 422 and causes(status)[0][0] == "status.allocation"
+    assert code == 422
+    assert causes(status)[0][0] == "status.allocation"
     assert causes(status)[0][1].endswith(": field is immutable")
     twice = {**written["status"], "reservedFor": [reserved(), reserved("p2")]}
     code, status = await put_status(sim, written, twice)
@@ -274,7 +280,8 @@ async def test_status_write_keeps_spec_and_metadata(sim: RunningApiServer) -> No
     code, written = await put_status(sim, body, {"allocation": allocated()})
     assert code == 200
     assert written["spec"] == claim["spec"]
-    assert "labels" not in written["metadata"] and "finalizers" not in written["metadata"]
+    assert "labels" not in written["metadata"]
+    assert "finalizers" not in written["metadata"]
     assert written["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"]
 
 

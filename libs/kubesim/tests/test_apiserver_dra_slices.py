@@ -66,10 +66,12 @@ async def test_slice_stored_with_generation_and_canonical_quantities(
     name = created["metadata"]["name"]
     same = {**created, "spec": {**created["spec"]}}
     code, unchanged = await http_json(sim.url, "PUT", f"{SLICES}/{name}", same)
-    assert code == 200 and unchanged["metadata"]["generation"] == 1
+    assert code == 200
+    assert unchanged["metadata"]["generation"] == 1
     changed = {**created, "spec": {**created["spec"], "devices": [gpu_device(0), gpu_device(1)]}}
     code, updated = await http_json(sim.url, "PUT", f"{SLICES}/{name}", changed)
-    assert code == 200 and updated["metadata"]["generation"] == 2
+    assert code == 200
+    assert updated["metadata"]["generation"] == 2
 
 
 async def test_typed_client_and_field_selectors(sim: RunningApiServer) -> None:
@@ -296,7 +298,8 @@ async def test_device_class_generation_and_validation(sim: RunningApiServer) -> 
     assert created["metadata"]["generation"] == 1
     changed = {**created, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
     code, updated = await http_json(sim.url, "PUT", f"{CLASSES}/gpu.hami.io", changed)
-    assert code == 200 and updated["metadata"]["generation"] == 2
+    assert code == 200
+    assert updated["metadata"]["generation"] == 2
     long = device_class("long", selectors=["true || " * 1300 + "true"])
     assert ("spec.selectors[0].cel.expression", "Too long: may not be more than 10240 bytes") in (
         await refused(sim, CLASSES, long)
