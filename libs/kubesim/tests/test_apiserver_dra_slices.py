@@ -75,7 +75,7 @@ async def test_slice_stored_with_generation_and_canonical_quantities(
 
 
 async def test_typed_client_and_field_selectors(sim: RunningApiServer) -> None:
-    api = client.ResourceV1Api(sim.api_client())
+    api: Any = client.ResourceV1Api(sim.api_client())  # takes plain dicts as bodies too
     await api.create_resource_slice(resource_slice("node-a", [gpu_device(0)]))
     await api.create_resource_slice(resource_slice("node-b", [gpu_device(0)]))
     other = resource_slice("node-b", [device("nic-0")], driver="net.example.com", name="b-net")
