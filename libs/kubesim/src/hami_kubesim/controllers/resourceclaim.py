@@ -22,12 +22,10 @@ does not exist yet is synced again when the template appears.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any, Final
+from typing import Final
 
 import structlog
 
-from hami_kube.backoff import BackoffPolicy
 from hami_kube.errors import KubeError, NotFoundError
 from hami_kube.objects import object_key
 from hami_kube.reflector import EventHandlers, Reflector
@@ -48,6 +46,7 @@ from hami_kubesim.controllers.claims import (
     sync_claim,
     template_claims,
 )
+from hami_kubesim.controllers.workqueue import WorkQueue
 
 __all__ = ["RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "ResourceClaimController"]
 
@@ -57,7 +56,6 @@ RESOURCE_CLAIMS: Final = Resource("resourceclaims", "ResourceClaim", group="reso
 RESOURCE_CLAIM_TEMPLATES: Final = Resource(
     "resourceclaimtemplates", "ResourceClaimTemplate", group="resource.k8s.io"
 )
-_RETRY: Final = BackoffPolicy(initial=0.005, factor=2.0, cap=60.0, jitter=0.0)
 Item = tuple[str, str]  # ("pod" | "claim", namespace/name)
 
 
@@ -75,10 +73,7 @@ class ResourceClaimController(RunsInBackground):
         self._pods: Store | None = None
         self._claims: Store | None = None
         self._templates: Store | None = None
-        self._due: dict[Item, None] = {}
-        self._wake = asyncio.Event()
-        self._failures: dict[Item, int] = {}
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._queue: WorkQueue[Item] = WorkQueue("resourceclaim controller")
         self._created: dict[tuple[str, str], str] = {}  # (pod uid, pod claim) -> claim name
         self.syncs = 0
         """Pod and claim syncs done (for tests and logs)."""
@@ -130,19 +125,16 @@ class ResourceClaimController(RunsInBackground):
                         await reflector.wait_synced()
                     self._enqueue_orphans()
                     self.runner.ready.set()
-                    await self._work(client)
+                    await self._queue.run(lambda item: self._sync(client, item))
             finally:
                 self.runner.ready.clear()
-                for timer in self._timers:
-                    timer.cancel()
-                self._timers.clear()
+                self._queue.close()
                 self._pods = self._claims = self._templates = None
 
     # -- the queue -------------------------------------------------------------------------
 
     def _enqueue(self, item: Item) -> None:
-        self._due[item] = None
-        self._wake.set()
+        self._queue.add(item)
 
     def _pod_changed(self, pod: JsonObject) -> None:
         key = object_key(pod)
@@ -173,44 +165,11 @@ class ResourceClaimController(RunsInBackground):
         for claim in self._claims.objects() if self._claims is not None else ():
             self._enqueue(("claim", object_key(claim)))
 
-    def _later(self, seconds: float, item: Item) -> None:
-        def fire() -> None:
-            self._timers.discard(timer)
-            self._enqueue(item)
+    # -- the syncs -------------------------------------------------------------------------
 
-        timer = asyncio.get_running_loop().call_later(seconds, fire)
-        self._timers.add(timer)
-
-    # -- the worker ------------------------------------------------------------------------
-
-    async def _work(self, client: KubeClient) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._due:
-                item = next(iter(self._due))
-                del self._due[item]
-                kind, key = item
-                sync = self._sync_pod if kind == "pod" else self._sync_claim
-                await self._attempt(item, sync(client, key))
-
-    async def _attempt(self, item: Item, work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except Exception as error:
-            # One bad object must not stop the controller: retry it later, with backoff.
-            failures = self._failures.get(item, 0)
-            self._failures[item] = failures + 1
-            delay = _RETRY.base_delay(failures)
-            if isinstance(error, KubeError):
-                log.info(
-                    "resourceclaim controller retries", item=item, error=str(error), after_s=delay
-                )
-            else:
-                log.exception("resourceclaim controller sync crashed", item=item)
-            self._later(delay, item)
-        else:
-            self._failures.pop(item, None)
+    async def _sync(self, client: KubeClient, item: Item) -> None:
+        kind, key = item
+        await (self._sync_pod if kind == "pod" else self._sync_claim)(client, key)
 
     async def _sync_pod(self, client: KubeClient, key: str) -> None:
         pods, claims, templates = self._pods, self._claims, self._templates
