@@ -174,3 +174,23 @@ def write_kubeconfig(
     }
     path.write_text(json.dumps(document, indent=2), encoding="utf-8")
     return path
+
+
+async def http_json(
+    url: str, method: str, path: str, body: Any = None, *, content_type: str = ""
+) -> tuple[int, dict[str, Any]]:
+    """One plain HTTP request to the API server at ``url``: the status code and the decoded
+    JSON body (a ``Status`` for errors), for tests that check exact wire shapes and messages.
+    A ``body`` is sent as JSON (``content_type`` overrides, e.g. a merge patch)."""
+    import aiohttp
+
+    headers = {"Content-Type": content_type} if content_type else {}
+    data = None if body is None else json.dumps(body)
+    if data is not None and not content_type:
+        headers["Content-Type"] = "application/json"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, url + path, data=data, headers=headers) as resp,
+    ):
+        decoded = await resp.json(content_type=None)
+    return resp.status, decoded if isinstance(decoded, dict) else {"value": decoded}

@@ -47,6 +47,7 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       preemptionBehaviour: "1.37"         # kube-scheduler's preemption up to 1.37, or "1.38"
     controllers:
       disruption: true                    # PodDisruptionBudget status (kube-controller-manager)
+      resourceclaim: false                # DRA: claims from templates, reservedFor cleanup
     objects: [ ... full Kubernetes objects, created in order ... ]
     objectFiles: [extra-objects.yaml]     # multi-document YAML, created after ``objects``
 
@@ -185,6 +186,8 @@ class ControllersSpec:
     """Which kube-controller-manager controllers run (a real cluster runs them all)."""
 
     disruption: bool = True
+    resourceclaim: bool = False
+    """Off unless asked for: only DRA clusters need it, and it watches every pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,10 +418,13 @@ def _preemption_behaviour(raw: object) -> PreemptionBehaviour:
 
 
 def _controllers(raw: Mapping[str, Any]) -> ControllersSpec:
-    unknown = sorted(set(raw) - {"disruption"})
+    unknown = sorted(set(raw) - {"disruption", "resourceclaim"})
     if unknown:
         raise ClusterConfigError(f"controllers.{unknown[0]}", raw[unknown[0]], "unknown key")
-    return ControllersSpec(disruption=_bool("controllers.disruption", raw.get("disruption", True)))
+    return ControllersSpec(
+        disruption=_bool("controllers.disruption", raw.get("disruption", True)),
+        resourceclaim=_bool("controllers.resourceclaim", raw.get("resourceclaim", False)),
+    )
 
 
 def _object_file(key: str, path: Path) -> list[Mapping[str, Any]]:

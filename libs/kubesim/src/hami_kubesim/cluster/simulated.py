@@ -2,7 +2,8 @@
 
 ``async with running_cluster(config) as cluster:`` serves the API server, creates the configured
 namespaces and nodes, connects the admission dispatcher (webhook calls on pod CREATE), creates the
-initial objects, then starts the scheduling loop, the disruption controller and one kubelet
+initial objects, then starts the scheduling loop, the disruption controller (and, when configured,
+the resourceclaim controller) and one kubelet
 stand-in per node, together.  It returns once everything has synced; from then on, pods on those
 nodes are deleted gracefully (their kubelet stand-in finishes the deletion).  A stand-in that
 crashes cancels the block, which then raises the stand-in's error.  Leaving the block stops
@@ -36,6 +37,7 @@ from hami_kubesim.cluster.config import (
     load_cluster_config,
 )
 from hami_kubesim.controllers.disruption import DisruptionController
+from hami_kubesim.controllers.resourceclaim import ResourceClaimController
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.objects.resources import ResourceType
@@ -74,6 +76,8 @@ class Cluster:
     """The vendor device-plugin stand-ins by node name (nodes with ``vendors``)."""
     disruption: DisruptionController | None = None
     """kube-controller-manager's disruption controller (PodDisruptionBudget status)."""
+    resourceclaim: ResourceClaimController | None = None
+    """kube-controller-manager's resourceclaim controller (``controllers.resourceclaim``)."""
 
     def kubelet(self, node: str) -> KubeletStandIn:
         return self.kubelets[node]
@@ -173,6 +177,7 @@ async def running_cluster(
             None if scheduler_config is None else SchedulingLoop(scheduler_config, api_url=sim.url)
         )
         disruption = DisruptionController(sim.url) if config.controllers.disruption else None
+        claims = ResourceClaimController(sim.url) if config.controllers.resourceclaim else None
         cluster = Cluster(
             url=sim.url,
             config=config,
@@ -183,12 +188,15 @@ async def running_cluster(
             scheduler=scheduler,
             vendor_agents=agents,
             disruption=disruption,
+            resourceclaim=claims,
         )
         stand_ins: list[RunsInBackground] = [*kubelets.values()]
         if scheduler is not None:
             stand_ins.append(scheduler)
         if disruption is not None:
             stand_ins.append(disruption)
+        if claims is not None:
+            stand_ins.append(claims)
         async with asyncio.TaskGroup() as starting:  # a failed start cancels the others
             for stand_in in stand_ins:
                 starting.create_task(stack.enter_async_context(stand_in))

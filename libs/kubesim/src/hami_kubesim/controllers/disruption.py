@@ -24,14 +24,13 @@ real controller picks the first), and the periodic resync.  ``clock`` gives the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
 import structlog
 
-from hami_kube.backoff import BackoffPolicy
-from hami_kube.errors import ConflictError, KubeError, NotFoundError
+from hami_kube.errors import ConflictError, NotFoundError
 from hami_kube.events import EventRecorder, ObjectReference
 from hami_kube.objects import ObjectView, PodView, object_key
 from hami_kube.reflector import EventHandlers, Reflector
@@ -47,6 +46,7 @@ from hami_kubesim.controllers.budgets import (
     stale_disruption_after,
     sync_budget,
 )
+from hami_kubesim.controllers.workqueue import WorkQueue
 
 __all__ = ["POD_DISRUPTION_BUDGETS", "DisruptionController"]
 
@@ -56,8 +56,7 @@ POD_DISRUPTION_BUDGETS: Final = Resource(
     "poddisruptionbudgets", "PodDisruptionBudget", group="policy"
 )
 _COMPONENT: Final = "controllermanager"
-_RETRY: Final = BackoffPolicy(initial=0.005, factor=2.0, cap=60.0, jitter=0.0)
-"""The controller's per-item rate limiter: from 5 ms, doubling."""
+Item = tuple[str, str]  # ("budget" | "stale", key): a budget to sync, a pod to check
 
 
 class DisruptionController(RunsInBackground):
@@ -76,11 +75,7 @@ class DisruptionController(RunsInBackground):
         self._instance = instance
         self._budgets: Store | None = None
         self._pods: Store | None = None
-        self._due: dict[str, None] = {}  # budget keys to sync, in order, each once
-        self._stale: dict[str, None] = {}  # pod keys to check for a stale condition
-        self._wake = asyncio.Event()
-        self._failures: dict[str, int] = {}
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._queue: WorkQueue[Item] = WorkQueue("disruption controller")
         self.syncs = 0
         """Budget syncs done (for tests and logs)."""
         super().__init__(BackgroundRunner("disruption-controller", what="disruption controller"))
@@ -122,31 +117,19 @@ class DisruptionController(RunsInBackground):
                     await budgets.wait_synced()
                     await pods.wait_synced()
                     self.runner.ready.set()
-                    await self._work(client, events)
+                    await self._queue.run(lambda item: self._sync_item(client, events, item))
             finally:
                 self.runner.ready.clear()
-                for timer in self._timers:
-                    timer.cancel()
-                self._timers.clear()
+                self._queue.close()
                 self._budgets = self._pods = None
 
     # -- the queues ------------------------------------------------------------------------
 
     def _enqueue(self, key: str) -> None:
-        self._due[key] = None
-        self._wake.set()
+        self._queue.add(("budget", key))
 
     def _enqueue_stale(self, key: str) -> None:
-        self._stale[key] = None
-        self._wake.set()
-
-    def _later(self, seconds: float, callback: Callable[[str], None], key: str) -> None:
-        def fire() -> None:
-            self._timers.discard(timer)
-            callback(key)
-
-        timer = asyncio.get_running_loop().call_later(seconds, fire)
-        self._timers.add(timer)
+        self._queue.add(("stale", key))
 
     def _budget_changed(self, pdb: JsonObject) -> None:
         self._enqueue(object_key(pdb))
@@ -165,37 +148,12 @@ class DisruptionController(RunsInBackground):
 
     # -- the workers -----------------------------------------------------------------------
 
-    async def _work(self, client: KubeClient, events: EventRecorder) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._due or self._stale:
-                if self._due:
-                    key = next(iter(self._due))
-                    del self._due[key]
-                    await self._attempt(key, self._sync(client, events, key), self._enqueue)
-                else:
-                    key = next(iter(self._stale))
-                    del self._stale[key]
-                    await self._attempt(key, self._reset_stale(client, key), self._enqueue_stale)
-
-    async def _attempt(
-        self, key: str, work: Coroutine[Any, Any, None], again: Callable[[str], None]
-    ) -> None:
-        try:
-            await work
-        except Exception as error:
-            # One bad object must not stop the controller: retry it later, with backoff.
-            failures = self._failures.get(key, 0)
-            self._failures[key] = failures + 1
-            delay = _RETRY.base_delay(failures)
-            if isinstance(error, KubeError):
-                log.info("disruption controller retries", key=key, error=str(error), after_s=delay)
-            else:
-                log.exception("disruption controller sync crashed", key=key)
-            self._later(delay, again, key)
+    async def _sync_item(self, client: KubeClient, events: EventRecorder, item: Item) -> None:
+        kind, key = item
+        if kind == "budget":
+            await self._sync(client, events, key)
         else:
-            self._failures.pop(key, None)
+            await self._reset_stale(client, key)
 
     async def _sync(self, client: KubeClient, events: EventRecorder, key: str) -> None:
         budgets, pods = self._budgets, self._pods
@@ -217,7 +175,7 @@ class DisruptionController(RunsInBackground):
             except ConflictError:
                 raise  # a newer version is on its way: sync again, no fail-safe
         if result.recheck_after is not None:
-            self._later(result.recheck_after, self._enqueue, key)
+            self._queue.later(result.recheck_after, ("budget", key))
 
     async def _reset_stale(self, client: KubeClient, key: str) -> None:
         pod = None if self._pods is None else self._pods.get(key)
@@ -228,7 +186,7 @@ class DisruptionController(RunsInBackground):
         if after is None:
             return
         if after > 0:
-            self._later(after, self._enqueue_stale, key)
+            self._queue.later(after, ("stale", key))
             return
         try:
             await client.replace(

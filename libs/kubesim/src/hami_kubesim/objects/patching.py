@@ -58,6 +58,8 @@ MERGE_KEYS: dict[str, dict[Path, str]] = {
     "Namespace": {("status", "conditions"): "type"},
     "MutatingWebhookConfiguration": {("webhooks",): "name"},
     "PodDisruptionBudget": {("status", "conditions"): "type"},
+    # The scheduler's Unreserve removes its pod with ``$patch: delete`` keyed by uid.
+    "ResourceClaim": {("status", "reservedFor"): "uid"},
 }
 PRIMITIVE_MERGE_LISTS: dict[str, frozenset[Path]] = {
     "Node": frozenset({("spec", "podCIDRs")}),

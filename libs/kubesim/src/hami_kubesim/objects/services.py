@@ -16,7 +16,15 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from hami_kubesim.objects.validation import Cause, invalid, is_dns_label, quote, required
+from hami_kubesim.objects.validation import (
+    Cause,
+    duplicate,
+    invalid,
+    is_dns_label,
+    required,
+    too_many,
+    unsupported,
+)
 
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 """The label tying an EndpointSlice to its Service (``discovery.LabelServiceName``)."""
@@ -30,19 +38,6 @@ _MAX_ENDPOINTS: Final = 1000
 _MAX_ADDRESSES: Final = 100
 _PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+$")
 _PORT_NAME_LETTER = re.compile(r"[a-z]")
-
-
-def _unsupported(field: str, value: Any, supported: tuple[str, ...]) -> Cause:
-    values = ", ".join(quote(s) for s in supported)
-    return (
-        field,
-        "FieldValueNotSupported",
-        f"Unsupported value: {quote(value)}: supported values: {values}",
-    )
-
-
-def _duplicate(field: str, value: Any) -> Cause:
-    return (field, "FieldValueDuplicate", f"Duplicate value: {quote(value)}")
 
 
 def port_name_errors(name: str) -> list[str]:
@@ -106,7 +101,7 @@ def validate_service(obj: dict[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     kind = spec.get("type")
     if kind not in SERVICE_TYPES:
-        causes.append(_unsupported("spec.type", kind, SERVICE_TYPES))
+        causes.append(unsupported("spec.type", kind, SERVICE_TYPES))
     ports = spec.get("ports") or []
     headless = spec.get("clusterIP") == "None"
     if not ports and kind != "ExternalName" and not headless:
@@ -123,12 +118,12 @@ def validate_service(obj: dict[str, Any]) -> list[Cause]:
         elif name:
             causes.extend(invalid(f"{where}.name", name, why) for why in port_name_errors(name))
             if name in seen:
-                causes.append(_duplicate(f"{where}.name", name))
+                causes.append(duplicate(f"{where}.name", name))
             seen.add(name)
         if not _valid_port(port.get("port")):
             causes.append(invalid(f"{where}.port", port.get("port"), _PORT_RANGE))
         if port.get("protocol") not in PROTOCOLS:
-            causes.append(_unsupported(f"{where}.protocol", port.get("protocol"), PROTOCOLS))
+            causes.append(unsupported(f"{where}.protocol", port.get("protocol"), PROTOCOLS))
     return causes
 
 
@@ -190,18 +185,12 @@ def validate_endpoint_slice(obj: dict[str, Any]) -> list[Cause]:
     if not address_type:
         causes.append(required("addressType"))
     elif address_type not in ADDRESS_TYPES:
-        causes.append(_unsupported("addressType", address_type, ADDRESS_TYPES))
+        causes.append(unsupported("addressType", address_type, ADDRESS_TYPES))
     endpoints = obj.get("endpoints")
     if endpoints is None:
         endpoints = []
     if len(endpoints) > _MAX_ENDPOINTS:
-        causes.append(
-            (
-                "endpoints",
-                "FieldValueTooMany",
-                f"Too many: {len(endpoints)}: must have at most {_MAX_ENDPOINTS} items",
-            )
-        )
+        causes.append(too_many("endpoints", len(endpoints), _MAX_ENDPOINTS))
     for i, endpoint in enumerate(endpoints):
         where = f"endpoints[{i}]"
         addresses = endpoint.get("addresses") if isinstance(endpoint, dict) else None
@@ -209,13 +198,7 @@ def validate_endpoint_slice(obj: dict[str, Any]) -> list[Cause]:
             causes.append(required(f"{where}.addresses", "must contain at least 1 address"))
             continue
         if len(addresses) > _MAX_ADDRESSES:
-            causes.append(
-                (
-                    f"{where}.addresses",
-                    "FieldValueTooMany",
-                    f"Too many: {len(addresses)}: must have at most {_MAX_ADDRESSES} items",
-                )
-            )
+            causes.append(too_many(f"{where}.addresses", len(addresses), _MAX_ADDRESSES))
         for j, address in enumerate(addresses):
             why = _address_errors(str(address_type or ""), address)
             if why and address_type in ADDRESS_TYPES:
@@ -239,13 +222,13 @@ def validate_endpoint_slice(obj: dict[str, Any]) -> list[Cause]:
                 )
             )
         if name in seen:
-            causes.append(_duplicate(f"{where}.name", name))
+            causes.append(duplicate(f"{where}.name", name))
         seen.add(name)
         number = port.get("port")
         if number is not None and not _valid_port(number):
             causes.append(invalid(f"{where}.port", number, _PORT_RANGE))
         if port.get("protocol") not in PROTOCOLS:
-            causes.append(_unsupported(f"{where}.protocol", port.get("protocol"), PROTOCOLS))
+            causes.append(unsupported(f"{where}.protocol", port.get("protocol"), PROTOCOLS))
     return causes
 
 

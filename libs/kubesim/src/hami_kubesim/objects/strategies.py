@@ -12,6 +12,8 @@ from hami_kubesim.objects import pods as pod_strategy
 from hami_kubesim.objects import priorityclasses
 from hami_kubesim.objects import services as service_strategy
 from hami_kubesim.objects.quantities import stringify
+from hami_kubesim.objects.resource import podclaims
+from hami_kubesim.objects.resource import strategy as resource_strategy
 from hami_kubesim.objects.resources import (
     ENDPOINT_SLICES,
     MUTATING_WEBHOOKS,
@@ -136,6 +138,8 @@ def prepare_for_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         service_strategy.prepare_service(obj)
     elif rt is ENDPOINT_SLICES:
         service_strategy.prepare_endpoint_slice(obj)
+    elif resource_strategy.handles(rt):
+        resource_strategy.prepare_for_create(rt, obj)
 
 
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
@@ -144,6 +148,10 @@ def validate_create(rt: ResourceType, obj: dict[str, Any]) -> list[Cause]:
     causes.extend(validate_meta_maps(meta))
     if rt is PODS:
         causes.extend(pod_strategy.validate_pod_spec(obj))
+        if isinstance(obj.get("spec"), dict):
+            causes.extend(podclaims.validate_pod_claims(obj["spec"]))
+    elif resource_strategy.handles(rt):
+        causes.extend(resource_strategy.validate_create(rt, obj))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(obj))
     elif rt is PRIORITY_CLASSES:
@@ -210,6 +218,8 @@ def prepare_for_update(
     elif rt is ENDPOINT_SLICES:
         out = clone(out)
         service_strategy.prepare_endpoint_slice(out)
+    elif resource_strategy.handles(rt):
+        out = resource_strategy.prepare_for_update(rt, out, old, subresource)
     return out
 
 
@@ -223,6 +233,9 @@ def validate_update(
         nominated = (new.get("status") or {}).get("nominatedNodeName")
         if nominated and not (isinstance(nominated, str) and is_subdomain(nominated)):
             causes.append(invalid("status.nominatedNodeName", nominated, SUBDOMAIN_MSG))
+        causes.extend(podclaims.validate_claim_statuses(new))
+    elif resource_strategy.handles(rt):
+        causes.extend(resource_strategy.validate_update(rt, new, old, subresource))
     elif rt is MUTATING_WEBHOOKS:
         causes.extend(_validate_webhooks(new))
     elif rt is PRIORITY_CLASSES:

@@ -46,6 +46,39 @@ def forbidden(field: str, detail: str) -> Cause:
     return (field, "FieldValueForbidden", f"Forbidden: {detail}")
 
 
+def duplicate(field: str, value: Any) -> Cause:
+    return (field, "FieldValueDuplicate", f"Duplicate value: {quote(value)}")
+
+
+def unsupported(field: str, value: Any, supported: tuple[str, ...]) -> Cause:
+    values = ", ".join(quote(s) for s in supported)
+    return (
+        field,
+        "FieldValueNotSupported",
+        f"Unsupported value: {quote(value)}: supported values: {values}",
+    )
+
+
+def too_many(field: str, count: int, limit: int) -> Cause:
+    """``field.TooMany``: the list is longer than ``limit``."""
+    items = "item" if limit == 1 else "items"
+    return (field, "FieldValueTooMany", f"Too many: {count}: must have at most {limit} {items}")
+
+
+def too_long(field: str, limit: int) -> Cause:
+    """``field.TooLong`` (the value itself is not printed)."""
+    unit = "byte" if limit == 1 else "bytes"
+    return (field, "FieldValueTooLong", f"Too long: may not be more than {limit} {unit}")
+
+
+def not_found(field: str, value: Any, detail: str = "") -> Cause:
+    return (
+        field,
+        "FieldValueNotFound",
+        f"Not found: {quote(value)}" + (f": {detail}" if detail else ""),
+    )
+
+
 def is_subdomain(name: str) -> bool:
     return len(name) <= 253 and bool(_SUBDOMAIN.match(name))
 
