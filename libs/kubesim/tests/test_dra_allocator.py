@@ -18,18 +18,34 @@ from hami_kubesim.dra import (
     allocate,
     allocated_state,
 )
-from hami_kubesim.dra.builders import (
-    DRIVER,
-    device_class,
-    gpu_device,
-    gpu_slice,
-    resource_claim,
-)
 from hami_kubesim.dra.model import DeviceId
+from hami_kubesim.dra_objects import DRIVER, device_class, exact_request, gpu_device, resource_slice
+from hami_kubesim.dra_objects import resource_claim as claim_of
 
 NODE = NodeView({"metadata": {"name": "node-a", "labels": {"zone": "z1"}}})
 CLASSES = {DRIVER: device_class()}
 GPU0 = DeviceId(DRIVER, "node-a", "gpu-0")
+
+
+def resource_claim(
+    name: str,
+    *,
+    memory: str | None = None,
+    cores: str | None = None,
+    count: int | None = None,
+    selectors: tuple[str, ...] = (),
+    device_class_name: str = DRIVER,
+) -> dict[str, Any]:
+    """A claim with one request ``gpu`` for ``count`` GPUs, each with the given capacity."""
+    wanted = {k: v for k, v in (("memory", memory), ("cores", cores)) if v is not None}
+    request = exact_request(
+        "gpu",
+        device_class_name=device_class_name,
+        count=count,
+        selectors=selectors,
+        capacity=wanted or None,
+    )
+    return claim_of(name, request)
 
 
 def _ids() -> Iterator[str]:
@@ -74,7 +90,7 @@ def devices_of(outcome: Allocated | Unfit, index: int = 0) -> list[str]:
 
 
 def one_gpu(**kwargs: Any) -> list[dict[str, Any]]:
-    return [gpu_slice("node-a", [gpu_device(0, **kwargs)])]
+    return [resource_slice("node-a", [gpu_device(0, **kwargs)])]
 
 
 # -- consumable capacity ----------------------------------------------------------------------
@@ -116,7 +132,7 @@ def test_a_capacity_without_default_is_consumed_whole() -> None:
     # §2.2's trap: no requestPolicy.default means the full value is charged.
     device = gpu_device(0)
     del device["capacity"]["cores"]["requestPolicy"]
-    slices = [gpu_slice("node-a", [device])]
+    slices = [resource_slice("node-a", [device])]
     first = run([resource_claim("a", memory="1Gi")], slices)
     assert results(first)[0]["consumedCapacity"]["cores"] == "100"
     held = held_by(first)
@@ -143,7 +159,7 @@ def test_valid_values_take_the_smallest_not_below_and_refuse_above_all() -> None
         "default": "16Gi",
         "validValues": ["4Gi", "8Gi", "16Gi"],
     }
-    slices = [gpu_slice("node-a", [device])]
+    slices = [resource_slice("node-a", [device])]
     assert results(run([resource_claim("a", memory="5Gi")], slices))[0]["consumedCapacity"] == {
         "memory": "8Gi",
         "cores": "0",
@@ -154,7 +170,7 @@ def test_valid_values_take_the_smallest_not_below_and_refuse_above_all() -> None
 def test_a_range_max_below_the_request_makes_the_device_unusable() -> None:
     device = gpu_device(0)
     device["capacity"]["memory"]["requestPolicy"]["validRange"]["max"] = "8Gi"
-    assert run([resource_claim("a", memory="9Gi")], [gpu_slice("node-a", [device])]) == Unfit()
+    assert run([resource_claim("a", memory="9Gi")], [resource_slice("node-a", [device])]) == Unfit()
 
 
 def test_capacity_keys_are_compared_verbatim() -> None:
@@ -185,7 +201,7 @@ def test_a_whole_allocation_blocks_sharing_and_shares_block_exclusive_use() -> N
 
 def test_one_request_never_takes_the_same_shared_device_twice() -> None:
     assert run([resource_claim("a", memory="1Gi", count=2)], one_gpu()) == Unfit()
-    two = [gpu_slice("node-a", [gpu_device(0), gpu_device(1)])]
+    two = [resource_slice("node-a", [gpu_device(0), gpu_device(1)])]
     assert devices_of(run([resource_claim("a", memory="1Gi", count=2)], two)) == [
         "gpu-0",
         "gpu-1",
@@ -196,14 +212,14 @@ def test_one_request_never_takes_the_same_shared_device_twice() -> None:
 
 
 def test_only_the_newest_generation_of_a_pool_counts() -> None:
-    old = gpu_slice("node-a", [gpu_device(0, memory="8Gi")], generation=1, name="s-old")
-    new = gpu_slice("node-a", [gpu_device(5, memory="32Gi")], generation=2, name="s-new")
+    old = resource_slice("node-a", [gpu_device(0, memory="8Gi")], generation=1, name="s-old")
+    new = resource_slice("node-a", [gpu_device(5, memory="32Gi")], generation=2, name="s-new")
     assert devices_of(run([resource_claim("a", memory="20Gi")], [old, new])) == ["gpu-5"]
     assert devices_of(run([resource_claim("a", memory="1Gi")], [new, old])) == ["gpu-5"]
 
 
 def test_an_incomplete_pool_is_skipped_and_all_requests_fail_on_it() -> None:
-    part = gpu_slice("node-a", [gpu_device(0)], slice_count=2, name="s-1")
+    part = resource_slice("node-a", [gpu_device(0)], slice_count=2, name="s-1")
     assert run([resource_claim("a", memory="1Gi")], [part]) == Unfit()
     claim = resource_claim("all")
     claim["spec"]["devices"]["requests"][0]["exactly"] = {
@@ -212,20 +228,20 @@ def test_an_incomplete_pool_is_skipped_and_all_requests_fail_on_it() -> None:
     }
     with pytest.raises(AllocatorError, match="is currently being updated"):
         run([claim], [part])
-    rest = gpu_slice("node-a", [gpu_device(1)], slice_count=2, name="s-2")
+    rest = resource_slice("node-a", [gpu_device(1)], slice_count=2, name="s-2")
     assert devices_of(run([claim], [rest, part])) == ["gpu-0", "gpu-1"]
 
 
 def test_a_pool_with_a_repeated_device_name_is_invalid() -> None:
-    bad = gpu_slice("node-a", [gpu_device(0), gpu_device(0)])
+    bad = resource_slice("node-a", [gpu_device(0), gpu_device(0)])
     assert run([resource_claim("a", memory="1Gi")], [bad]) == Unfit()
 
 
 def test_pools_are_tried_by_driver_then_name_and_other_nodes_ignored() -> None:
     slices = [
-        gpu_slice("node-a", [gpu_device(7)], pool="zeta", name="z"),
-        gpu_slice("node-a", [gpu_device(3)], pool="alpha", name="a"),
-        gpu_slice("node-b", [gpu_device(1)], name="b"),
+        resource_slice("node-a", [gpu_device(7)], pool="zeta", name="z"),
+        resource_slice("node-a", [gpu_device(3)], pool="alpha", name="a"),
+        resource_slice("node-b", [gpu_device(1)], name="b"),
     ]
     outcome = run([resource_claim("a", memory="1Gi")], slices)
     assert [(r["pool"], r["device"]) for r in results(outcome)] == [("alpha", "gpu-3")]
@@ -241,7 +257,7 @@ def test_node_local_devices_pin_the_allocation_to_the_node() -> None:
 
 
 def test_slices_for_all_nodes_or_by_selector() -> None:
-    shared = gpu_slice("node-a", [gpu_device(0)])
+    shared = resource_slice("node-a", [gpu_device(0)])
     del shared["spec"]["nodeName"]
     shared["spec"]["nodeSelector"] = {
         "nodeSelectorTerms": [
@@ -263,7 +279,7 @@ def test_slices_for_all_nodes_or_by_selector() -> None:
 def test_backtracking_across_two_requests() -> None:
     # Request "any" takes gpu-0 first; "first" (index 0 only) then fails, so the search goes back
     # and gives "any" gpu-1.
-    slices = [gpu_slice("node-a", [gpu_device(0, shared=False), gpu_device(1, shared=False)])]
+    slices = [resource_slice("node-a", [gpu_device(0, shared=False), gpu_device(1, shared=False)])]
     claim = resource_claim("pair")
     claim["spec"]["devices"]["requests"] = [
         {"name": "any", "exactly": {"deviceClassName": DRIVER}},
@@ -282,14 +298,14 @@ def test_backtracking_across_two_requests() -> None:
 
 
 def test_backtracking_across_claims() -> None:
-    slices = [gpu_slice("node-a", [gpu_device(0, shared=False), gpu_device(1, shared=False)])]
+    slices = [resource_slice("node-a", [gpu_device(0, shared=False), gpu_device(1, shared=False)])]
     picky = resource_claim("picky", selectors=(f'device.attributes["{DRIVER}"].index == 0',))
     outcome = run([resource_claim("any"), picky], slices)
     assert (devices_of(outcome, 0), devices_of(outcome, 1)) == (["gpu-1"], ["gpu-0"])
 
 
 def test_first_available_takes_the_first_subrequest_that_fits() -> None:
-    slices = [gpu_slice("node-a", [gpu_device(0, model="A100")])]
+    slices = [resource_slice("node-a", [gpu_device(0, model="A100")])]
     claim = resource_claim("fa")
     claim["spec"]["devices"]["requests"] = [
         {
@@ -322,7 +338,7 @@ def test_first_available_takes_the_first_subrequest_that_fits() -> None:
 
 def test_constraints_match_and_distinct_attributes() -> None:
     slices = [
-        gpu_slice(
+        resource_slice(
             "node-a",
             [gpu_device(0, model="A100"), gpu_device(1, model="H100"), gpu_device(2, model="H100")],
         )
@@ -337,7 +353,7 @@ def test_constraints_match_and_distinct_attributes() -> None:
 
 
 def test_all_mode_takes_every_selected_device() -> None:
-    slices = [gpu_slice("node-a", [gpu_device(0), gpu_device(1), gpu_device(2, memory="8Gi")])]
+    slices = [resource_slice("node-a", [gpu_device(0), gpu_device(1), gpu_device(2, memory="8Gi")])]
     claim = resource_claim("all")
     claim["spec"]["devices"]["requests"][0]["exactly"] = {
         "deviceClassName": DRIVER,
@@ -351,12 +367,12 @@ def test_all_mode_takes_every_selected_device() -> None:
 
 
 def test_cel_selectors_with_quantities_and_class_selectors() -> None:
-    slices = [gpu_slice("node-a", [gpu_device(0, memory="8Gi"), gpu_device(1, memory="40Gi")])]
+    slices = [resource_slice("node-a", [gpu_device(0, memory="8Gi"), gpu_device(1, memory="40Gi")])]
     big = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("16Gi")) >= 0'
     assert devices_of(run([resource_claim("a", selectors=(big,))], slices)) == ["gpu-1"]
     classes = {
         DRIVER: device_class(
-            expression=f'device.capacity["{DRIVER}"].memory.isLessThan(quantity("10Gi"))'
+            selectors=(f'device.capacity["{DRIVER}"].memory.isLessThan(quantity("10Gi"))',)
         )
     }
     assert devices_of(run([resource_claim("a")], slices, classes=classes)) == ["gpu-0"]
@@ -383,7 +399,7 @@ def test_too_many_devices_for_one_claim() -> None:
 def test_taints_need_a_toleration() -> None:
     device = gpu_device(0)
     device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
-    slices = [gpu_slice("node-a", [device])]
+    slices = [resource_slice("node-a", [device])]
     assert run([resource_claim("a", memory="1Gi")], slices) == Unfit()
     claim = resource_claim("a", memory="1Gi")
     claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [

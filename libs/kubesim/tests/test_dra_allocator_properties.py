@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from hami_kube.objects import NodeView
 from hami_kubesim.dra import Allocated, allocate, allocated_state
-from hami_kubesim.dra.builders import DRIVER, device_class, gpu_device, gpu_slice, resource_claim
 from hami_kubesim.dra.quantities import quantity_value
+from hami_kubesim.dra_objects import DRIVER, device_class, exact_request, gpu_device, resource_slice
+from hami_kubesim.dra_objects import resource_claim as claim_of
 
 NODE = NodeView({"metadata": {"name": "node-a"}})
 MODELS = ("A100", "H100")
@@ -34,6 +35,27 @@ SELECTORS: dict[str, Callable[[dict[str, Any]], bool]] = {
         quantity_value(d["capacity"]["memory"]["value"], where="test") >= 12 * GI
     ),
 }
+
+
+def resource_claim(
+    name: str,
+    *,
+    memory: str | None = None,
+    cores: str | None = None,
+    count: int | None = None,
+    selectors: tuple[str, ...] = (),
+    device_class_name: str = DRIVER,
+) -> dict[str, Any]:
+    """A claim with one request ``gpu`` for ``count`` GPUs, each with the given capacity."""
+    wanted = {k: v for k, v in (("memory", memory), ("cores", cores)) if v is not None}
+    request = exact_request(
+        "gpu",
+        device_class_name=device_class_name,
+        count=count,
+        selectors=selectors,
+        capacity=wanted or None,
+    )
+    return claim_of(name, request)
 
 
 @st.composite
@@ -71,7 +93,7 @@ def pods(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
 def test_never_over_commits_and_always_satisfies_selectors(
     devices: list[dict[str, Any]], arrivals: list[list[dict[str, Any]]]
 ) -> None:
-    slices = [gpu_slice("node-a", devices)]
+    slices = [resource_slice("node-a", devices)]
     by_name = {d["name"]: d for d in devices}
     classes = {DRIVER: device_class()}
     granted: list[dict[str, Any]] = []
@@ -99,7 +121,7 @@ def _check_selectors(
     exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
     wanted = [s["cel"]["expression"] for s in exactly.get("selectors", ())]
     results = allocation["devices"]["results"]
-    assert len(results) == exactly["count"]
+    assert len(results) == exactly.get("count", 1)
     assert len({r["device"] for r in results}) == len(results)
     for result in results:
         device = devices[result["device"]]

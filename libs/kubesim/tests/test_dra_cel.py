@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hami_kubesim.dra.builders import DRIVER, gpu_device
 from hami_kubesim.dra.cel import CelError, device_variable, selector_matches
 from hami_kubesim.dra.model import parse_device
 from hami_kubesim.dra.quantities import format_quantity
+from hami_kubesim.dra_objects import DRIVER, gpu_device
 
 DEVICE = gpu_device(0, memory="16Gi", model="A100")
 DEVICE["attributes"]["driverVersion"] = {"version": "550.54.15"}
