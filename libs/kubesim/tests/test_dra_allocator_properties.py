@@ -37,27 +37,6 @@ SELECTORS: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
-def resource_claim(
-    name: str,
-    *,
-    memory: str | None = None,
-    cores: str | None = None,
-    count: int | None = None,
-    selectors: tuple[str, ...] = (),
-    device_class_name: str = DRIVER,
-) -> dict[str, Any]:
-    """A claim with one request ``gpu`` for ``count`` GPUs, each with the given capacity."""
-    wanted = {k: v for k, v in (("memory", memory), ("cores", cores)) if v is not None}
-    request = exact_request(
-        "gpu",
-        device_class_name=device_class_name,
-        count=count,
-        selectors=selectors,
-        capacity=wanted or None,
-    )
-    return claim_of(name, request)
-
-
 @st.composite
 def inventories(draw: st.DrawFn) -> list[dict[str, Any]]:
     count = draw(st.integers(1, 4))
@@ -74,11 +53,19 @@ def inventories(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 @st.composite
 def claims(draw: st.DrawFn, name: str) -> dict[str, Any]:
-    memory = draw(st.one_of(st.none(), st.integers(1, 20 * 1024).map(lambda mi: f"{mi}Mi")))
-    cores = draw(st.one_of(st.none(), st.integers(0, 100).map(str)))
-    selectors = tuple(draw(st.lists(st.sampled_from(sorted(SELECTORS)), max_size=2, unique=True)))
-    return resource_claim(
-        name, memory=memory, cores=cores, count=draw(st.integers(1, 2)), selectors=selectors
+    wanted = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "memory": st.integers(1, 20 * 1024).map(lambda mi: f"{mi}Mi"),
+                "cores": st.integers(0, 100).map(str),
+            },
+        )
+    )
+    selectors = draw(st.lists(st.sampled_from(sorted(SELECTORS)), max_size=2, unique=True))
+    count = draw(st.integers(1, 2))
+    return claim_of(
+        name, exact_request("gpu", count=count, selectors=selectors, capacity=wanted or None)
     )
 
 

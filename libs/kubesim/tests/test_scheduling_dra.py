@@ -64,9 +64,12 @@ async def add_claim(api: KubeClient, name: str, memory: str) -> dict[str, Any]:
     return await api.create(RESOURCE_CLAIMS, claim)
 
 
-async def gpu_node(api: KubeClient, node: str = "node-a", memory: str = "16Gi") -> None:
+async def gpu_node(api: KubeClient, node: str = "node-a", *, with_class: bool = True) -> None:
+    """A node with one shared 16Gi GPU in its slice (and the DeviceClass, unless told not)."""
+    if with_class:
+        await api.create(DEVICE_CLASSES, device_class())
     await add_node(api, node)
-    await api.create(RESOURCE_SLICES, resource_slice(node, [gpu_device(0, memory=memory)]))
+    await api.create(RESOURCE_SLICES, resource_slice(node, [gpu_device(0)]))
 
 
 async def wait_bound(api: KubeClient, pod: str) -> str:
@@ -104,7 +107,6 @@ def loop_for(sim: RunningApiServer, **changes: Any) -> SchedulingLoop:
 async def test_two_claims_share_a_gpu_and_a_third_is_refused(
     sim: RunningApiServer, kube: KubeClient
 ) -> None:
-    await kube.create(DEVICE_CLASSES, device_class())
     await gpu_node(kube)
     async with loop_for(sim):
         pods = {}
@@ -139,7 +141,6 @@ async def test_two_claims_share_a_gpu_and_a_third_is_refused(
 async def test_an_allocated_claim_is_shared_by_a_second_pod_on_its_node(
     sim: RunningApiServer, kube: KubeClient
 ) -> None:
-    await kube.create(DEVICE_CLASSES, device_class())
     await gpu_node(kube, "node-a")
     await add_node(kube, "node-b")  # no GPU: the claim's node selector keeps pods off it
     await add_claim(kube, "shared", "2Gi")
@@ -156,7 +157,6 @@ async def test_an_allocated_claim_is_shared_by_a_second_pod_on_its_node(
 async def test_a_missing_claim_waits_and_the_pod_schedules_once_it_exists(
     sim: RunningApiServer, kube: KubeClient
 ) -> None:
-    await kube.create(DEVICE_CLASSES, device_class())
     await gpu_node(kube)
     async with loop_for(sim):
         await add_pod(kube, "early", pod_claim("gpu", claim="later"))
@@ -179,7 +179,7 @@ async def test_a_template_claim_not_yet_created(sim: RunningApiServer, kube: Kub
 
 
 async def test_a_missing_device_class_is_named(sim: RunningApiServer, kube: KubeClient) -> None:
-    await gpu_node(kube)
+    await gpu_node(kube, with_class=False)
     await add_claim(kube, "c", "1Gi")
     async with loop_for(sim):
         await add_pod(kube, "p", pod_claim("gpu", claim="c"))
