@@ -49,6 +49,7 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
                 "config": "sched.yaml",
                 "extenderURLs": ["http://127.0.0.1:1"],
                 "preemptionBehaviour": "1.38",
+                "dynamicResources": False,
             },
             "objectFiles": ["more.yaml"],
         },
@@ -69,6 +70,8 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     assert config.scheduling.extender_urls == ("http://127.0.0.1:1",)
     assert config.scheduling.preemption_behaviour == "1.38"
     assert parse_cluster_config({}, base_dir=tmp_path).scheduling.preemption_behaviour == "1.37"
+    assert not config.scheduling.dynamic_resources
+    assert parse_cluster_config({}, base_dir=tmp_path).scheduling.dynamic_resources
     assert [o["metadata"]["name"] for o in config.objects] == ["a", "b"]
     assert config.admission.enabled
     assert config.kubelet.grace_period == 300.0
@@ -132,6 +135,7 @@ def test_hami_core_switch(tmp_path: Path) -> None:
         ({"objects": [{"apiVersion": "v1", "kind": "ConfigMap"}]}, "objects[0].metadata.name"),
         ({"objectFiles": ["does-not-exist.yaml"]}, "objectFiles[0]"),
         ({"scheduling": {"preemptionBehaviour": "latest"}}, "scheduling.preemptionBehaviour"),
+        ({"scheduling": {"dynamicResources": "yes"}}, "scheduling.dynamicResources"),
     ],
 )
 def test_invalid_documents_name_the_key(doc: Any, key: str) -> None:

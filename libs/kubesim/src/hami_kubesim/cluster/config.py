@@ -198,6 +198,8 @@ class SchedulingSpec:
     preemption_behaviour: PreemptionBehaviour = "1.37"
     """Which kube-scheduler release's preemption the loop plays (``"1.37"``: a node that fits
     with no in-tree victim is an error; ``"1.38"``: it goes to a preempt-capable extender)."""
+    dynamic_resources: bool = True
+    """Whether the loop runs the DynamicResources plugin (DRA claims allocated per node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +408,7 @@ def _scheduling(raw: Mapping[str, Any], base_dir: Path) -> SchedulingSpec:
         config=None if config is None else base_dir / _str("scheduling.config", config),
         extender_urls=tuple(_str(f"scheduling.extenderURLs[{i}]", u) for i, u in enumerate(urls)),
         preemption_behaviour=_preemption_behaviour(raw.get("preemptionBehaviour", "1.37")),
+        dynamic_resources=_bool("scheduling.dynamicResources", raw.get("dynamicResources", True)),
     )
 
 

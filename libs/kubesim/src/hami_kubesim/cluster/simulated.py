@@ -101,7 +101,11 @@ def scheduler_config_for(spec: SchedulingSpec) -> SchedulerConfig:
     """The KubeSchedulerConfiguration to run, with ``extenderURLs`` applied in order and the
     preemption behaviour of the release the spec names."""
     config = SchedulerConfig() if spec.config is None else load_scheduler_config(spec.config)
-    config = dataclasses.replace(config, preemption_behaviour=spec.preemption_behaviour)
+    config = dataclasses.replace(
+        config,
+        preemption_behaviour=spec.preemption_behaviour,
+        dynamic_resources=spec.dynamic_resources,
+    )
     for index, url in enumerate(spec.extender_urls):
         try:
             config = config.with_extender_url(url, index=index)

@@ -180,6 +180,9 @@ class SchedulerConfig:
     pod_max_backoff: float = 10.0
     preemption_behaviour: PreemptionBehaviour = "1.37"
     """Which kube-scheduler release's preemption to play (see :data:`PreemptionBehaviour`)."""
+    dynamic_resources: bool = True
+    """Run the DynamicResources plugin (DRA, GA and on since 1.34): follow ResourceSlices,
+    DeviceClasses and ResourceClaims and allocate the claims of pods that reference some."""
 
     @property
     def scheduler_names(self) -> frozenset[str]:

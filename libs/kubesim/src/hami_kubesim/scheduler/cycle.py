@@ -18,6 +18,10 @@ key it pops from its queue.  For one pod at a time, the *scheduling cycle*:
    ``Score * weight * 10``; picks the highest total (ties: see ``select_host``);
 5. *assumes* the pod on that node: its requests count there at once, for the next pods.
 
+A pod with ``spec.resourceClaims`` also goes through the DynamicResources plugin when the
+configuration enables it (:mod:`.dynamic_resources`): PreFilter before 1., Filter after the
+in-tree filters of 1., Reserve at 5., and PreBind (the claims' status writes) before the binding.
+
 The *binding cycle* then runs in the background: the extender's bind verb when one is configured
 and interested, else a POST of the Binding subresource.  An assumed pod that never shows up bound
 within ``assume_timeout`` is forgotten and queued again.
@@ -51,7 +55,10 @@ from hami_kube.resources import PODS
 from hami_kube.rest import KubeClient, PatchType
 from hami_kube.store import Store
 from hami_kube.timefmt import format_time, utc_now
+from hami_kubesim.dra import AllocatorError
+from hami_kubesim.dra.podclaims import ClaimsNotReady
 from hami_kubesim.scheduler.config import Profile, SchedulerConfig, scheduler_name_of
+from hami_kubesim.scheduler.dynamic_resources import ClaimWriteError, DraAttempt, DynamicResources
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.extender_wire import ExtenderError
 from hami_kubesim.scheduler.filtering import Attempt, Filtering, Placements, requests_quietly
@@ -140,6 +147,7 @@ class SchedulingCycle:
         rng: random.Random | None,
         assume_timeout: float,
         preemptions: PreemptionLog | None = None,
+        dra: DynamicResources | None = None,
     ) -> None:
         self.config = config
         self.queue = queue
@@ -155,7 +163,8 @@ class SchedulingCycle:
         self._placements = Placements()
         self._assume_timers: dict[str, asyncio.TimerHandle] = {}
         self.nominator = Nominator()
-        self._filtering = Filtering(self._extenders, self.nominator, self._placements)
+        self._dra = dra
+        self._filtering = Filtering(self._extenders, self.nominator, self._placements, dra)
         self._preemption = Preemption(
             config,
             client=client,
@@ -204,6 +213,8 @@ class SchedulingCycle:
         requests on a node."""
         self._forget_assumed(key)
         self.nominator.delete(key)
+        if self._dra is not None:
+            self._dra.unreserve(key)
         return self._placements.bound.pop(key, None) is not None
 
     # -- the scheduling cycle ----------------------------------------------------------------
@@ -219,25 +230,38 @@ class SchedulingCycle:
         self.stats.attempts += 1
         try:
             requests = _requests_or_fail(pod)
-            host = await self._find_host(pod, requests, profile)
+            dra = self._pre_filter(pod)
+            host = await self._find_host(Attempt(pod, requests, profile, dra))
         except _Failure as failure:
             self._record_failure(key, pod, failure)
             return
+        if dra is not None and self._dra is not None:
+            self._dra.reserve(dra, host)
         self._placements.assumed[key] = (host, PlacedPod(pod, requests))
         self.nominator.delete(key)  # assume() drops the nomination
-        self._spawn(f"bind-{key}", self._bind(key, pod, host))
+        self._spawn(f"bind-{key}", self._bind(key, pod, host, dra))
 
-    async def _find_host(self, pod: PodView, requests: dict[str, int], profile: Profile) -> str:
+    def _pre_filter(self, pod: PodView) -> DraAttempt | None:
+        """DynamicResources' PreFilter: a pod whose claims are not ready fits no node."""
+        if self._dra is None:
+            return None
+        try:
+            return self._dra.pre_filter(pod)
+        except ClaimsNotReady as exc:
+            message = f"0/{len(self._nodes)} nodes are available: {exc}."
+            raise _Failure(message, unschedulable=True) from exc
+
+    async def _find_host(self, attempt: Attempt) -> str:
+        pod, profile = attempt.pod, attempt.profile
         nodes = sorted((NodeView(n) for n in self._nodes.objects()), key=lambda n: n.name)
         if not nodes:
             raise _Failure(NO_NODES_AVAILABLE, unschedulable=True)
         nominated = pod.nominated_node_name or self.nominator.node_of(pod.key)
         nominated_node = self._nodes.get(nominated) if nominated else None
-        attempt = Attempt(pod, requests, profile)
         if nominated_node is not None:
             try:
                 feasible, _ = await self._filtering.run(attempt, [NodeView(nominated_node)])
-            except ExtenderError as exc:  # evaluateNominatedNode's error is only logged
+            except (ExtenderError, AllocatorError) as exc:  # evaluateNominatedNode only logs
                 log.info("nominated node failed", pod=pod.key, node=nominated, error=str(exc))
                 feasible = []
             if feasible:
@@ -246,6 +270,8 @@ class SchedulingCycle:
             feasible, statuses = await self._filtering.run(attempt, nodes)
         except ExtenderError as exc:
             self.stats.extender_errors += 1
+            raise _Failure(str(exc), unschedulable=False) from exc
+        except AllocatorError as exc:
             raise _Failure(str(exc), unschedulable=False) from exc
         if not feasible:
             result = PostFilterResult()
@@ -282,12 +308,14 @@ class SchedulingCycle:
             log.warning("extender prioritize failed", extender=extender.url, error=str(exc))
             return {}
 
-    async def _bind(self, key: str, pod: PodView, host: str) -> None:
+    async def _bind(self, key: str, pod: PodView, host: str, dra: DraAttempt | None) -> None:
         binder = next(
             (e for e in self._extenders if e.config.bind_verb and e.is_interested(pod.raw)), None
         )
         try:
             try:
+                if dra is not None and self._dra is not None:
+                    await self._dra.pre_bind(dra, host)
                 if binder is None:
                     await self._default_bind(pod, host)
                 else:
@@ -297,14 +325,18 @@ class SchedulingCycle:
                     raise
                 log.warning("ignorable extender bind failed", extender=binder.url, error=str(exc))
                 await self._default_bind(pod, host)
-        except (ExtenderError, KubeError) as exc:
+        except (ExtenderError, KubeError, ClaimWriteError) as exc:
             self._placements.assumed.pop(key, None)
+            if self._dra is not None:
+                self._dra.unreserve(key)
             self.stats.bind_failures += 1
             # A failed binding clears the nomination (clearNominatedNode).
             failure = _Failure(f"binding rejected: {exc}", unschedulable=False, nominate="")
             self._record_failure(key, pod, failure)
             return
         self.stats.scheduled += 1
+        if self._dra is not None:
+            self._dra.bound(key)
         self.queue.done(key)
         log.info("pod scheduled", pod=key, node=host)
         self._events.emit(

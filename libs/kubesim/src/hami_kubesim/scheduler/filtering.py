@@ -22,6 +22,7 @@ import structlog
 
 from hami_kube.objects import NodeView, PodView
 from hami_kubesim.scheduler.config import Profile
+from hami_kubesim.scheduler.dynamic_resources import DraAttempt, DynamicResources
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.extender_wire import ExtenderError
 from hami_kubesim.scheduler.nominator import Nominator
@@ -47,6 +48,8 @@ class Attempt:
     pod: PodView
     requests: dict[str, int]
     profile: Profile
+    dra: DraAttempt | None = None
+    """The pod's claims when it has some (the DynamicResources plugin runs)."""
 
 
 class Placements:
@@ -81,22 +84,33 @@ class Filtering:
     ``extenders``' filter verbs (see the module doc)."""
 
     def __init__(
-        self, extenders: Sequence[HttpExtender], nominator: Nominator, placements: Placements
+        self,
+        extenders: Sequence[HttpExtender],
+        nominator: Nominator,
+        placements: Placements,
+        dra: DynamicResources | None = None,
     ) -> None:
         self._extenders = list(extenders)
         self._nominator = nominator
         self._placements = placements
+        self._dra = dra
 
     async def run(
         self, attempt: Attempt, nodes: list[NodeView]
     ) -> tuple[list[NodeView], dict[str, NodeStatus]]:
-        """The nodes that fit the pod, and the statuses of those that do not."""
+        """The nodes that fit the pod, and the statuses of those that do not.
+
+        Raises :class:`~hami_kubesim.dra.AllocatorError` (the DRA allocator cannot run) and
+        :class:`~.extender_wire.ExtenderError`."""
         pod = attempt.pod
         usage = self._placements.usage_by_node()
         statuses: dict[str, NodeStatus] = {}
         feasible: list[NodeView] = []
         for node in nodes:
             status = self.in_tree(attempt, node, usage.get(node.name, RequestedOnNode()))
+            if status is None and attempt.dra is not None and self._dra is not None:
+                # DynamicResources comes last among kube-scheduler's default Filter plugins.
+                status = self._dra.filter(attempt.dra, node)
             if status is None:
                 feasible.append(node)
             else:

@@ -34,6 +34,7 @@ from hami_kube.events import EventRecorder
 from hami_kube.objects import NodeView, ObjectView, PodView
 from hami_kube.reflector import EventHandlers, Reflector
 from hami_kube.resources import NODES, PODS, JsonObject
+from hami_kube.rest import KubeClient
 from hami_kube.store import Store
 from hami_kubesim.access import connect, reflector_config
 from hami_kubesim.background_tasks import STOP_WITHIN_S, BackgroundRunner, RunsInBackground
@@ -44,6 +45,12 @@ from hami_kubesim.scheduler.cycle import (
     SchedulingStats,
     is_responsible,
     queue_position,
+)
+from hami_kubesim.scheduler.dynamic_resources import (
+    DEVICE_CLASSES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    DynamicResources,
 )
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.preemption.record import PreemptionLog
@@ -133,6 +140,17 @@ class SchedulingLoop(RunsInBackground):
             budgets = Reflector(
                 client, POD_DISRUPTION_BUDGETS, config=reflector_config(), name=f"{_COMPONENT}-pdbs"
             )
+            dra_reflectors = self._dra_reflectors(client) if self.config.dynamic_resources else []
+            dra = (
+                DynamicResources(
+                    client,
+                    slices=dra_reflectors[0].store,
+                    classes=dra_reflectors[1].store,
+                    claims=dra_reflectors[2].store,
+                )
+                if dra_reflectors
+                else None
+            )
             background = TaskSet(_COMPONENT)
             self._background = background
             self._caches = (nodes.store, pods.store)
@@ -150,6 +168,7 @@ class SchedulingLoop(RunsInBackground):
                 rng=self._rng,
                 assume_timeout=self._assume_timeout,
                 preemptions=self.preemptions,
+                dra=dra,
             )
             try:
                 async with asyncio.TaskGroup() as group:
@@ -157,9 +176,13 @@ class SchedulingLoop(RunsInBackground):
                     group.create_task(pods.run(), name=f"{_COMPONENT}-pods")
                     group.create_task(budgets.run(), name=f"{_COMPONENT}-pdbs")
                     group.create_task(events.run(), name=f"{_COMPONENT}-events")
+                    for reflector in dra_reflectors:
+                        group.create_task(reflector.run(), name=reflector.name)
                     await nodes.wait_synced()
                     await pods.wait_synced()
                     await budgets.wait_synced()
+                    for reflector in dra_reflectors:
+                        await reflector.wait_synced()
                     self.runner.ready.set()
                     log.info("scheduling loop ready", profiles=sorted(self.config.scheduler_names))
                     await self._pump(cycle)
@@ -202,6 +225,25 @@ class SchedulingLoop(RunsInBackground):
             coroutine.close()
             return
         self._background.spawn(name, coroutine)
+
+    def _dra_reflectors(self, client: KubeClient) -> list[Reflector]:
+        """Slices, classes and claims for the DynamicResources plugin; any change to them may
+        make a parked pod with claims schedulable (kube-scheduler's queueing hints, coarsely)."""
+        handlers = EventHandlers(
+            on_add=lambda _obj: self.queue.move_all_unschedulable(),
+            on_update=lambda _old, _new: self.queue.move_all_unschedulable(),
+            on_delete=lambda _obj: self.queue.move_all_unschedulable(),
+        )
+        return [
+            Reflector(
+                client,
+                resource,
+                config=reflector_config(),
+                handlers=[handlers],
+                name=f"{_COMPONENT}-{resource.plural}",
+            )
+            for resource in (RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)
+        ]
 
     # -- watch handlers --------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ __all__ = [
     "ResourceParseError",
     "filter_node",
     "node_allocatable",
+    "node_selector_matches",
     "pod_requests",
     "select_host",
     "tolerates",
@@ -164,12 +165,18 @@ def matches_node_affinity(pod: PodView, node: NodeView) -> bool:
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
-    if required is None:
+    return required is None or node_selector_matches(required, node)
+
+
+def node_selector_matches(selector: Mapping[str, Any] | None, node: NodeView) -> bool:
+    """Whether a ``v1.NodeSelector`` (ORed ``nodeSelectorTerms``) selects ``node``; ``None``
+    selects every node (DRA slices, devices and allocations carry such selectors)."""
+    if selector is None:
         return True
     fields = {"metadata.name": node.name}
     return any(
-        _term_matches(term or {}, labels, fields)
-        for term in required.get("nodeSelectorTerms") or []
+        _term_matches(term or {}, node.labels, fields)
+        for term in selector.get("nodeSelectorTerms") or []
     )
 
 
