@@ -89,7 +89,15 @@ from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
 
-__all__ = ["COMPONENT", "EVENT_COMPONENT", "RunningPlugin", "make_backend", "run", "serving"]
+__all__ = [
+    "COMPONENT",
+    "EVENT_COMPONENT",
+    "RunningPlugin",
+    "make_backend",
+    "open_backend",
+    "run",
+    "serving",
+]
 
 log = structlog.get_logger("hami_deviceplugin")
 
@@ -157,7 +165,7 @@ def make_backend(settings: Settings) -> Backend:
     )
 
 
-async def _open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]:
+async def open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]:
     try:
         return await backend.open()
     except BackendError as exc:
@@ -295,7 +303,7 @@ async def run(
     async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
         client = await life.enter("api-client", open_client(settings.kube), within=CLOSE_S)
         life.on_exit("gpu-backend", backend.close, within=CLOSE_WITHIN_S)
-        gpus = await _open_backend(backend, settings)
+        gpus = await open_backend(backend, settings)
         nics = await open_nics(nic_source, settings)
 
         recorder = EventRecorder(client, component=EVENT_COMPONENT, host=node_name)
