@@ -93,6 +93,7 @@ __all__ = [
     "COMPONENT",
     "EVENT_COMPONENT",
     "RunningPlugin",
+    "allocate_options",
     "make_backend",
     "open_backend",
     "run",
@@ -152,6 +153,18 @@ def _ready(server: PluginServer, link: KubeletLink, rdma: RunningRdma | None) ->
     """``/readyz``: every plugin serves its socket and is registered with the kubelet."""
     gpu_ready = server.serving and link.registered
     return gpu_ready and (rdma is None or rdma.ready())
+
+
+def allocate_options(settings: Settings) -> AllocateOptions:
+    """What HAMi-core's env depends on besides the devices (the DRA mode's CDI specs use the
+    same, so a claim's container gets what Allocate would give)."""
+    node = settings.node
+    return AllocateOptions(
+        node_name=settings.node_name,
+        memory_scaling=node.device_memory_scaling,
+        disable_core_limit=settings.disable_core_limit,
+        lib_cuda_log_level=node.lib_cuda_log_level,
+    )
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -253,12 +266,7 @@ def _gpu_plugin(
         config=AllocatorConfig(
             flow=FlowConfig(node_name=settings.node_name, timeout_s=settings.allocate_timeout_s),
             hook_path=settings.hook_path,
-            options=AllocateOptions(
-                node_name=settings.node_name,
-                memory_scaling=node.device_memory_scaling,
-                disable_core_limit=settings.disable_core_limit,
-                lib_cuda_log_level=node.lib_cuda_log_level,
-            ),
+            options=allocate_options(settings),
             resource_name=settings.resource_name,
         ),
         lock=lock,

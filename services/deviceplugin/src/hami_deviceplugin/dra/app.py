@@ -32,7 +32,13 @@ from typing import Any
 
 import structlog
 
-from hami_deviceplugin.app import CLOSE_S, COMPONENT, make_backend, open_backend
+from hami_deviceplugin.app import (
+    CLOSE_S,
+    COMPONENT,
+    allocate_options,
+    make_backend,
+    open_backend,
+)
 from hami_deviceplugin.devices.change_feed import follow_source
 from hami_deviceplugin.dra.driver import DraDriver, DriverConfig
 from hami_deviceplugin.dra.publisher import SlicePublisher
@@ -41,7 +47,6 @@ from hami_deviceplugin.dra.sockets import DraSockets
 from hami_deviceplugin.gpu.backends.base import CLOSE_WITHIN_S, Backend
 from hami_deviceplugin.gpu.hostdirs import HostDirs
 from hami_deviceplugin.gpu.inventory import Inventory
-from hami_deviceplugin.gpu.plan import AllocateOptions
 from hami_deviceplugin.metrics import PluginMetrics, plugin_version
 from hami_deviceplugin.node.register import annotations_to_withdraw
 from hami_deviceplugin.settings import Settings
@@ -105,12 +110,7 @@ def _parts(
             cdi_dir=settings.cdi_dir,
             state_dir=settings.dra_state_dir,
             hook_path=settings.hook_path,
-            options=AllocateOptions(
-                node_name=settings.node_name,
-                memory_scaling=node.device_memory_scaling,
-                disable_core_limit=settings.disable_core_limit,
-                lib_cuda_log_level=node.lib_cuda_log_level,
-            ),
+            options=allocate_options(settings),
             memory_scaling=node.device_memory_scaling,
         ),
     )
