@@ -94,10 +94,12 @@ __all__ = [
     "EVENT_COMPONENT",
     "RunningPlugin",
     "allocate_options",
+    "follow_backend",
     "make_backend",
     "open_backend",
     "run",
     "serving",
+    "starting",
 ]
 
 log = structlog.get_logger("hami_deviceplugin")
@@ -167,6 +169,19 @@ def allocate_options(settings: Settings) -> AllocateOptions:
     )
 
 
+def starting(
+    settings: Settings, stop: asyncio.Event | None, backend: Backend | None
+) -> tuple[asyncio.Event, Backend, PluginMetrics]:
+    """What every mode starts from: the stop event (SIGTERM/SIGINT set it when none is given),
+    the configuration warnings logged, the GPU backend and the metrics."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop, component=COMPONENT)
+    for warning in settings.config_warnings:
+        log.warning("configuration", note=warning)
+    return stop, backend or make_backend(settings), PluginMetrics(node=settings.node_name)
+
+
 def make_backend(settings: Settings) -> Backend:
     return choose_backend(
         settings.device_backend,
@@ -196,7 +211,7 @@ def make_mig_control(backend: Backend, fake_state: Path | None = None) -> MigCon
     return None if mig_control is None else cast("MigControl", mig_control())
 
 
-async def _follow_backend(backend: Backend, replace: Callable[[tuple[Gpu, ...]], bool]) -> None:
+async def follow_backend(backend: Backend, replace: Callable[[tuple[Gpu, ...]], bool]) -> None:
     await follow_source(
         backend.updates(), replace, event="GPU inventory changed", key=lambda g: g.uuid
     )
@@ -299,14 +314,8 @@ async def run(
 ) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given); the steps are
     described in the module docstring."""
-    if stop is None:
-        stop = asyncio.Event()
-        install_stop_signals(stop, component=COMPONENT)
-    for warning in settings.config_warnings:
-        log.warning("configuration", note=warning)
-    backend = backend or make_backend(settings)
+    stop, backend, metrics = starting(settings, stop, backend)
     nic_source = nic_source or make_nic_source(settings)
-    metrics = PluginMetrics(node=settings.node_name)
     node_name = settings.node_name
     async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
         client = await life.enter("api-client", open_client(settings.kube), within=CLOSE_S)
@@ -375,7 +384,7 @@ async def run(
 
         feeds = await life.tasks("feeds", within=CLOSE_S)
         feeds.spawn(
-            "health", _follow_backend(backend, inventory.replace if mig is None else mig.apply)
+            "health", follow_backend(backend, inventory.replace if mig is None else mig.apply)
         )
         if rdma is not None:
             feeds.spawn("rdma-nics", follow_nics(rdma.source, rdma.inventory))

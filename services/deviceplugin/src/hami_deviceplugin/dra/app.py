@@ -36,10 +36,10 @@ from hami_deviceplugin.app import (
     CLOSE_S,
     COMPONENT,
     allocate_options,
-    make_backend,
+    follow_backend,
     open_backend,
+    starting,
 )
-from hami_deviceplugin.devices.change_feed import follow_source
 from hami_deviceplugin.dra.driver import DraDriver, DriverConfig
 from hami_deviceplugin.dra.publisher import SlicePublisher
 from hami_deviceplugin.dra.slices import SliceOptions
@@ -47,7 +47,7 @@ from hami_deviceplugin.dra.sockets import DraSockets
 from hami_deviceplugin.gpu.backends.base import CLOSE_WITHIN_S, Backend
 from hami_deviceplugin.gpu.hostdirs import HostDirs
 from hami_deviceplugin.gpu.inventory import Inventory
-from hami_deviceplugin.metrics import PluginMetrics, plugin_version
+from hami_deviceplugin.metrics import plugin_version
 from hami_deviceplugin.node.register import annotations_to_withdraw
 from hami_deviceplugin.settings import Settings
 from hami_kube.errors import KubeError
@@ -57,7 +57,6 @@ from hami_kube.resources import NODES
 from hami_kube.rest import KubeClient, open_client
 from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
-from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
 
 __all__ = ["RunningDra", "run_dra", "serving_dra", "withdraw_device_plugin_annotations"]
@@ -146,13 +145,7 @@ async def run_dra(
     backend: Backend | None = None,
 ) -> None:
     """Serve the DRA mode until ``stop`` is set (or SIGTERM/SIGINT)."""
-    if stop is None:
-        stop = asyncio.Event()
-        install_stop_signals(stop, component=COMPONENT)
-    for warning in settings.config_warnings:
-        log.warning("configuration", note=warning)
-    backend = backend or make_backend(settings)
-    metrics = PluginMetrics(node=settings.node_name)
+    stop, backend, metrics = starting(settings, stop, backend)
     async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
         client = await life.enter("api-client", open_client(settings.kube), within=CLOSE_S)
         life.on_exit("gpu-backend", backend.close, within=CLOSE_WITHIN_S)
@@ -161,12 +154,7 @@ async def run_dra(
         inventory = Inventory(gpus, filters=node.filter_devices, split=node.device_split_count)
         inventory.subscribe(metrics.set_gpus)
         feeds = await life.tasks("feeds", within=CLOSE_S)
-        feeds.spawn(
-            "health",
-            follow_source(
-                backend.updates(), inventory.replace, event="GPU inventory changed", key=_uuid
-            ),
-        )
+        feeds.spawn("health", follow_backend(backend, inventory.replace))
         driver, sockets, publisher = _parts(settings, client, inventory)
         await driver.load()
         metrics_port = await life.enter(
@@ -213,10 +201,6 @@ async def run_dra(
         await life.run_until(stop)
         log.info("DRA plugin stopping", node=settings.node_name)
     log.info("DRA plugin stopped", node=settings.node_name)
-
-
-def _uuid(gpu: Any) -> str:
-    return str(gpu.uuid)
 
 
 @contextlib.asynccontextmanager

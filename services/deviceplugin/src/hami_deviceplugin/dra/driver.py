@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -52,6 +52,8 @@ from hami_kube.rest import KubeClient
 __all__ = ["DraDriver", "DriverConfig", "PrepareOutcome"]
 
 log = structlog.get_logger(__name__)
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +108,31 @@ class DraDriver:
 
     # --- Prepare ------------------------------------------------------------------------------
     async def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, PrepareOutcome]:
+        """``{claim uid: outcome}`` for every claim."""
+
+        async def one(ref: ClaimRef) -> PrepareOutcome:
+            return PrepareOutcome(devices=await self._prepare_one(ref))
+
+        return await self._each(refs, one, lambda error: PrepareOutcome(error=error), "prepared")
+
+    async def _each(
+        self,
+        refs: Iterable[ClaimRef],
+        one: Callable[[ClaimRef], Awaitable[R]],
+        failed: Callable[[str], R],
+        verb: str,
+    ) -> dict[str, R]:
+        """Handle the claims one by one under the lock; a :class:`ClaimError` fails its claim."""
         async with self._lock:
             if not self._loaded:
                 await self.load()
-            answers: dict[str, PrepareOutcome] = {}
+            answers: dict[str, R] = {}
             for ref in refs:
                 try:
-                    answers[ref.uid] = PrepareOutcome(devices=await self._prepare_one(ref))
+                    answers[ref.uid] = await one(ref)
                 except ClaimError as exc:
-                    log.warning("claim not prepared", claim=ref.key, uid=ref.uid, error=str(exc))
-                    answers[ref.uid] = PrepareOutcome(error=str(exc))
+                    log.warning(f"claim not {verb}", claim=ref.key, uid=ref.uid, error=str(exc))
+                    answers[ref.uid] = failed(str(exc))
             return answers
 
     def _spec_path(self, claim: PreparedClaim) -> Path:
@@ -205,18 +222,12 @@ class DraDriver:
     # --- Unprepare ----------------------------------------------------------------------------
     async def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str]:
         """``{claim uid: error}`` ("" = done) for every claim."""
-        async with self._lock:
-            if not self._loaded:
-                await self.load()
-            answers: dict[str, str] = {}
-            for ref in refs:
-                try:
-                    await self._unprepare_one(ref)
-                    answers[ref.uid] = ""
-                except ClaimError as exc:
-                    log.warning("claim not unprepared", claim=ref.key, uid=ref.uid, error=str(exc))
-                    answers[ref.uid] = str(exc)
-            return answers
+
+        async def one(ref: ClaimRef) -> str:
+            await self._unprepare_one(ref)
+            return ""
+
+        return await self._each(refs, one, lambda error: error, "unprepared")
 
     async def _unprepare_one(self, ref: ClaimRef) -> None:
         if not ref.uid:

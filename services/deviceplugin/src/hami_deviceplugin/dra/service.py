@@ -124,49 +124,35 @@ async def _unprepare(driver: DraDriver, request: Any, api: ModuleType) -> Any:
     return response
 
 
-class DraV1Service(v1_grpc.DRAPluginServicer):
+class _DraMethods:
+    """Both API versions' methods: the same driver, each version's own messages."""
+
+    _api: ModuleType
+    _share_ids: bool
+
     def __init__(self, driver: DraDriver) -> None:
         self._driver = driver
 
     async def NodePrepareResources(  # noqa: N802 - gRPC method name
-        self,
-        request: v1.NodePrepareResourcesRequest,
-        context: Context,
-    ) -> v1.NodePrepareResourcesResponse:
-        answer: v1.NodePrepareResourcesResponse = await _prepare(
-            self._driver, request, v1, share_ids=True
-        )
-        return answer
+        self, request: Any, context: Context
+    ) -> Any:
+        return await _prepare(self._driver, request, self._api, share_ids=self._share_ids)
 
     async def NodeUnprepareResources(  # noqa: N802 - gRPC method name
-        self,
-        request: v1.NodeUnprepareResourcesRequest,
-        context: Context,
-    ) -> v1.NodeUnprepareResourcesResponse:
-        answer: v1.NodeUnprepareResourcesResponse = await _unprepare(self._driver, request, v1)
-        return answer
+        self, request: Any, context: Context
+    ) -> Any:
+        return await _unprepare(self._driver, request, self._api)
 
 
-class DraV1beta1Service(v1beta1_grpc.DRAPluginServicer):
-    def __init__(self, driver: DraDriver) -> None:
-        self._driver = driver
+class DraV1Service(_DraMethods, v1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` (with ``share_id``)."""
 
-    async def NodePrepareResources(  # noqa: N802 - gRPC method name
-        self,
-        request: v1beta1.NodePrepareResourcesRequest,
-        context: Context,
-    ) -> v1beta1.NodePrepareResourcesResponse:
-        answer: v1beta1.NodePrepareResourcesResponse = await _prepare(
-            self._driver, request, v1beta1, share_ids=False
-        )
-        return answer
+    _api = v1
+    _share_ids = True
 
-    async def NodeUnprepareResources(  # noqa: N802 - gRPC method name
-        self,
-        request: v1beta1.NodeUnprepareResourcesRequest,
-        context: Context,
-    ) -> v1beta1.NodeUnprepareResourcesResponse:
-        answer: v1beta1.NodeUnprepareResourcesResponse = await _unprepare(
-            self._driver, request, v1beta1
-        )
-        return answer
+
+class DraV1beta1Service(_DraMethods, v1beta1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` (no ``share_id``)."""
+
+    _api = v1beta1
+    _share_ids = False
