@@ -309,7 +309,11 @@ async def test_prepare_refuses_bad_claims_one_by_one(
 
 async def test_v1beta1_answers_without_share_ids(sim: RunningApiServer, settings: Settings) -> None:
     result = dra.allocation_result(
-        "gpu", "gpu-0", pool=NODE, share_id="s-1", consumed={"memory": "1Gi"}
+        "gpu",
+        "gpu-0",
+        pool=NODE,
+        share_id="7f0c9b9e-0000-4000-8000-000000000002",
+        consumed={"memory": "1Gi"},
     )
     _, claim = await _pod_and_claim(sim, "old", [result])
     uid = claim["metadata"]["uid"]
