@@ -313,3 +313,41 @@ def test_the_fake_mig_state_file_is_beside_the_devices_file_unless_named(tmp_pat
     named = tmp_path / "state" / "mig.json"
     settings = parse_settings([*BASE, *fake_args, "--fake-mig-state", str(named)], {})
     assert settings.fake_mig_state == named
+
+
+def test_dra_mode_flags(tmp_path: Path) -> None:
+    default = parse_settings(BASE, {})
+    assert default.mode == "device-plugin"
+    assert default.kubelet_dir == Path("/var/lib/kubelet")
+    assert default.cdi_dir == Path("/var/run/cdi")
+    assert default.dra_state_dir == Path("/var/lib/kubelet/plugins/gpu.hami.io")
+    settings = parse_settings(
+        [*BASE, "--kubelet-dir", str(tmp_path), "--cdi-dir", str(tmp_path / "cdi")],
+        {"HAMI_MODE": "dra", "HAMI_SLICE_RESYNC_INTERVAL": "3"},
+    )
+    assert settings.mode == "dra"
+    assert settings.dra_state_dir == tmp_path / "plugins" / "gpu.hami.io"
+    assert settings.cdi_dir == tmp_path / "cdi"
+    assert settings.slice_resync_interval_s == 3.0
+    named = parse_settings([*BASE, "--mode", "dra", "--dra-state-dir", str(tmp_path / "s")], {})
+    assert named.dra_state_dir == tmp_path / "s"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mode", "both"], "invalid choice: 'both'"),
+        (["--mode", "dra", "--slice-resync-interval", "0"], "--slice-resync-interval"),
+    ],
+)
+def test_dra_mode_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_settings([*BASE, *argv], {})
+    assert message in capsys.readouterr().err
+
+
+def test_dra_mode_refuses_mig_nodes() -> None:
+    with pytest.raises(ValueError, match="does not support operating mode 'mig'"):
+        Settings(node_name="n", mode="dra", node=NodeSettings(operating_mode="mig"))

@@ -64,6 +64,10 @@ CONFIGMAPS = Resource("configmaps", "ConfigMap")
 RESOURCE_QUOTAS = Resource("resourcequotas", "ResourceQuota")
 LEASES = Resource("leases", "Lease", group="coordination.k8s.io")
 ENDPOINT_SLICES = Resource("endpointslices", "EndpointSlice", group="discovery.k8s.io")
+RESOURCE_SLICES = Resource(
+    "resourceslices", "ResourceSlice", group="resource.k8s.io", namespaced=False
+)
+RESOURCE_CLAIMS = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
@@ -81,7 +85,9 @@ __all__ = [
     "NAMESPACES",
     "NODES",
     "PODS",
+    "RESOURCE_CLAIMS",
     "RESOURCE_QUOTAS",
+    "RESOURCE_SLICES",
     "JsonObject",
     "Resource",
 ]

@@ -89,7 +89,18 @@ from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
 
-__all__ = ["COMPONENT", "EVENT_COMPONENT", "RunningPlugin", "make_backend", "run", "serving"]
+__all__ = [
+    "COMPONENT",
+    "EVENT_COMPONENT",
+    "RunningPlugin",
+    "allocate_options",
+    "follow_backend",
+    "make_backend",
+    "open_backend",
+    "run",
+    "serving",
+    "starting",
+]
 
 log = structlog.get_logger("hami_deviceplugin")
 
@@ -146,6 +157,31 @@ def _ready(server: PluginServer, link: KubeletLink, rdma: RunningRdma | None) ->
     return gpu_ready and (rdma is None or rdma.ready())
 
 
+def allocate_options(settings: Settings) -> AllocateOptions:
+    """What HAMi-core's env depends on besides the devices (the DRA mode's CDI specs use the
+    same, so a claim's container gets what Allocate would give)."""
+    node = settings.node
+    return AllocateOptions(
+        node_name=settings.node_name,
+        memory_scaling=node.device_memory_scaling,
+        disable_core_limit=settings.disable_core_limit,
+        lib_cuda_log_level=node.lib_cuda_log_level,
+    )
+
+
+def starting(
+    settings: Settings, stop: asyncio.Event | None, backend: Backend | None
+) -> tuple[asyncio.Event, Backend, PluginMetrics]:
+    """What every mode starts from: the stop event (SIGTERM/SIGINT set it when none is given),
+    the configuration warnings logged, the GPU backend and the metrics."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop, component=COMPONENT)
+    for warning in settings.config_warnings:
+        log.warning("configuration", note=warning)
+    return stop, backend or make_backend(settings), PluginMetrics(node=settings.node_name)
+
+
 def make_backend(settings: Settings) -> Backend:
     return choose_backend(
         settings.device_backend,
@@ -157,7 +193,7 @@ def make_backend(settings: Settings) -> Backend:
     )
 
 
-async def _open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]:
+async def open_backend(backend: Backend, settings: Settings) -> tuple[Gpu, ...]:
     try:
         return await backend.open()
     except BackendError as exc:
@@ -175,7 +211,7 @@ def make_mig_control(backend: Backend, fake_state: Path | None = None) -> MigCon
     return None if mig_control is None else cast("MigControl", mig_control())
 
 
-async def _follow_backend(backend: Backend, replace: Callable[[tuple[Gpu, ...]], bool]) -> None:
+async def follow_backend(backend: Backend, replace: Callable[[tuple[Gpu, ...]], bool]) -> None:
     await follow_source(
         backend.updates(), replace, event="GPU inventory changed", key=lambda g: g.uuid
     )
@@ -245,12 +281,7 @@ def _gpu_plugin(
         config=AllocatorConfig(
             flow=FlowConfig(node_name=settings.node_name, timeout_s=settings.allocate_timeout_s),
             hook_path=settings.hook_path,
-            options=AllocateOptions(
-                node_name=settings.node_name,
-                memory_scaling=node.device_memory_scaling,
-                disable_core_limit=settings.disable_core_limit,
-                lib_cuda_log_level=node.lib_cuda_log_level,
-            ),
+            options=allocate_options(settings),
             resource_name=settings.resource_name,
         ),
         lock=lock,
@@ -283,19 +314,13 @@ async def run(
 ) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is not given); the steps are
     described in the module docstring."""
-    if stop is None:
-        stop = asyncio.Event()
-        install_stop_signals(stop, component=COMPONENT)
-    for warning in settings.config_warnings:
-        log.warning("configuration", note=warning)
-    backend = backend or make_backend(settings)
+    stop, backend, metrics = starting(settings, stop, backend)
     nic_source = nic_source or make_nic_source(settings)
-    metrics = PluginMetrics(node=settings.node_name)
     node_name = settings.node_name
     async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
         client = await life.enter("api-client", open_client(settings.kube), within=CLOSE_S)
         life.on_exit("gpu-backend", backend.close, within=CLOSE_WITHIN_S)
-        gpus = await _open_backend(backend, settings)
+        gpus = await open_backend(backend, settings)
         nics = await open_nics(nic_source, settings)
 
         recorder = EventRecorder(client, component=EVENT_COMPONENT, host=node_name)
@@ -359,7 +384,7 @@ async def run(
 
         feeds = await life.tasks("feeds", within=CLOSE_S)
         feeds.spawn(
-            "health", _follow_backend(backend, inventory.replace if mig is None else mig.apply)
+            "health", follow_backend(backend, inventory.replace if mig is None else mig.apply)
         )
         if rdma is not None:
             feeds.spawn("rdma-nics", follow_nics(rdma.source, rdma.inventory))

@@ -33,6 +33,13 @@ HAMi's ``/tmp/hami/hami-mig-apply.lock``) exists while the MIG layout changes;
 references.  Creating instances takes real GPUs a second or more: give ``--allocate-timeout``
 room on MIG nodes.
 
+DRA (docs/dra.md): ``--mode`` (``HAMI_MODE``): ``device-plugin`` (the default) or ``dra``; a node
+runs one of them for its GPUs, never both.  ``--kubelet-dir`` (default ``/var/lib/kubelet``: the
+registration socket goes to ``plugins_registry/gpu.hami.io-reg.sock``, the service socket to
+``plugins/gpu.hami.io/dra.sock``), ``--cdi-dir`` (default ``/var/run/cdi``), ``--dra-state-dir``
+(the checkpoint's directory, default ``<kubelet dir>/plugins/gpu.hami.io``),
+``--slice-resync-interval`` (seconds between ResourceSlice checks, default 10).
+
 The parser's defaults are ``None`` so that :mod:`hami_deviceplugin.settings` can tell explicit
 flags (which override the config file, see :data:`FLAG_TO_CONFIG`) from built-in defaults.
 A value of the wrong type or outside the allowed set is refused by the parser (exit status 2).
@@ -44,12 +51,13 @@ import argparse
 from collections.abc import Callable
 from typing import Final
 
-from hami_kubelet_api.constants import KUBELET_SOCKET, POD_RESOURCES_SOCKET
+from hami_kubelet_api.constants import KUBELET_DIR, KUBELET_SOCKET, POD_RESOURCES_SOCKET
 from hami_protocol.topology.layout import RDMA_RESOURCE
 from hami_runtime import flags
 from hami_runtime.flags import Flag, parse_bool
 
 __all__ = [
+    "DEFAULT_CDI_DIR",
     "DEFAULT_HOOK_PATH",
     "DEFAULT_METRICS_BIND",
     "DEFAULT_MIG_LOCK_FILE",
@@ -57,6 +65,7 @@ __all__ = [
     "DEFAULT_RDMA_RESOURCE",
     "FLAGS",
     "FLAG_TO_CONFIG",
+    "MODES",
     "build_parser",
     "parse_tristate",
 ]
@@ -66,6 +75,8 @@ DEFAULT_RDMA_RESOURCE: Final = RDMA_RESOURCE
 DEFAULT_METRICS_BIND: Final = ":9397"
 DEFAULT_NODE_CONFIG_FILE: Final = "/config/config.json"
 DEFAULT_MIG_LOCK_FILE: Final = "/tmp/hami/hami-mig-apply.lock"
+DEFAULT_CDI_DIR: Final = "/var/run/cdi"
+MODES: Final = ("device-plugin", "dra")
 
 
 def parse_tristate(text: str) -> bool | str:
@@ -297,6 +308,34 @@ FLAGS: Final = (
         "mig_reconcile_interval",
         "5",
         "seconds between looks for MIG instances no live pod references",
+        flags.positive_number,
+    ),
+    Flag(
+        ("--mode",),
+        "mode",
+        "device-plugin",
+        "how the node's GPUs reach pods: the device-plugin protocol or DRA (a kubelet DRA "
+        "plugin publishing ResourceSlices); never both",
+        choices=MODES,
+    ),
+    Flag(
+        ("--kubelet-dir",),
+        "kubelet_dir",
+        KUBELET_DIR,
+        "the kubelet's root directory (DRA: plugins_registry/ and plugins/ are in it)",
+    ),
+    Flag(("--cdi-dir",), "cdi_dir", DEFAULT_CDI_DIR, "DRA: where per-claim CDI spec files go"),
+    Flag(
+        ("--dra-state-dir",),
+        "dra_state_dir",
+        None,
+        "DRA: the checkpoint's directory (default <kubelet dir>/plugins/gpu.hami.io)",
+    ),
+    Flag(
+        ("--slice-resync-interval",),
+        "slice_resync_interval",
+        "10",
+        "DRA: seconds between checks that the node's ResourceSlice is published",
         flags.positive_number,
     ),
     Flag(

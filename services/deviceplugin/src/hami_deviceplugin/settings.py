@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 from hami_deviceplugin.cli_flags import (
+    DEFAULT_CDI_DIR,
     DEFAULT_HOOK_PATH,
     DEFAULT_METRICS_BIND,
     DEFAULT_MIG_LOCK_FILE,
@@ -44,7 +45,12 @@ from hami_deviceplugin.cli_flags import (
 )
 from hami_deviceplugin.gpu.backends.nvml import HealthChecks, parse_health_env
 from hami_kube.config import KubeSettings
-from hami_kubelet_api.constants import KUBELET_SOCKET, POD_RESOURCES_SOCKET
+from hami_kubelet_api.constants import (
+    KUBELET_DIR,
+    KUBELET_SOCKET,
+    PLUGINS_DIR_NAME,
+    POD_RESOURCES_SOCKET,
+)
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
 from hami_protocol.config.device import DeviceConfig, MigProfileAllow, parse_device_config
 from hami_protocol.config.node import (
@@ -53,15 +59,24 @@ from hami_protocol.config.node import (
     effective_node_config,
     parse_node_configs,
 )
+from hami_protocol.dra_driver import DRIVER
 from hami_protocol.errors import ConfigError
 from hami_runtime import flags
 from hami_runtime.lifecycle import DEFAULT_GRACE_S
 from hami_runtime.logs import LOG_FORMATS, LogFormat
 from hami_runtime.sites import parse_bind
 
-__all__ = ["BackendKind", "NicSourceKind", "Settings", "parse_settings", "socket_name_for"]
+__all__ = [
+    "BackendKind",
+    "Mode",
+    "NicSourceKind",
+    "Settings",
+    "parse_settings",
+    "socket_name_for",
+]
 
 BackendKind = Literal["nvml", "fake"]
+Mode = Literal["device-plugin", "dra"]
 NicSourceKind = Literal["sysfs", "fake"]
 _MAX_SOCKET_PATH: Final = 107
 
@@ -126,6 +141,13 @@ class Settings:
     """Exists while the plugin changes the MIG layout (the vGPU monitor pauses feedback)."""
     mig_reconcile_interval_s: float = 5.0
     """How often instances no live pod references are looked for (``mig`` mode)."""
+    mode: Mode = "device-plugin"
+    """``dra``: serve the node's GPUs as a DRA kubelet plugin instead (docs/dra.md)."""
+    kubelet_dir: Path = Path(KUBELET_DIR)
+    cdi_dir: Path = Path(DEFAULT_CDI_DIR)
+    dra_state_dir_path: Path | None = None
+    """The DRA checkpoint's directory (None: ``<kubelet dir>/plugins/gpu.hami.io``)."""
+    slice_resync_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -150,6 +172,7 @@ class Settings:
             "allocate_timeout_s",
             "rdma_poll_interval_s",
             "mig_reconcile_interval_s",
+            "slice_resync_interval_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
@@ -157,7 +180,15 @@ class Settings:
             raise ValueError(f"HOOK_PATH must be absolute, got {self.hook_path!r}")
         if len(str(self.socket_path).encode()) > _MAX_SOCKET_PATH:
             raise ValueError(f"plugin socket path {self.socket_path} is too long for a socket")
-        self._check_rdma()
+        if self.mode == "dra":
+            if self.node.operating_mode == "mig":
+                raise ValueError("--mode dra does not support operating mode 'mig'")
+        else:
+            self._check_rdma()
+
+    @property
+    def dra_state_dir(self) -> Path:
+        return self.dra_state_dir_path or self.kubelet_dir / PLUGINS_DIR_NAME / DRIVER
 
     def _check_rdma(self) -> None:
         if "/" not in self.rdma_resource_name.strip("/"):
@@ -296,6 +327,13 @@ def parse_settings(
             rdma_poll_interval_s=float(value["rdma_poll_interval"]),
             mig_lock_file=Path(value["mig_lock_file"]),
             mig_reconcile_interval_s=float(value["mig_reconcile_interval"]),
+            mode=cast("Mode", value["mode"]),
+            kubelet_dir=Path(value["kubelet_dir"]),
+            cdi_dir=Path(value["cdi_dir"]),
+            dra_state_dir_path=Path(str(given["dra_state_dir"]))
+            if given.get("dra_state_dir")
+            else None,
+            slice_resync_interval_s=float(value["slice_resync_interval"]),
         )
     except (ConfigError, ValueError) as exc:
         parser.error(str(exc))

@@ -59,6 +59,7 @@ from hami_protocol.topology.links import AsymmetricPair, LinkTable, pair_scores
 from hami_protocol.totals import TOTALS_RESOURCES, Totals
 
 __all__ = [
+    "annotations_to_withdraw",
     "annotations_to_write",
     "capacity_to_write",
     "device_infos",
@@ -195,6 +196,23 @@ def annotations_to_write(
     if score is not None and current.get(NVIDIA_SCORE) != score:
         writes[NVIDIA_SCORE] = score
     return writes
+
+
+WITHDRAWN_IN_DRA_MODE = (
+    NVIDIA_REGISTER,
+    NVIDIA_HANDSHAKE,
+    NVIDIA_SCORE,
+    NODE_ALLOCATE_IDENTITY,
+    RDMA_REGISTER,
+)
+"""What a node agent in DRA mode removes: with no register annotation the extender finds no
+GPUs on the node (its GPUs are DRA devices, allocated by kube-scheduler from the ResourceSlice),
+so no GPU is counted twice when a node switches from the device-plugin protocol to DRA."""
+
+
+def annotations_to_withdraw(current: Mapping[str, str]) -> dict[str, str | None]:
+    """The merge-patch removing the device-plugin path's annotations the node still has."""
+    return {key: None for key in WITHDRAWN_IN_DRA_MODE if key in current}
 
 
 def _same_quantity(current: object, wanted: str) -> bool:
