@@ -215,6 +215,44 @@ ENDPOINT_SLICES = ResourceType(
     "endpointslice",
     namespaced=True,
 )
+# resource.k8s.io/v1 (DRA, GA in 1.34): ``pkg/registry/resource/*/strategy.go``.  Only claims
+# have a status subresource; slices, classes and templates are spec-only objects.
+RESOURCE_SLICES = ResourceType(
+    "resource.k8s.io",
+    "v1",
+    "ResourceSlice",
+    "resourceslices",
+    "resourceslice",
+    namespaced=False,
+    field_labels=("metadata.name", "spec.nodeName", "spec.driver"),
+)
+DEVICE_CLASSES = ResourceType(
+    "resource.k8s.io",
+    "v1",
+    "DeviceClass",
+    "deviceclasses",
+    "deviceclass",
+    namespaced=False,
+    field_labels=("metadata.name",),
+)
+RESOURCE_CLAIMS = ResourceType(
+    "resource.k8s.io",
+    "v1",
+    "ResourceClaim",
+    "resourceclaims",
+    "resourceclaim",
+    namespaced=True,
+    subresources=("status",),
+    has_status=True,
+)
+RESOURCE_CLAIM_TEMPLATES = ResourceType(
+    "resource.k8s.io",
+    "v1",
+    "ResourceClaimTemplate",
+    "resourceclaimtemplates",
+    "resourceclaimtemplate",
+    namespaced=True,
+)
 
 ALL_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -230,6 +268,10 @@ ALL_TYPES: tuple[ResourceType, ...] = (
     POD_DISRUPTION_BUDGETS,
     SERVICES,
     ENDPOINT_SLICES,
+    RESOURCE_SLICES,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIMS,
+    RESOURCE_CLAIM_TEMPLATES,
 )
 
 
