@@ -24,8 +24,8 @@ def test_check_mode_reports_current_files() -> None:
 
 def test_stale_files_detects_a_difference(tmp_path: Path) -> None:
     fresh = generate.generate()
-    for folder in ("v1beta1", "podresources/v1"):
-        (tmp_path / folder).mkdir(parents=True)
+    for name in generate.GENERATED_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     generate.write_files(fresh, tmp_path)
     assert generate.stale_files(fresh, tmp_path) == []
     (tmp_path / "v1beta1/api_pb2.py").write_bytes(b"# edited\n")

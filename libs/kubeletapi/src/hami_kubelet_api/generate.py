@@ -1,13 +1,14 @@
-"""Regenerates the committed device-plugin bindings from ``v1beta1/api.proto``.
+"""Regenerates the committed kubelet bindings from the protos in :data:`PROTOS`.
 
     python -m hami_kubelet_api.generate          # rewrite the committed files
     python -m hami_kubelet_api.generate --check  # exit 1 when they are stale
 
-The proto is compiled with the package source root as include path, so the proto file is known as
+The protos are compiled with the package source root as include path, so a proto file is known as
 ``hami_kubelet_api/v1beta1/api.proto`` and grpc's generated import already reads
 ``from hami_kubelet_api.v1beta1 import api_pb2``; no import rewriting is needed. The gRPC
-service names stay ``v1beta1.Registration`` / ``v1beta1.DevicePlugin`` because they come from the
-proto ``package``, not from the file path.
+service names stay the kubelet's (``v1beta1.DevicePlugin``, ``pluginregistration.Registration``,
+``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``) because they come from the proto ``package``, not
+from the file path.
 
 The only post-processing: the typed stubs get a header that exempts them from ruff (lint and
 format), since the workspace excludes only some generated file names from ruff.
@@ -23,7 +24,13 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-PROTOS = ("hami_kubelet_api/v1beta1/api.proto", "hami_kubelet_api/podresources/v1/api.proto")
+PROTOS = (
+    "hami_kubelet_api/v1beta1/api.proto",
+    "hami_kubelet_api/podresources/v1/api.proto",
+    "hami_kubelet_api/pluginregistration/v1/api.proto",
+    "hami_kubelet_api/dra/v1/api.proto",
+    "hami_kubelet_api/dra/v1beta1/api.proto",
+)
 """Each proto, relative to the source root; its bindings are written beside it."""
 GENERATED_NAMES = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
 GENERATED_FILES = tuple(

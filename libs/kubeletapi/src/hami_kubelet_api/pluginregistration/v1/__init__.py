@@ -1,0 +1,1 @@
+"""Generated bindings of the kubelet's ``pluginregistration`` v1 API."""
