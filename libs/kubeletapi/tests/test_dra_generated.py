@@ -132,6 +132,11 @@ class _Registration(registration_grpc.RegistrationServicer):
             type=constants.DRA_PLUGIN_TYPE, name="gpu.example", endpoint="/x.sock"
         )
 
+    async def NotifyRegistrationStatus(
+        self, request: registration.RegistrationStatus, context: object
+    ) -> registration.RegistrationStatusResponse:
+        return registration.RegistrationStatusResponse()
+
 
 class _Dra(dra_v1_grpc.DRAPluginServicer):
     async def NodePrepareResources(
@@ -141,6 +146,11 @@ class _Dra(dra_v1_grpc.DRAPluginServicer):
         for claim in request.claims:
             response.claims[claim.uid].devices.add(device_name=claim.name)
         return response
+
+    async def NodeUnprepareResources(
+        self, request: dra_v1.NodeUnprepareResourcesRequest, context: object
+    ) -> dra_v1.NodeUnprepareResourcesResponse:
+        return dra_v1.NodeUnprepareResourcesResponse()
 
 
 async def test_both_services_answer_over_a_unix_socket(socket_dir: Path) -> None:
