@@ -347,26 +347,33 @@ def start_failed_status(
     """A container that could not be started (``PreStartContainer`` failed, or the runtime
     could not create it: ``reason``): the pod stays Pending."""
     statuses = [
-        {
-            "name": c.name,
-            "image": c.image,
-            "imageID": "",
-            "ready": False,
-            "started": False,
-            "restartCount": 0,
-            "state": {"waiting": {"reason": reason, "message": message}}
+        _waiting_status(
+            c,
+            {"reason": reason, "message": message}
             if c.name == container
-            else {"waiting": {"reason": "PodInitializing"}},
-        }
+            else {"reason": "PodInitializing"},
+        )
         for c in pod.containers
     ]
     return {"phase": "Pending", "containerStatuses": statuses}
 
 
+def _waiting_status(container: ContainerView, waiting: dict[str, Any]) -> dict[str, Any]:
+    """The status of a container not created yet."""
+    return {
+        "name": container.name,
+        "image": container.image,
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": waiting},
+    }
+
+
 def creating_status(pod: PodView, *, now: str) -> dict[str, Any]:
     """A pod whose sandbox is not created yet (its DRA claims could not be prepared): Pending,
     ``PodReadyToStartContainers`` false, every container waiting in ``ContainerCreating``."""
-    waiting = {"waiting": {"reason": REASON_CREATING}}
     condition = {**_condition("PodReadyToStartContainers", now), "status": "False"}
     kept = [
         c
@@ -377,16 +384,7 @@ def creating_status(pod: PodView, *, now: str) -> dict[str, Any]:
         "phase": "Pending",
         "conditions": [condition, *kept],
         "containerStatuses": [
-            {
-                "name": c.name,
-                "image": c.image,
-                "imageID": "",
-                "ready": False,
-                "started": False,
-                "restartCount": 0,
-                "state": waiting,
-            }
-            for c in pod.containers
+            _waiting_status(c, {"reason": REASON_CREATING}) for c in pod.containers
         ],
     }
 

@@ -29,6 +29,7 @@ __all__ = [
     "DraCallError",
     "DraPlugin",
     "PrepareResult",
+    "rpc_error_text",
 ]
 
 SUPPORTED_SERVICES: Final = (DRA_V1_VERSION,)
@@ -96,7 +97,7 @@ class DraPlugin:
         try:
             reply = await self._stub.NodePrepareResources(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
-            raise DraCallError(_text(error)) from error
+            raise DraCallError(rpc_error_text(error)) from error
         except asyncio.CancelledError:
             self._closed_mid_call()
             raise
@@ -124,7 +125,7 @@ class DraPlugin:
         try:
             reply = await self._stub.NodeUnprepareResources(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
-            raise DraCallError(_text(error)) from error
+            raise DraCallError(rpc_error_text(error)) from error
         except asyncio.CancelledError:
             self._closed_mid_call()
             raise
@@ -143,5 +144,6 @@ class DraPlugin:
         await self._channel.close()
 
 
-def _text(error: grpc.aio.AioRpcError) -> str:
+def rpc_error_text(error: grpc.aio.AioRpcError) -> str:
+    """A gRPC error as the kubelet's Go client prints it."""
     return grpc_error_text(error.code().name, error.details() or "")

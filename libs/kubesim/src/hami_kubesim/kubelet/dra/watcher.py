@@ -40,8 +40,8 @@ from hami_kubesim.kubelet.dra.plugin import (
     DRA_PLUGIN_TYPE,
     SUPPORTED_SERVICES,
     DraPlugin,
+    rpc_error_text,
 )
-from hami_kubesim.kubelet.status import grpc_error_text
 
 __all__ = ["NotRegisteredError", "PluginWatcher", "Refusal", "choose_service"]
 
@@ -242,7 +242,7 @@ class PluginWatcher:
             except grpc.aio.AioRpcError as error:
                 raise _RegistrationError(
                     "RegisterPlugin error -- failed to get plugin info using RPC GetInfo at "
-                    f"socket {path}, err: {_text(error)}"
+                    f"socket {path}, err: {rpc_error_text(error)}"
                 ) from error
             plugin = await self._admit(stub, path, info)
             self._by_socket[path] = (stamp, plugin)
@@ -256,7 +256,7 @@ class PluginWatcher:
                     "RegisterPlugin error -- failed to send registration status",
                     node=self._node,
                     socket=str(path),
-                    error=_text(error),
+                    error=rpc_error_text(error),
                 )
         finally:
             await channel.close()
@@ -297,7 +297,3 @@ class PluginWatcher:
     ) -> None:
         status = api_pb2.RegistrationStatus(plugin_registered=registered, error=error)
         await stub.NotifyRegistrationStatus(status, timeout=self._call_timeout)
-
-
-def _text(error: grpc.aio.AioRpcError) -> str:
-    return grpc_error_text(error.code().name, error.details() or "")
