@@ -179,7 +179,8 @@ async def test_registration_refusals(plugin_dir: Path, change: dict[str, Any], e
         for field, value in change.items():
             setattr(driver, field, value)
         await driver.serve()
-        await eventually(lambda: bool(driver.notifications), what="the kubelet's verdict")
+        # The driver hears the verdict before the kubelet has logged its refusal.
+        await eventually(lambda: bool(kubelet.dra.watcher.refusals), what="the kubelet's verdict")
         expected = error.format(socket=driver.reg_socket, endpoint=driver.dra_socket)
         assert driver.notifications[0] == (False, expected)
         assert kubelet.dra.watcher.refusals[0].error == expected
@@ -266,6 +267,28 @@ async def test_a_prepare_error_keeps_the_pod_from_starting_until_it_clears(
         await eventually(lambda: len(driver.prepare_calls) >= 3, what="retries")
         driver.prepare_error = None
         await eventually(lambda: pod_phase(sim, "p1") == "Running", what="started once it works")
+
+
+async def test_a_failed_call_is_reported_and_a_failed_unprepare_retried(plugin_dir: Path) -> None:
+    async with dra_node(plugin_dir) as (sim, kubelet, driver):
+        await _registered(kubelet, driver)
+        uid = await _claim(sim)
+        driver.call_error = "driver is busy"
+        await _run_pod(sim, _pod("p1", {"gpu": "c1"}, {"m": [dra.container_claim("gpu")]}))
+        failed = (
+            "Failed to prepare dynamic resources: prepare dynamic resources: "
+            "NodePrepareResources: rpc error: code = Internal desc = driver is busy"
+        )
+        await eventually(lambda: failed in _events(sim, "FailedPrepareDynamicResources"))
+        driver.call_error = None
+        await eventually(lambda: pod_phase(sim, "p1") == "Running")
+        driver.unprepare_error = "device still in use"
+        await sim.server.delete("pods", "p1", namespace="default")
+        await eventually(lambda: len(driver.unprepare_calls) >= 2, what="unprepare retried")
+        assert ("default", "c1") in kubelet.prepared_claims()  # kept until it works
+        driver.unprepare_error = None
+        await eventually(lambda: not kubelet.prepared_claims(), what="unprepared at last")
+        assert not driver.spec_path(uid).exists()
 
 
 async def test_claims_the_kubelet_refuses_to_prepare(plugin_dir: Path) -> None:

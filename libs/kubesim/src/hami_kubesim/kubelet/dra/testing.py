@@ -96,6 +96,9 @@ class _Dra(dra_grpc.DRAPluginServicer):
         d.unprepare_calls.append([(c.namespace, c.name, c.uid) for c in request.claims])
         answer = dra_pb2.NodeUnprepareResourcesResponse()
         for claim in request.claims:
+            if d.unprepare_error is not None:
+                answer.claims[claim.uid].error = d.unprepare_error
+                continue
             d.spec_path(claim.uid).unlink(missing_ok=True)
             answer.claims[claim.uid].error = ""
         return answer
@@ -132,6 +135,8 @@ class FakeDraDriver:
         """Answer every claim with this error."""
         self.call_error: str | None = None
         """Fail every NodePrepareResources call as a whole (gRPC INTERNAL) with this text."""
+        self.unprepare_error: str | None = None
+        """Answer every claim of NodeUnprepareResources with this error (nothing removed)."""
         self.info_calls = 0
         self.notifications: list[tuple[bool, str]] = []
         self.prepare_calls: list[list[tuple[str, str, str]]] = []
