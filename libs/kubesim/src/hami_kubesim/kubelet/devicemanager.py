@@ -30,7 +30,12 @@ from hami_kubesim.kubelet.devices import (
     start_selection,
 )
 from hami_kubesim.kubelet.registration import PluginCallError, PluginEndpoint
-from hami_kubesim.kubelet.status import ContainerAllocation, PodAllocation, ResourceAllocation
+from hami_kubesim.kubelet.status import (
+    CLAIM_RESOURCE_PREFIX,
+    ContainerAllocation,
+    PodAllocation,
+    ResourceAllocation,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -176,6 +181,8 @@ class DeviceManager:
         """Take a pod's devices from the checkpoint (a pod started before this kubelet ran)."""
         for container in allocation.containers:
             for given in container.resources:
+                if given.resource.startswith(CLAIM_RESOURCE_PREFIX):
+                    continue  # a DRA claim's record: the DRA manager's, not a plugin device
                 self._ledger.record(
                     allocation.uid, container.name, given.resource, given.device_ids
                 )

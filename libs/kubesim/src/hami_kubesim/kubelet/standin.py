@@ -50,6 +50,15 @@ What it copies from the kubelet (``pkg/kubelet/cm/devicemanager``):
   until the plugins register again. The pod-resources socket is served anew. Node status is not
   rewritten meanwhile.
 
+* DRA (:mod:`.dra`): DRA drivers register through ``plugins_registry`` (the plugin watcher).
+  After admission and before the containers start, a pod's ResourceClaims are prepared
+  (NodePrepareResources, batched per driver) and each container gets the CDI devices of the
+  claims it lists, applied from the node's CDI spec files (env, mounts, device nodes); a failure
+  leaves the pod Pending (``ContainerCreating``) with a ``FailedPrepareDynamicResources`` event
+  and is retried every ``dra_retry_interval`` seconds. Claims no pod of the node uses any more
+  are unprepared. A restart drops the driver connections (their sockets stay: they register
+  again) and keeps the claim cache; a new stand-in prepares a running pod's claims again.
+
 What each container was given (device IDs, envs, mounts, devices, annotations, CDI devices) is
 kept in memory (:attr:`KubeletStandIn.allocations`) and, for pods that got any device, written
 to the emulator's own pod annotation ``kubesim.hami.io/container-allocations`` (its JSON form is
@@ -68,7 +77,7 @@ repeated one as the kubelet's recorder does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +96,8 @@ from hami_kubesim.background_tasks import BackgroundRunner, RunsInBackground
 from hami_kubesim.kubelet.admission import AdmissionQueue
 from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager, PreStartError
 from hami_kubesim.kubelet.devices import ResourceDevices
+from hami_kubesim.kubelet.dra.host import DraHost, uses_claims
+from hami_kubesim.kubelet.dra.manager import ClaimState, InjectionError
 from hami_kubesim.kubelet.podmanager import PodManager
 from hami_kubesim.kubelet.podresources import PodResourcesServer
 from hami_kubesim.kubelet.predicate import (
@@ -98,6 +109,7 @@ from hami_kubesim.kubelet.registration import RegistrationServer
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import (
     ALLOCATIONS_ANNOTATION,
+    REASON_CREATE,
     REASON_UNEXPECTED_ADMISSION,
     PodAllocation,
     admission_failure_message,
@@ -139,6 +151,7 @@ class KubeletStandIn(RunsInBackground):
         self._pod_resources = PodResourcesServer(
             socket_path=settings.pod_resources_socket, source=self._manager
         )
+        self._dra = DraHost(settings)
         self._handled: set[str] = set()
         self._finalizing: set[str] = set()
         self._queue = AdmissionQueue()
@@ -214,6 +227,20 @@ class KubeletStandIn(RunsInBackground):
         return dict(self._pod_resources.calls)
 
     @property
+    def dra_drivers(self) -> Mapping[str, Path]:
+        """Registered DRA drivers and the endpoint each is called on."""
+        return self._dra.watcher.drivers
+
+    @property
+    def dra(self) -> DraHost:
+        """The DRA side: plugin watcher (``registrations``, ``refusals``) and claim manager."""
+        return self._dra
+
+    def prepared_claims(self) -> Mapping[tuple[str, str], ClaimState]:
+        """The node's claim cache, by ``(namespace, claim name)``."""
+        return self._dra.manager.claims
+
+    @property
     def admitting(self) -> str | None:
         """``namespace/name`` of the pod being admitted right now, if any."""
         return self._admitting
@@ -261,6 +288,7 @@ class KubeletStandIn(RunsInBackground):
             await self._registration.stop()
             await self._pod_resources.stop()
             await self._devices.aclose()
+            await self._dra.watcher.aclose()
 
     async def _serve(self, client: KubeClient) -> None:
         name = self.node_name
@@ -288,6 +316,8 @@ class KubeletStandIn(RunsInBackground):
             self._group = group
             group.create_task(self._publish_loop(client), name=f"kubelet-{name}-node-status")
             group.create_task(node.run(), name=f"kubelet-{name}-node-watch")
+            group.create_task(self._dra.watcher.run(), name=f"kubelet-{name}-plugin-watcher")
+            group.create_task(self._dra.manager.run(), name=f"kubelet-{name}-dra-unprepare")
             await node.wait_synced()  # admission reads what the node advertises
             group.create_task(self._admit_loop(client, events), name=f"kubelet-{name}-admission")
             group.create_task(pods.run(), name=f"kubelet-{name}-pod-watch")
@@ -308,6 +338,7 @@ class KubeletStandIn(RunsInBackground):
         await self._pod_resources.stop()
         self._remove_sockets()
         await self._devices.forget_plugins()
+        await self._dra.watcher.forget()  # DRA drivers' sockets stay; they register anew
         await self._registration.start()
         await self._pod_resources.start()
         self.restarts += 1
@@ -395,6 +426,33 @@ class KubeletStandIn(RunsInBackground):
         if allocation is not None:
             self._allocations[(allocation.namespace, allocation.name)] = allocation
             self._play(pod)
+        if uses_claims(pod) and self._client is not None:
+            coroutine = self._dra.readopt(self._client, pod.uid, self._active_pod)
+            self._background(coroutine, f"kubelet-{self.node_name}-readopt-{pod.key}")
+
+    def _active_pod(self, uid: str) -> PodView | None:
+        pod = self._pods.get(uid)
+        return None if pod is None or pod.deleting or pod.terminal else pod
+
+    def _background(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coroutine`` in the serving task group, its failures logged (a crash must not
+        end the stand-in); dropped when the stand-in is stopping."""
+
+        async def guarded() -> None:
+            try:
+                await coroutine
+            except Exception:
+                log.exception("kubelet background task failed", node=self.node_name, task=name)
+
+        if self._group is None:
+            coroutine.close()
+            return
+        task = guarded()
+        try:
+            self._group.create_task(task, name=name)
+        except RuntimeError:  # the stand-in is stopping: its task group takes no more tasks
+            task.close()
+            coroutine.close()
 
     def _play(self, pod: PodView) -> None:
         """A running pod's containers start playing HAMi-core (once; no-op without a host
@@ -408,6 +466,7 @@ class KubeletStandIn(RunsInBackground):
     def _free(self, uid: str) -> None:
         # Freed devices change nothing on the node object: allocatable never subtracts usage.
         self._devices.release(uid)
+        self._dra.release(uid)
         self._pod_ips.pop(uid, None)
         if self.workloads is not None:
             self.workloads.stop(uid)
@@ -484,7 +543,7 @@ class KubeletStandIn(RunsInBackground):
                 self._admitting = None
 
     async def _admit(self, client: KubeClient, events: EventRecorder, pod: PodView) -> None:
-        uid, namespace, name = pod.uid, pod.namespace, pod.name
+        uid = pod.uid
         try:
             allocation = await self._devices.admit(pod)
         except AdmissionError as error:
@@ -505,6 +564,32 @@ class KubeletStandIn(RunsInBackground):
                 event_message=message,
             )
             return
+        await self._start(client, events, pod, allocation)
+
+    async def _start(
+        self, client: KubeClient, events: EventRecorder, pod: PodView, allocation: PodAllocation
+    ) -> None:
+        """SyncPod for an admitted pod: its DRA claims prepared (else it waits and this runs
+        again later), its containers created with their CDI devices, PreStartContainer, and
+        the Running status."""
+        uid, namespace, name = pod.uid, pod.namespace, pod.name
+        if uses_claims(pod):
+            try:
+                extra = await self._dra.sync_pod(client, events, pod)
+            except InjectionError as error:
+                await events.record(pod.raw, EventType.WARNING, "Failed", f"Error: {error}")
+                status = start_failed_status(pod, error.container, str(error), reason=REASON_CREATE)
+                if await patch_pod_status(client, pod, status) is None:
+                    self._forget(uid)
+                return
+            if extra is None:
+                retry = self._retry_start(client, events, uid, allocation)
+                self._background(retry, f"kubelet-{self.node_name}-retry-{pod.key}")
+                return
+            if uid not in self._pods:  # deleted while the drivers answered
+                self._free(uid)
+                return
+            allocation = allocation.with_resources(extra)
         self._allocations[(namespace, name)] = allocation
         # The record rides in the status write: the real kubelet checkpoints locally and sends
         # the API server only that write, so an admission costs what the kubelet's costs.
@@ -527,6 +612,14 @@ class KubeletStandIn(RunsInBackground):
             log.info("pod running", node=self.node_name, pod=f"{namespace}/{name}")
         else:
             self._forget(uid)
+
+    async def _retry_start(
+        self, client: KubeClient, events: EventRecorder, uid: str, allocation: PodAllocation
+    ) -> None:
+        await asyncio.sleep(self.settings.dra_retry_interval)
+        pod = self._active_pod(uid)
+        if pod is not None:
+            await self._start(client, events, pod, allocation)
 
     def _shortfall(self, pod: PodView) -> InsufficientResource | None:
         """The predicate admit handler's check on extended resources (see :mod:`.predicate`)."""

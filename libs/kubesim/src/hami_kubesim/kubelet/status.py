@@ -18,7 +18,7 @@ import ipaddress
 import itertools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_kube.objects import ContainerView, PodView
@@ -27,6 +27,11 @@ from hami_kubesim.kubelet.devices import ContainerKind, ResourceDevices
 ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
 REASON_UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
 REASON_CREATE_CONFIG = "CreateContainerConfigError"
+REASON_CREATE = "CreateContainerError"
+REASON_CREATING = "ContainerCreating"
+CLAIM_RESOURCE_PREFIX = "claim:"
+"""Records of DRA claims are named ``claim:<pod claim>[/<request>]`` (as the kubelet names
+them in container statuses); device-plugin resource names never contain ``:``."""
 IGNORES_SIGTERM_ANNOTATION = "kubesim.hami.io/ignores-sigterm"
 """``"true"`` on a pod: its containers ignore SIGTERM, so stopping them takes the whole grace
 period (:func:`stop_delay`); the kubelet stand-in otherwise takes them as stopped at once."""
@@ -142,6 +147,15 @@ class PodAllocation:
     @property
     def has_devices(self) -> bool:
         return any(c.resources for c in self.containers)
+
+    def with_resources(self, extra: Mapping[str, tuple[ResourceAllocation, ...]]) -> PodAllocation:
+        """Each container's records followed by ``extra``'s for it (its DRA claims)."""
+        return replace(
+            self,
+            containers=tuple(
+                replace(c, resources=c.resources + extra.get(c.name, ())) for c in self.containers
+            ),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "containers": [c.to_json() for c in self.containers]}
@@ -327,23 +341,52 @@ def rejected_status(
     }
 
 
-def start_failed_status(pod: PodView, container: str, message: str) -> dict[str, Any]:
-    """A container that could not be started (``PreStartContainer`` failed): pod stays Pending."""
+def start_failed_status(
+    pod: PodView, container: str, message: str, *, reason: str = REASON_CREATE_CONFIG
+) -> dict[str, Any]:
+    """A container that could not be started (``PreStartContainer`` failed, or the runtime
+    could not create it: ``reason``): the pod stays Pending."""
     statuses = [
-        {
-            "name": c.name,
-            "image": c.image,
-            "imageID": "",
-            "ready": False,
-            "started": False,
-            "restartCount": 0,
-            "state": {"waiting": {"reason": REASON_CREATE_CONFIG, "message": message}}
+        _waiting_status(
+            c,
+            {"reason": reason, "message": message}
             if c.name == container
-            else {"waiting": {"reason": "PodInitializing"}},
-        }
+            else {"reason": "PodInitializing"},
+        )
         for c in pod.containers
     ]
     return {"phase": "Pending", "containerStatuses": statuses}
+
+
+def _waiting_status(container: ContainerView, waiting: dict[str, Any]) -> dict[str, Any]:
+    """The status of a container not created yet."""
+    return {
+        "name": container.name,
+        "image": container.image,
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": waiting},
+    }
+
+
+def creating_status(pod: PodView, *, now: str) -> dict[str, Any]:
+    """A pod whose sandbox is not created yet (its DRA claims could not be prepared): Pending,
+    ``PodReadyToStartContainers`` false, every container waiting in ``ContainerCreating``."""
+    condition = {**_condition("PodReadyToStartContainers", now), "status": "False"}
+    kept = [
+        c
+        for c in pod.status.get("conditions") or []
+        if c.get("type") != "PodReadyToStartContainers"
+    ]
+    return {
+        "phase": "Pending",
+        "conditions": [condition, *kept],
+        "containerStatuses": [
+            _waiting_status(c, {"reason": REASON_CREATING}) for c in pod.containers
+        ],
+    }
 
 
 def capacity_patch(resources: Mapping[str, ResourceDevices | None]) -> dict[str, dict[str, Any]]:
