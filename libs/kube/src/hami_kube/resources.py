@@ -68,6 +68,9 @@ RESOURCE_SLICES = Resource(
     "resourceslices", "ResourceSlice", group="resource.k8s.io", namespaced=False
 )
 RESOURCE_CLAIMS = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resourceclaimtemplates", "ResourceClaimTemplate", group="resource.k8s.io"
+)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
@@ -86,6 +89,7 @@ __all__ = [
     "NODES",
     "PODS",
     "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_QUOTAS",
     "RESOURCE_SLICES",
     "JsonObject",

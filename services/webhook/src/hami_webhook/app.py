@@ -2,7 +2,7 @@
 
 :func:`run` enters, in this order:
 
-1. ``api-client``: the Kubernetes client (only when quota checks are on);
+1. ``api-client``: the Kubernetes client (only when quota checks or ``--dra-claims`` are on);
 2. ``quota-watches``: the ResourceQuota and placed-pod reflectors feeding the quota cache;
 3. ``sites``: ``/webhook`` (HTTPS when a certificate is configured) and ``/metrics``;
 4. ``loops``: the certificate reloader;
@@ -29,13 +29,14 @@ from typing import Any, Final
 
 import structlog
 
-from hami_kube.rest import open_client
+from hami_kube.rest import KubeClient, open_client
 from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.serving import server_tls
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
 from hami_runtime.tls import ReloadingServerTLS
+from hami_webhook.claim_templates import TemplateWriter
 from hami_webhook.http import WebhookState, build_app
 from hami_webhook.metrics import WebhookMetrics
 from hami_webhook.quota_cache import QuotaCache
@@ -60,6 +61,7 @@ class RunningWebhook:
     quota: QuotaCache | None
     watcher: QuotaWatcher | None
     metrics: WebhookMetrics
+    templates: TemplateWriter | None = None
 
     @property
     def scheme(self) -> str:
@@ -73,9 +75,8 @@ class RunningWebhook:
 
 
 async def _quota_watches(
-    life: Lifecycle, settings: Settings, metrics: WebhookMetrics
+    life: Lifecycle, settings: Settings, metrics: WebhookMetrics, client: KubeClient
 ) -> QuotaWatcher:
-    client = await life.enter("api-client", open_client(settings.kube), within=_CLIENT_CLOSE_S)
     watcher = QuotaWatcher(client, QuotaCache(settings.rules.vendors))
     watches = await life.tasks("quota-watches")
     for reflector in watcher.reflectors:
@@ -99,7 +100,15 @@ async def run(
     metrics = WebhookMetrics()
     tls = server_tls(settings, metrics)
     async with Lifecycle(COMPONENT, grace_s=settings.shutdown_grace_s) as life:
-        watcher = await _quota_watches(life, settings, metrics) if settings.enable_quota else None
+        client = None
+        if settings.enable_quota or settings.dra_claims:
+            client = await life.enter(
+                "api-client", open_client(settings.kube), within=_CLIENT_CLOSE_S
+            )
+        watcher = None
+        if settings.enable_quota and client is not None:
+            watcher = await _quota_watches(life, settings, metrics, client)
+        templates = TemplateWriter(client) if settings.dra_claims and client else None
 
         def ready() -> bool:
             return watcher is None or watcher.synced
@@ -111,6 +120,7 @@ async def run(
             metrics=metrics,
             quota=watcher.cache if watcher else None,
             ready=ready,
+            templates=templates,
         )
         # In-flight reviews get half the grace at most: the watches and the client still need
         # the rest to close.
@@ -144,6 +154,7 @@ async def run(
             tls=tls is not None,
             metrics_port=metrics_port,
             quota=watcher is not None,
+            dra_claims=templates is not None,
             scheduler_name=settings.rules.scheduler_name,
             vendors=[vendor.common_word for vendor in settings.rules.vendors],
         )
@@ -156,6 +167,7 @@ async def run(
                     quota=watcher.cache if watcher else None,
                     watcher=watcher,
                     metrics=metrics,
+                    templates=templates,
                 )
             )
         await life.run_until(stop)

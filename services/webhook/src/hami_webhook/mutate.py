@@ -29,6 +29,11 @@ The rules, in HAMi's order (pkg/scheduler/webhook.go and the NVIDIA ``MutateAdmi
    Moore Threads, Kunlunxin vXPU memory, MetaX sGPU QoS, AWS Neuron and Enflame checks); a
    refusal is an error, code 500, in HAMi's words.  The pod annotations and runtime class
    those rules ask for are written once every container passed.
+   4b. With ``dra_claims`` (the ``/webhook/dra`` path, ``--dra-claims``): every unprivileged
+   container's NVIDIA request becomes a DRA claim from a ResourceClaimTemplate and its NVIDIA
+   resources are removed (:mod:`hami_webhook.dra_claims`; a request no claim can express is an
+   error, code 500).  Converted GPUs do not route the pod to our scheduler (rule 6): only
+   other devices do.  The templates travel in :attr:`Decision.templates`.
 5. Devices requested and any container privileged → denied ``container <name> is privileged``
    (naming the first privileged container that asks for devices, else the first privileged one).
 6. Devices requested and a scheduler name configured → ``schedulerName`` is set, and a pod that
@@ -65,6 +70,7 @@ from hami_protocol.pod.allocation import placement_keys
 from hami_protocol.request.containers import PodDeviceRequests, pod_device_requests, priority_value
 from hami_protocol.topology.layout import RDMA_RESOURCE
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, Vendor
+from hami_webhook.dra_claims import ClaimTemplate, Conversion, ConversionError, convert_pod
 from hami_webhook.edits import Sections as _Sections
 from hami_webhook.edits import mapping as _mapping
 from hami_webhook.edits import present as _present
@@ -153,6 +159,11 @@ class Decision:
     """The offending values, for the one log line a refusal gets."""
     pod: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     """The pod as admitted (the patch applied) when the mutation pass ran; else ``None``."""
+    templates: tuple[ClaimTemplate, ...] = ()
+    """ResourceClaimTemplates the patched pod references (DRA conversion, rule 4b): they must
+    exist before the reply goes out (except on a dry run)."""
+    warnings: tuple[str, ...] = ()
+    """Admission warnings for the client (``kubectl`` prints them)."""
 
     @property
     def allowed(self) -> bool:
@@ -249,6 +260,8 @@ def _mutate_nvidia(ctr: dict[str, Any], config: NvidiaConfig, vendor: Vendor) ->
 class _Scan:
     has_devices: bool = False
     has_nvidia: bool = False
+    has_other: bool = False
+    """Devices other than NVIDIA GPUs (other vendors, RDMA NICs): they keep our scheduler."""
     privileged: str | None = None
     """The privileged container to name: the first one asking for devices, else the first."""
     privileged_asks: bool = False
@@ -278,9 +291,8 @@ def _mutate_containers(
             found_vendor = mutate_container(target, annotations, rules.rule_set, edits)
             # RDMA NICs (koordinator.sh/rdma) are placed by our scheduler together with GPUs.
             limits, requests = _sections(view)
-            found = (
-                found_nvidia
-                or found_vendor
+            found_other = (
+                found_vendor
                 or any(
                     v.count_resource in limits
                     or (not v.limits_only and v.count_resource in requests)
@@ -289,7 +301,9 @@ def _mutate_containers(
                 or RDMA_RESOURCE in limits
                 or RDMA_RESOURCE in requests
             )
+            found = found_nvidia or found_other
             scan.has_nvidia |= found_nvidia and not privileged
+            scan.has_other |= found_other
             scan.has_devices |= found
             if privileged and (scan.privileged is None or (found and not scan.privileged_asks)):
                 scan.privileged = view.name
@@ -392,8 +406,10 @@ def admit_pod(
     namespace: str,
     rules: MutationRules,
     quota: QuotaView | None = None,
+    dra_claims: bool = False,
 ) -> Decision:
-    """Decide on one pod CREATE.  ``namespace`` is the request's namespace."""
+    """Decide on one pod CREATE.  ``namespace`` is the request's namespace; ``dra_claims``:
+    NVIDIA requests become DRA claims (rule 4b)."""
     if not isinstance(pod, dict):
         return _error(400, "cannot decode pod: request.object is not a JSON object")
     spec = pod.get("spec", {})
@@ -434,11 +450,25 @@ def admit_pod(
     if scan.edits.runtime_class and mutated_spec.get("runtimeClassName") is None:
         mutated_spec["runtimeClassName"] = scan.edits.runtime_class
     _annotate(mutated, annotations, scan.edits)
+    conversion = Conversion()
+    nvidia = rules.nvidia_row
+    if dra_claims and scan.has_nvidia and nvidia is not None:
+        try:
+            conversion = convert_pod(
+                mutated_spec, namespace=namespace, annotations=annotations, vendor=nvidia
+            )
+        except ConversionError as exc:
+            return _error(500, exc.message, **exc.detail)
+    # Claims are allocated by whatever scheduler the pod names (kube-scheduler's
+    # DynamicResources plugin, Volcano, ...): only devices left to our extender reroute it.
+    routed = scan.has_other if conversion.containers else scan.has_devices
     if scan.has_devices and rules.scheduler_name:
         node = spec.get("nodeName")
         if node:
+            # Also for claims: a pod bound by name skips the scheduler that allocates them.
             return _denied("pod has node assigned", nodeName=node)
-        mutated_spec["schedulerName"] = rules.scheduler_name
+        if routed:
+            mutated_spec["schedulerName"] = rules.scheduler_name
     if scan.has_devices and not spec.get("nodeName"):
         _drop_placement(mutated, annotations, rules.placement)
     if rules.capacity_totals:
@@ -452,5 +482,11 @@ def admit_pod(
             return denial
     ops = diff(pod, mutated)
     if not ops:
-        return Decision("allowed", pod=pod)
-    return Decision("mutated", patch=tuple(ops), pod=mutated)
+        return Decision("allowed", pod=pod, warnings=conversion.warnings)
+    return Decision(
+        "mutated",
+        patch=tuple(ops),
+        pod=mutated,
+        templates=conversion.templates,
+        warnings=conversion.warnings,
+    )

@@ -69,6 +69,9 @@ class Settings(ServingSettings):
     max_body_bytes: int = 4 * 1024 * 1024
     enable_quota: bool = True
     """Watch ResourceQuotas and placed pods to check namespace device quotas."""
+    dra_claims: bool = False
+    """Serve ``/webhook/dra``: NVIDIA requests become DRA claims (creates
+    ResourceClaimTemplates through the API server)."""
     rules: MutationRules = field(default_factory=MutationRules)
 
 
@@ -109,6 +112,16 @@ _FLAGS: Final = (
         True,
     ),
     Flag(
+        ("--dra-claims",),
+        "dra_claims",
+        "false",
+        "serve /webhook/dra, which turns NVIDIA requests into DRA ResourceClaims from shared "
+        "ResourceClaimTemplates (created through the API server) for pods the "
+        "MutatingWebhookConfiguration sends there (docs/dra.md)",
+        parse_bool,
+        True,
+    ),
+    Flag(
         ("--overwrite-env",),
         "overwrite_env",
         "false",
@@ -136,6 +149,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         kube=kube_settings(args, user_agent="hami-webhook"),
         device_config=config,
         enable_quota=args.enable_quota,
+        dra_claims=args.dra_claims,
         rules=MutationRules(
             scheduler_name=args.scheduler_name,
             force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
