@@ -76,7 +76,7 @@ async def test_locks_and_pod_states_are_recorded_in_commit_order() -> None:
 
 
 async def test_a_restored_object_keeps_its_status_and_creation_time_and_skips_admission() -> None:
-    async def refuse(*_: Any) -> dict[str, Any]:
+    async def refuse(*_: Any, **__: Any) -> dict[str, Any]:
         raise AssertionError("admission must not run for a restored pod")
 
     api = ApiServer(admission=refuse)

@@ -128,16 +128,22 @@ def review(
 
 
 def webhook_configuration(
-    webhook_url: str, ca: bytes, *, failure_policy: str = "Ignore", version: str = "v1"
+    webhook_url: str,
+    ca: bytes,
+    *,
+    failure_policy: str = "Ignore",
+    version: str = "v1",
+    path: str = "/webhook",
+    side_effects: str = "None",
 ) -> dict[str, Any]:
     """The chart's MutatingWebhookConfiguration: CREATE pods, ignore-label selectors, 10 s
-    timeout, calling ``webhook_url``/webhook with ``ca`` as its caBundle."""
+    timeout, calling ``webhook_url`` + ``path`` with ``ca`` as its caBundle."""
     ignore = {
         "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
     }
     hook = {
         "name": WEBHOOK,
-        "clientConfig": {"url": webhook_url + "/webhook", "caBundle": ca_bundle_b64(ca)},
+        "clientConfig": {"url": webhook_url + path, "caBundle": ca_bundle_b64(ca)},
         "rules": [
             {
                 "operations": ["CREATE"],
@@ -147,7 +153,7 @@ def webhook_configuration(
             }
         ],
         "failurePolicy": failure_policy,
-        "sideEffects": "None",
+        "sideEffects": side_effects,
         "timeoutSeconds": 10,
         "reinvocationPolicy": "Never",
         "admissionReviewVersions": [version],

@@ -159,10 +159,17 @@ class AdmissionDispatcher:
     # -- the MutatingAdmission seam --------------------------------------------------------
 
     async def __call__(
-        self, operation: str, resource: str, obj: dict[str, Any], namespace: str | None
+        self,
+        operation: str,
+        resource: str,
+        obj: dict[str, Any],
+        namespace: str | None,
+        /,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         return await self.admit(
-            operation=operation, resource=resource, obj=obj, namespace=namespace
+            operation=operation, resource=resource, obj=obj, namespace=namespace, dry_run=dry_run
         )
 
     async def admit(

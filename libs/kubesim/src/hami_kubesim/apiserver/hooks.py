@@ -8,7 +8,7 @@ server keeps them by node (``ApiServer.kubelets``), so the server, not its HTTP 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 
@@ -22,9 +22,22 @@ class AdmissionDenied(Exception):  # noqa: N818 - mirrors the API server's wordi
         self.reason = reason
 
 
-MutatingAdmission = Callable[[str, str, dict[str, Any], str | None], Awaitable[dict[str, Any]]]
-"""``(operation, resource, obj, namespace) -> obj``: returns the (possibly mutated) object or
-raises :class:`AdmissionDenied`.  ``operation`` is ``"CREATE"``, ``resource`` e.g. ``"pods"``."""
+class MutatingAdmission(Protocol):
+    """``(operation, resource, obj, namespace, *, dry_run) -> obj``: returns the (possibly
+    mutated) object or raises :class:`AdmissionDenied`.  ``operation`` is ``"CREATE"``,
+    ``resource`` e.g. ``"pods"``; ``dry_run`` for ``?dryRun=All`` (webhooks see
+    ``request.dryRun: true``, and one without ``sideEffects: None/NoneOnDryRun`` refuses it)."""
+
+    def __call__(
+        self,
+        operation: str,
+        resource: str,
+        obj: dict[str, Any],
+        namespace: str | None,
+        /,
+        *,
+        dry_run: bool = False,
+    ) -> Awaitable[dict[str, Any]]: ...
 
 
 class KubeletControl(Protocol):

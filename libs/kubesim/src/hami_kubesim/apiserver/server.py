@@ -169,6 +169,7 @@ class ApiServer:
                     "pods",
                     {"apiVersion": rt.api_version, "kind": rt.kind, **obj},
                     namespace,
+                    dry_run=dry_run,
                 )
             except AdmissionDenied as denied:
                 raise StatusError(
