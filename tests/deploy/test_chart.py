@@ -128,7 +128,27 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     },
     "no-monitor": NO_MONITOR,
     "capacity-totals": {"global": {"capacityTotals": True}},
+    "dra": {
+        "global": {"capacityTotals": True},
+        "devicePlugin": {
+            "dra": {"enabled": True, "nodeSelector": {"hami.io/dra": "true", "pool": "a"}},
+            "serviceMonitor": {"enabled": True},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
+                        ]
+                    }
+                }
+            },
+        },
+        "webhook": {"draClaims": {"enabled": True}},
+    },
 }
+# resource.k8s.io/v1 (the DeviceClass) exists from Kubernetes 1.34: validated against newer
+# schemas only (docs/dra.md: DRA needs 1.34).
+DRA_VERSIONS = ("1.36.0",)
 
 
 def pod_templates(rendered: Rendered) -> list[tuple[Manifest, Manifest]]:
@@ -185,7 +205,8 @@ def test_every_manifest_is_valid_kubernetes(
             assert manifest["metadata"]["name"]
             assert isinstance(manifest.get("spec"), dict)
             continue
-        for version in K8S_VERSIONS:
+        versions = DRA_VERSIONS if identity[0] == "resource.k8s.io/v1" else K8S_VERSIONS
+        for version in versions:
             try:
                 kubernetes_validate.validate(manifest, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
@@ -220,7 +241,12 @@ def test_names_are_unique_short_and_namespaced_in_the_release(
 ) -> None:
     rendered = render(values, namespace="gpu-system")
     seen: set[tuple[str, str, str]] = set()
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "DeviceClass",
+    }
     for manifest in rendered.manifests:
         meta = manifest["metadata"]
         key = (manifest["kind"], meta.get("namespace", ""), meta["name"])
@@ -1082,7 +1108,7 @@ def test_values_schemas_reject_what_the_services_would_refuse(
         chart.render(values=values, name="demo", namespace="hami-system")
 
 
-@pytest.mark.parametrize("values", [None, FULL], ids=["defaults", "full"])
+@pytest.mark.parametrize("values", [None, FULL, VALUE_SETS["dra"]], ids=["defaults", "full", "dra"])
 def test_each_service_selects_the_pods_of_one_workload(
     render: RenderFn, values: dict[str, Any] | None
 ) -> None:

@@ -68,3 +68,34 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Pod labels of the DRA DaemonSet: another component, so that neither DaemonSet's selector
+(immutable) nor the device-plugin Services select the other's pods. */}}
+{{- define "hami-deviceplugin.draSelectorLabels" -}}
+app.kubernetes.io/name: hami
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: device-plugin-dra
+{{- end -}}
+
+{{/* The device-plugin DaemonSet's affinity with the DRA nodes left out: a node is a DRA node
+when it carries every label of dra.nodeSelector, so the plugin runs where any one differs
+(one NotIn term per label; terms are ORed). Each term of a required node affinity given in
+values is combined with each of those. */}}
+{{- define "hami-deviceplugin.notOnDraNodes" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) -}}
+{{- $node := get $affinity "nodeAffinity" | default dict -}}
+{{- $required := get $node "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $terms := get $required "nodeSelectorTerms" | default (list dict) -}}
+{{- $out := list -}}
+{{- range $term := $terms -}}
+{{- range $key, $value := $.Values.dra.nodeSelector -}}
+{{- $expressions := get $term "matchExpressions" | default list -}}
+{{- $notDra := dict "key" $key "operator" "NotIn" "values" (list (toString $value)) -}}
+{{- $out = append $out (merge (dict "matchExpressions" (append $expressions $notDra)) (omit $term "matchExpressions")) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $out -}}
+{{- $_ = set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ = set $affinity "nodeAffinity" $node -}}
+{{- toYaml $affinity -}}
+{{- end -}}
