@@ -321,3 +321,21 @@ def test_convert_pod_reports_the_converted_containers() -> None:
     conversion = convert_pod(spec, namespace="ns", annotations={}, vendor=NVIDIA)
     assert conversion.containers == ("a",)
     assert conversion.templates[0].namespace == "ns"
+
+
+def test_overwrite_env_spares_containers_using_claims() -> None:
+    # HAMi's overwriteEnv hides GPUs from containers that ask none; a container listing a claim
+    # gets its GPUs (and NVIDIA_VISIBLE_DEVICES) from the DRA driver's CDI spec instead.
+    config = replace(NvidiaConfig(), overwrite_env=True)
+    rules = MutationRules(nvidia=config, vendors=(nvidia_vendor(config), *DEFAULT_VENDORS[1:]))
+    claimed = container("claimed")
+    claimed["resources"] = {"claims": [{"name": "gpu"}]}
+    obj = pod(
+        claimed, container("plain"), resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}]
+    )
+    decision = admit_pod(obj, namespace="team", rules=rules)
+    result = jsonpatch.apply_patch(obj, list(decision.patch))
+    assert "env" not in result["spec"]["containers"][0]
+    assert result["spec"]["containers"][1]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
+    ]

@@ -21,7 +21,8 @@ The rules, in HAMi's order (pkg/scheduler/webhook.go and the NVIDIA ``MutateAdmi
      memory resource configured, or neither memory nor percentage given) → add cores ``100``;
    * with an NVIDIA request: ``GPU_CORE_UTILIZATION_POLICY`` when ``gpuCorePolicy`` is not
      ``default``; ``runtimeClassName`` when configured and the pod has none;
-   * without one, and ``overwriteEnv`` on: ``NVIDIA_VISIBLE_DEVICES=none``.
+   * without one, and ``overwriteEnv`` on: ``NVIDIA_VISIBLE_DEVICES=none`` (not in a container
+     listing DRA claims: a DRA driver's CDI spec sets it).
 
    A container asks for another vendor's devices when that vendor's count resource is present
    (or, for AWS Neuron and Enflame DRS, their core/memory resources).  Then each vendor's own
@@ -225,6 +226,12 @@ def _whole_card(sections: _Sections, config: NvidiaConfig) -> bool:
     return not config.resource_memory_name or not _present(sections, config.resource_memory_name)
 
 
+def _uses_claims(ctr: Mapping[str, Any]) -> bool:
+    """Whether the container lists DRA claims: their devices (and NVIDIA_VISIBLE_DEVICES) come
+    from the driver's CDI spec, which a ``none`` from overwriteEnv would contradict."""
+    return bool(_mapping(ctr.get("resources")).get("claims"))
+
+
 def _mutate_nvidia(ctr: dict[str, Any], config: NvidiaConfig, vendor: Vendor) -> bool:
     """Apply the NVIDIA defaults to one container; returns whether it asks for NVIDIA GPUs."""
     priority = priority_value(ctr, vendor)
@@ -248,7 +255,7 @@ def _mutate_nvidia(ctr: dict[str, Any], config: NvidiaConfig, vendor: Vendor) ->
         _set_limit(ctr, cores, 100)
     if found and config.gpu_core_policy != "default":
         _set_env(ctr, ENV_CORE_POLICY, config.gpu_core_policy)
-    if not found and config.overwrite_env:
+    if not found and config.overwrite_env and not _uses_claims(ctr):
         _set_env(ctr, ENV_VISIBLE_DEVICES, "none")
     return found
 
