@@ -69,6 +69,7 @@ from hami_protocol.request.containers import (
     vendor_request,
 )
 from hami_protocol.vendor.table import Vendor
+from hami_webhook.vendor_rules import VendorRuleError
 
 __all__ = [
     "MANAGED_BY",
@@ -106,13 +107,9 @@ _IGNORED_POLICY_KEYS: Final = (
 _REGEX_SPECIAL: Final = frozenset("\\.+*?()|[]{}^$-")
 
 
-class ConversionError(Exception):
-    """A container's NVIDIA request cannot be expressed as a claim (the pod is refused)."""
-
-    def __init__(self, message: str, **detail: object) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
+class ConversionError(VendorRuleError):
+    """A container's NVIDIA request cannot be expressed as a claim (the pod is refused with
+    code 500, as a request breaking any other admission rule)."""
 
 
 @dataclass(frozen=True, slots=True)
