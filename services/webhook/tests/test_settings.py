@@ -18,6 +18,7 @@ def test_defaults() -> None:
     assert settings.rules.scheduler_name == "hami-scheduler"
     assert settings.rules.force_overwrite_default_scheduler is True
     assert settings.enable_quota is True
+    assert settings.dra_claims is False
     nvidia = settings.rules.nvidia
     assert (nvidia.resource_count_name, nvidia.default_gpu_num, nvidia.overwrite_env) == (
         "nvidia.com/gpu",
@@ -198,3 +199,9 @@ def test_vendor_rules_follow_the_device_config_and_enable_flags(tmp_path: Path) 
     assert [rule.chip.common_word for rule in enabled.ascend] == ["Ascend910C"]
     assert enabled.ascend[0].chip.runtime_class_name == "ascend"
     assert [row.common_word for row in enabled.iluvatar] == ["BI-V150"]
+
+
+def test_dra_claims_flag_and_environment() -> None:
+    assert parse_settings(["--dra-claims"]).dra_claims is True
+    assert parse_settings(["--dra-claims=false"], {"HAMI_DRA_CLAIMS": "true"}).dra_claims is False
+    assert parse_settings([], {"HAMI_DRA_CLAIMS": "true"}).dra_claims is True
