@@ -254,18 +254,23 @@ def vm_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def serve(args: argparse.Namespace) -> None:
-    configure_logging("json", "warning")
+def fill_running(
+    cache: SchedulerCache,
+    planner: Planner,
+    args: argparse.Namespace,
+    stores: tuple[Store, Store] | None = None,
+) -> int:
+    """Feed ``cache`` ``args.nodes`` nodes of ``args.gpus`` GPUs (``args.mixed``: every fifth a
+    vendor node) and up to ``args.pods`` running pods placed by the decision core, through the
+    watches' slimming; ``stores``: where to keep the (slimmed) Node and Pod objects as the
+    reflectors would.  Returns how many pods were placed."""
     rng = random.Random(7)
-    started = time.perf_counter()
-    cache = SchedulerCache(DEFAULT_VENDORS)
-    nodes, pods = Store(), Store()
     for n in range(args.nodes):
         obj = node(n, args.gpus, mixed=args.mixed)
         slim_node(obj, DEFAULT_VENDORS)
-        nodes.upsert(obj)
+        if stores is not None:
+            stores[0].upsert(obj)
         cache.upsert_node(obj)
-    planner = Planner(DEFAULT_VENDORS)
     shapes = [
         (w, c, planner.plan(PodView(pod("x", c)), planner.requests(pod("x", c))))
         for w, c in RUNNING_SHAPES
@@ -286,9 +291,20 @@ async def serve(args: argparse.Namespace) -> None:
         obj["metadata"]["labels"].update(record.labels)
         obj["spec"]["nodeName"] = chosen
         slim_pod(obj, DEFAULT_VENDORS)
-        pods.upsert(obj)
+        if stores is not None:
+            stores[1].upsert(obj)
         cache.upsert_pod(obj)
         placed += 1
+    return placed
+
+
+async def serve(args: argparse.Namespace) -> None:
+    configure_logging("json", "warning")
+    started = time.perf_counter()
+    cache = SchedulerCache(DEFAULT_VENDORS)
+    nodes, pods = Store(), Store()
+    planner = Planner(DEFAULT_VENDORS)
+    placed = fill_running(cache, planner, args, (nodes, pods))
     built = time.perf_counter() - started
     cache.warm()  # what the service does once its watches have listed
     gc.collect()

@@ -21,8 +21,10 @@ the JSON routes ``/api/v1/map``, ``/api/v1/pending`` and ``/api/v1/fit`` answer.
 * Each answer's duration is observed in
   ``hami_scheduler_gpumap_request_duration_seconds{view,format,code}``.
 
-Rendering runs on the event loop: a page of at most 500 nodes (a few ms); the cluster totals read
-each node's remembered summary (:mod:`.summary`), O(nodes).
+Rendering runs on the event loop beside ``/filter``: the cluster totals read each node's
+remembered summary (:mod:`.summary`), O(nodes), and a page shows at most 500 nodes.  The map —
+the view a browser polls — is built, rendered and serialised in steps (:mod:`.steps`): the loop
+is handed back every millisecond, so a filter waits about that long, not for the whole page.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ from aiohttp.typedefs import Middleware
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap import html
 from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
-from hami_scheduler.gpumap.model import MapQuery, map_document
+from hami_scheduler.gpumap.model import MapQuery, map_document_steps
 from hami_scheduler.gpumap.pending import PendingPods, PendingQuery, pending_document
 from hami_scheduler.gpumap.query import QueryError, document
+from hami_scheduler.gpumap.steps import Steps, json_steps, sliced
 from hami_scheduler.leader import LeaderView
 from hami_scheduler.metrics import SchedulerMetrics
 
@@ -73,7 +76,7 @@ PROBE_PARAMETERS: Final = (
 )
 """A fit page with none of these shows the form only (``kind: FitForm``)."""
 
-Render = Callable[[str, dict[str, Any], Mapping[str, str]], str]
+Render = Callable[[str, dict[str, Any], Mapping[str, str]], Steps[str]]
 
 
 def content_security_policy(frame_ancestors: str) -> str:
@@ -98,7 +101,7 @@ class GpuMapState:
     metrics: SchedulerMetrics
     frame_ancestors: str = "'none'"
     now: Callable[[], datetime] = datetime.now
-    render: Render = html.render_page
+    render: Render = html.render_steps
 
     def replica(self) -> dict[str, Any]:
         """Who answers and who leads (every document carries it)."""
@@ -118,17 +121,23 @@ def _json(doc: Mapping[str, Any], status: int = 200) -> web.Response:
     return web.Response(status=status, body=body, content_type="application/json")
 
 
-def _page(
+async def _json_sliced(doc: Mapping[str, Any]) -> web.Response:
+    """:func:`_json` for a document (a map page is long), serialised in steps."""
+    body = await sliced(json_steps(doc))
+    return web.Response(body=body, content_type="application/json")
+
+
+async def _page(
     state: GpuMapState, kind: str, doc: dict[str, Any], query: Mapping[str, str]
 ) -> web.Response:
     status = 400 if kind == "error" else 200
-    return web.Response(
-        status=status, text=state.render(kind, doc, query), content_type="text/html"
-    )
+    text = await sliced(state.render(kind, doc, query))
+    return web.Response(status=status, text=text, content_type="text/html")
 
 
-def _map(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
-    return map_document(state.cache, MapQuery.read(query), now=state.now(), replica=state.replica())
+def _map(state: GpuMapState, query: Mapping[str, str]) -> Steps[dict[str, Any]]:
+    map_query = MapQuery.read(query)  # a bad query is refused before the first step
+    return map_document_steps(state.cache, map_query, now=state.now(), replica=state.replica())
 
 
 def _pending(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
@@ -165,6 +174,14 @@ def _fit(state: GpuMapState, query: Mapping[str, str]) -> dict[str, Any]:
     return state.probe.probe(pod, now=state.now(), replica=state.replica())
 
 
+async def _build(state: GpuMapState, view: str, query: Mapping[str, str]) -> dict[str, Any]:
+    """The view's document: the map in steps, the others (one page of pods, one selection)
+    at once."""
+    if view == "map":
+        return await sliced(_map(state, query))
+    return _BUILDERS[view](state, query)
+
+
 _VIEWS: Final[Mapping[str, tuple[str, str]]] = {
     "/": ("map", "html"),
     "/pending": ("pending", "html"),
@@ -174,7 +191,6 @@ _VIEWS: Final[Mapping[str, tuple[str, str]]] = {
     "/api/v1/fit": ("fit", "json"),
 }
 _BUILDERS: Final[Mapping[str, Callable[[GpuMapState, Mapping[str, str]], dict[str, Any]]]] = {
-    "map": _map,
     "pending": _pending,
     "fit": _fit,
 }
@@ -189,14 +205,14 @@ async def _view(request: web.Request) -> web.Response:
             doc = document("FitForm", state.now(), state.replica())
             doc["vendors"] = [vendor.common_word for vendor in state.cache.vendors]
         else:
-            doc = _BUILDERS[view](state, query)
+            doc = await _build(state, view, query)
     except QueryError as exc:
         if form == "json":
             return _json({"error": str(exc)}, 400)
-        return _page(state, "error", {"error": str(exc), "view": view}, query)
+        return await _page(state, "error", {"error": str(exc), "view": view}, query)
     if form == "json":
-        return _json(doc)
-    return _page(state, view, doc, query)
+        return await _json_sliced(doc)
+    return await _page(state, view, doc, query)
 
 
 def _headers(response: web.StreamResponse, policy: str, frame_ancestors: str) -> None:
