@@ -2,7 +2,7 @@
 filter's latency, and the filter's p99 with the page polled once a second vs without.
 
     uv run --frozen python bench/gpumap.py [--nodes 5000] [--gpus 8] [--pods 10000,100000]
-        [--pending 2000] [--rounds 30] [--window 10] [--windows 3] [--poll-seconds 1]
+        [--pending 2000] [--rounds 30] [--window 2] [--windows 10] [--poll-seconds 1]
 
 For each cluster size (10,000 and 100,000 running pods by default), one after the other, a
 server process feeds a ``SchedulerCache`` directly, as ``bench/scheduler_bench.py`` does
@@ -25,11 +25,20 @@ This process then measures, one request at a time:
 2. **the filter**: ``POST /filter`` naming every node, back to back, for a pool of 100 pods of
    ``scheduler_bench``'s four filter shapes filtered in turn (each filter of a pod gives up the
    pod's previous placement, as the service does, so the cluster stays the size it was), over
-   ``2 × --windows`` windows of ``--window`` seconds alternating *quiet* and *polled*: in a
-   polled window a thread of this process GETs the map's first page every ``--poll-seconds``,
-   HTML and JSON alternately.  Reported: the filter's p50/p99 in each, their ratio (the issue's
-   bound: polling must not move the filter's p99 by more than 10 %), the poll's own latency,
-   and the server's CPU use in each kind of window (``/proc/<pid>/stat``).
+   ``--windows`` rounds of three windows of ``--window`` seconds, in turn (short windows, so
+   that whatever else runs on the machine hits each kind alike):
+
+   * *quiet*: nothing else;
+   * *page polled*: a thread of this process GETs the map's first page every
+     ``--poll-seconds``, HTML and JSON alternately, from the GPU map's server;
+   * *page polled, built at once*: the same from a reference server of the bench's own on the
+     same event loop, which calls the same pure functions in one go (``map_document``,
+     ``render_page``, ``json.dumps``) — as the map was served before it was built in steps.
+
+   Reported per kind: the filter's p50/p99 and their ratios to the quiet windows' (the issue's
+   bound: polling must not move the filter's p99 by more than 10 %), the polls' own latency,
+   the filters that overlapped a poll apart from the rest, and the server's CPU use
+   (``/proc/<pid>/stat``).
 
 Prints figures, counts and the machine's CPU count; asserts nothing about times.
 """
@@ -57,18 +66,29 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from scheduler_bench import FILTER_SHAPES, GPU_MEM, container, fill_running, p99, pod
+from scheduler_bench import (
+    FILTER_SHAPES,
+    GPU_MEM,
+    bench_parser,
+    container,
+    fill_running,
+    p99,
+    pod,
+    served,
+    server_info,
+)
 
 from hami_kube.resources import JsonObject
 from hami_kube.timefmt import format_time
 from hami_protocol.vendor.table import DEFAULT_VENDORS
-from hami_runtime import loop
 from hami_runtime.logs import configure_logging
 from hami_runtime.sites import start_site
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.gpumap.fit import FitProbe
+from hami_scheduler.gpumap.html import render_page
+from hami_scheduler.gpumap.model import MapQuery, map_document
 from hami_scheduler.gpumap.pending import PendingPods
 from hami_scheduler.gpumap.server import MAX_LINE, GpuMapState, build_gpumap_app
 from hami_scheduler.gpumap.verdicts import Verdicts
@@ -145,6 +165,48 @@ async def fill_pending(
         pending.upsert(obj)
 
 
+class GcWatch:
+    """The server's garbage collections so far: per generation, how many and their time."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.counts[generation] += 1
+        self.seconds[generation] += time.perf_counter() - self._began
+
+    async def handle(self, request: web.Request) -> web.Response:
+        del request
+        return web.json_response({"counts": self.counts, "seconds": self.seconds})
+
+
+def at_once_app(state: GpuMapState, collections: GcWatch) -> web.Application:
+    """The reference: the map (``/`` and ``/api/v1/map``) built, rendered and serialised in one
+    go by the same pure functions, as the map was served before it was built in steps."""
+
+    async def handle(request: web.Request) -> web.Response:
+        query = MapQuery.read(request.query)
+        doc = map_document(state.cache, query, now=state.now(), replica=state.replica())
+        if request.path == "/":
+            text = render_page("map", doc, request.query)
+            return web.Response(text=text, content_type="text/html")
+        body = json.dumps(doc, separators=(",", ":"), default=str).encode()
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application(middlewares=[cpu_meter])
+    app.router.add_get("/", handle)
+    app.router.add_get("/api/v1/map", handle)
+    app.router.add_get("/bench/gc", collections.handle)
+    return app
+
+
 async def serve(args: argparse.Namespace) -> None:
     configure_logging("json", "error")  # the filter logs a line per call at info
     started = time.perf_counter()
@@ -183,9 +245,12 @@ async def serve(args: argparse.Namespace) -> None:
     extender.middlewares.append(cpu_meter)
     map_runner, map_port = await start_site(map_app, "127.0.0.1:0", max_line_size=MAX_LINE)
     runner, port = await start_site(extender, "127.0.0.1:0")
+    once_app = at_once_app(state, GcWatch())
+    once_runner, once_port = await start_site(once_app, "127.0.0.1:0")
     info = {
         "port": port,
         "map_port": map_port,
+        "once_port": once_port,
         "placed": placed,
         "pending": len(pending.pods),
         "verdicts": len(verdicts),
@@ -196,6 +261,7 @@ async def serve(args: argparse.Namespace) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await map_runner.cleanup()
+    await once_runner.cleanup()
     await runner.cleanup()
 
 
@@ -263,30 +329,42 @@ async def measure_views(port: int, rounds: int) -> dict[tuple[str, str], ViewSam
     return results
 
 
-class Poller:
-    """GETs the map's first page every ``period`` seconds while :attr:`on` is set, HTML and
-    JSON alternately, from a thread (blocking I/O: it holds the GIL only to start and finish
-    a request)."""
+QUIET: Final = "quiet"
+POLLED: Final = "page polled"
+AT_ONCE: Final = "page polled, built at once"
+KINDS: Final = (QUIET, POLLED, AT_ONCE)
+"""The filter windows: no page; the map's first page polled; the same page polled from the
+reference server that builds, renders and serialises it in one go (what the map did before it
+was built in steps, ``gpumap/steps.py``)."""
 
-    def __init__(self, port: int, period: float) -> None:
-        self.urls = [f"http://127.0.0.1:{port}{view_path('map', f)}" for f in ("html", "json")]
+
+class Poller:
+    """GETs the map's first page every ``period`` seconds from :attr:`port` (``None``: idle),
+    HTML and JSON alternately, from a thread (blocking I/O: it holds the GIL only to start and
+    finish a request)."""
+
+    def __init__(self, period: float) -> None:
+        self.port: int | None = None
         self.period = period
-        self.on = threading.Event()
         self.done = threading.Event()
-        self.latency: dict[str, list[float]] = {"html": [], "json": []}
+        self.polls: list[tuple[int, str, float, float]] = []
+        """``(port, form, start, end)`` of every poll (``time.perf_counter``)."""
         self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
 
     def _run(self) -> None:
-        turn = 0
+        turns: dict[int, int] = {}
         while not self.done.is_set():
-            if not self.on.wait(0.05):
+            port = self.port
+            if port is None:
+                self.done.wait(0.01)
                 continue
+            turn = turns[port] = turns.get(port, -1) + 1
             form = ("html", "json")[turn % 2]
             started = time.perf_counter()
-            with urllib.request.urlopen(self.urls[turn % 2], timeout=30) as response:
+            url = f"http://127.0.0.1:{port}{view_path('map', form)}"
+            with urllib.request.urlopen(url, timeout=30) as response:
                 response.read()
-            self.latency[form].append(time.perf_counter() - started)
-            turn += 1
+            self.polls.append((port, form, started, time.perf_counter()))
             self.done.wait(max(self.period - (time.perf_counter() - started), 0.0))
 
     def __enter__(self) -> Poller:
@@ -300,17 +378,27 @@ class Poller:
 
 @dataclasses.dataclass(slots=True)
 class FilterSamples:
-    latency: dict[str, list[float]] = dataclasses.field(
-        default_factory=lambda: {"quiet": [], "polled": []}
-    )
-    cpu: dict[str, list[float]] = dataclasses.field(
-        default_factory=lambda: {"quiet": [], "polled": []}
-    )
-    busy: dict[str, list[float]] = dataclasses.field(
-        default_factory=lambda: {"quiet": [], "polled": []}
-    )
+    latency: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    cpu: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    busy: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     """Server CPU seconds per wall second, per window."""
-    polls: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    spans: dict[str, list[tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    """``(start, end)`` of every filter (``time.perf_counter``)."""
+    polls: dict[str, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
+    """Window kind → form → the polls' latencies."""
+    poll_spans: dict[str, list[tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    gc: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    """Window kind → the server's full collections and their seconds, then the young ones'."""
+
+    def overlapping(self, kind: str) -> tuple[list[float], list[float]]:
+        """The latencies of the ``kind`` windows' filters that overlapped a poll, and the rest."""
+        polls = self.poll_spans.get(kind, [])
+        during: list[float] = []
+        apart: list[float] = []
+        for start, end in self.spans.get(kind, []):
+            hit = any(p_start < end and start < p_end for p_start, p_end in polls)
+            (during if hit else apart).append(end - start)
+        return during, apart
 
 
 def filter_pool(node_names: list[str]) -> list[bytes]:
@@ -332,8 +420,9 @@ async def measure_filters(
     bodies = filter_pool(names)
     observed = FilterSamples()
     url = f"http://127.0.0.1:{info['port']}/filter"
+    ports = {QUIET: None, POLLED: info["map_port"], AT_ONCE: info["once_port"]}
     turn = 0
-    with Poller(info["map_port"], args.poll_seconds) as poller:
+    with Poller(args.poll_seconds) as poller:
         async with aiohttp.ClientSession() as http:
 
             async def run_for(seconds: float, kind: str | None) -> None:
@@ -345,24 +434,41 @@ async def measure_filters(
                     started = time.perf_counter()
                     async with http.post(url, data=body) as response:
                         reply = await response.json()
-                    elapsed = time.perf_counter() - started
+                    ended = time.perf_counter()
                     if reply["Error"] or not reply["NodeNames"]:
                         raise SystemExit(f"filter failed: {reply['Error']}")
                     if kind is not None:
-                        observed.latency[kind].append(elapsed)
-                        observed.cpu[kind].append(int(response.headers[CPU_HEADER]) / 1e9)
+                        observed.latency.setdefault(kind, []).append(ended - started)
+                        observed.spans.setdefault(kind, []).append((started, ended))
+                        cpu = int(response.headers[CPU_HEADER]) / 1e9
+                        observed.cpu.setdefault(kind, []).append(cpu)
+
+            async def collections() -> dict[str, list[float]]:
+                async with http.get(f"http://127.0.0.1:{info['once_port']}/bench/gc") as answer:
+                    found: dict[str, list[float]] = await answer.json()
+                    return found
 
             await run_for(2.0, None)  # every pod of the pool placed once; memos warm
             for _ in range(args.windows):
-                for kind in ("quiet", "polled"):
-                    if kind == "polled":
-                        poller.on.set()
+                for kind in KINDS:
+                    collected = await collections()
+                    poller.port = ports[kind]
                     cpu, wall = cpu_seconds(pid), time.perf_counter()
                     await run_for(args.window, kind)
                     busy = (cpu_seconds(pid) - cpu) / (time.perf_counter() - wall)
-                    observed.busy[kind].append(busy)
-                    poller.on.clear()
-        observed.polls = poller.latency
+                    poller.port = None
+                    observed.busy.setdefault(kind, []).append(busy)
+                    after = await collections()
+                    gcs = observed.gc.setdefault(kind, [0.0] * 4)
+                    gcs[0] += after["counts"][2] - collected["counts"][2]
+                    gcs[1] += after["seconds"][2] - collected["seconds"][2]
+                    gcs[2] += sum(after["counts"][:2]) - sum(collected["counts"][:2])
+                    gcs[3] += sum(after["seconds"][:2]) - sum(collected["seconds"][:2])
+    kind_of = {port: kind for kind, port in ports.items() if port is not None}
+    for port, form, start, end in poller.polls:
+        kind = kind_of[port]
+        observed.polls.setdefault(kind, {}).setdefault(form, []).append(end - start)
+        observed.poll_spans.setdefault(kind, []).append((start, end))
     return observed
 
 
@@ -375,7 +481,7 @@ def report(
     views: Mapping[tuple[str, str], ViewSamples],
     filters: FilterSamples,
 ) -> None:
-    quiet, polled = filters.latency["quiet"], filters.latency["polled"]
+    quiet = filters.latency[QUIET]
     print(
         f"\n{args.nodes:,} nodes × {args.gpus} GPUs, {info['placed']:,} running pods, "
         f"{info['pending']:,} pending GPU pods ({info['verdicts']:,} verdicts kept); "
@@ -396,27 +502,34 @@ def report(
         if form == "json":
             print(f"  {'':28s}       ({samples.detail})")
     print(
-        f"  {'filter, every node named':33s} {timings(quiet)}  "
-        f"{statistics.median(filters.cpu['quiet']) * 1e3:8.2f} ms   (quiet windows)"
+        f"  filter, every node named ({args.windows} × {len(KINDS)} windows of {args.window:g} s, "
+        f"in turn; polled: every {args.poll_seconds:g} s, HTML and JSON alternately)"
     )
-    print(
-        f"  {'filter, page polled':33s} {timings(polled)}  "
-        f"{statistics.median(filters.cpu['polled']) * 1e3:8.2f} ms   "
-        f"(polled every {args.poll_seconds:g} s, HTML and JSON alternately)"
-    )
-    for form, polls in filters.polls.items():
-        if polls:
-            print(f"    {'poll of the map, ' + form:31s} {timings(polls)}")
-    print(
-        f"  polled / quiet: filter p50 {statistics.median(polled) / filter_p50:.3f}, "
-        f"p99 {p99(polled) / p99(quiet):.3f}   (bound: p99 ≤ 1.10; "
-        f"{args.windows} windows of {args.window:g} s each, alternating)"
-    )
-    print(
-        "  server CPU use (CPU s per s): quiet "
-        f"{statistics.fmean(filters.busy['quiet']):.2f}, polled "
-        f"{statistics.fmean(filters.busy['polled']):.2f}"
-    )
+    for kind in KINDS:
+        latencies = filters.latency[kind]
+        cpu = statistics.median(filters.cpu[kind])
+        busy = statistics.fmean(filters.busy[kind])
+        full, paused, young, young_paused = filters.gc.get(kind, [0.0] * 4)
+        print(
+            f"    {kind:29s} {timings(latencies)}  server CPU p50 {cpu * 1e3:5.2f} ms; "
+            f"server busy {busy:.2f} CPU s/s; GCs: {full:.0f} full ({paused * 1e3:.0f} ms), "
+            f"{young:.0f} young ({young_paused * 1e3:.0f} ms)"
+        )
+        if kind == QUIET:
+            continue
+        for form, polls in filters.polls.get(kind, {}).items():
+            print(f"      {'poll of the map, ' + form:27s} {timings(polls)}")
+        during, apart = filters.overlapping(kind)
+        if during and apart:
+            print(
+                f"      {'filters during a poll':27s} {timings(during)}   "
+                f"max {max(during) * 1e3:.2f} ms"
+            )
+            print(f"      {'filters between polls':27s} {timings(apart)}")
+        print(
+            f"      / quiet: filter p50 {statistics.median(latencies) / filter_p50:.3f}, "
+            f"p99 {p99(latencies) / p99(quiet):.3f}   (bound: p99 ≤ 1.10)"
+        )
 
 
 def start_server(args: argparse.Namespace, pods: int) -> subprocess.Popen[str]:
@@ -428,11 +541,7 @@ def start_server(args: argparse.Namespace, pods: int) -> subprocess.Popen[str]:
 def run_size(args: argparse.Namespace, pods: int) -> None:
     child = start_server(args, pods)
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        if not line:
-            raise SystemExit("the server process died before serving")
-        info = json.loads(line)
+        info = server_info(child)
         views = asyncio.run(measure_views(info["map_port"], args.rounds))
         filters = asyncio.run(measure_filters(info, child.pid, args))
     finally:
@@ -442,20 +551,14 @@ def run_size(args: argparse.Namespace, pods: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--pods", default="10000,100000", help="running pods, one size per run")
+    parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument("--pending", type=int, default=2000, help="pending GPU pods")
     parser.add_argument("--rounds", type=int, default=30, help="requests per view and form")
-    parser.add_argument("--window", type=float, default=10.0, help="seconds per filter window")
-    parser.add_argument("--windows", type=int, default=3, help="quiet + polled window pairs")
+    parser.add_argument("--window", type=float, default=2.0, help="seconds per filter window")
+    parser.add_argument("--windows", type=int, default=10, help="rounds of the 3 window kinds")
     parser.add_argument("--poll-seconds", type=float, default=1.0)
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        args.pods = int(args.pods)
-        loop.run(serve(args))  # the service's own event loop
+    if served(args, serve):
         return
     for size in (int(p) for p in args.pods.split(",")):
         run_size(args, size)

@@ -18,7 +18,8 @@ from hami_scheduler.gpumap import model
 from hami_scheduler.gpumap.html import render_page, render_steps
 from hami_scheduler.gpumap.model import MapQuery, map_document, map_document_steps
 from hami_scheduler.gpumap.query import Page
-from hami_scheduler.gpumap.steps import Steps, drain, json_steps, sliced
+from hami_scheduler.gpumap.server import sliced
+from hami_scheduler.gpumap.steps import Steps, drain, json_steps
 
 from .gpumap_docs import large_map, sample_map
 from .service_helpers import gpus, node_object, register_annotations

@@ -9,8 +9,9 @@ generators (:data:`Steps`) that yield ``None`` between small pieces of work — 
 nodes' summaries, one node's cards — and return their result:
 
 * :func:`drain` runs one to its end at once (the pure callers: tests, ``render_page``);
-* :func:`sliced` runs one on the event loop, handing the loop back whenever a slice has run for
-  :data:`SLICE_S`: a ``/filter`` arriving meanwhile waits for about one slice, not the page.
+* the server (:func:`hami_scheduler.gpumap.server.sliced`) runs one on the event loop, handing
+  the loop back whenever a slice has run for a quarter millisecond: a ``/filter`` arriving
+  meanwhile waits for about one slice, not for the page.
 
 Not a worker thread: the builders are pure Python, so under the GIL a thread would take the
 interpreter from the filter for a switch interval (5 ms) at a time, and it would read the
@@ -19,45 +20,32 @@ cache's dictionaries while the loop changes them.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Generator, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar, cast
 
-__all__ = ["SLICE_S", "Steps", "drain", "json_steps", "sliced"]
+__all__ = ["Steps", "drain", "json_steps", "step"]
 
 _T = TypeVar("_T")
 Steps = Generator[None, None, _T]
 """A computation that yields ``None`` where it may be paused, and returns its result."""
 
-SLICE_S: Final = 0.001
-"""How long :func:`sliced` runs before handing the event loop back (seconds)."""
+
+def step(steps: Steps[_T]) -> tuple[bool, _T | None]:
+    """Run one step: ``(True, result)`` once ``steps`` has ended, else ``(False, None)``."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        return True, done.value
+    return False, None
 
 
 def drain(steps: Steps[_T]) -> _T:
     """Run ``steps`` to its end at once; its result."""
     while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: _T = done.value
-            return result
-
-
-async def sliced(steps: Steps[_T], budget: float = SLICE_S) -> _T:
-    """Run ``steps`` on the event loop, yielding to it after every ``budget`` seconds of work."""
-    clock = time.perf_counter
-    deadline = clock() + budget
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: _T = done.value
-            return result
-        if clock() >= deadline:
-            await asyncio.sleep(0)
-            deadline = clock() + budget
+        ended, result = step(steps)
+        if ended:
+            return cast("_T", result)
 
 
 def _dumps(value: Any) -> str:
