@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from scheduler_bench import GPU_MEM, container, node, p99, pod, timings
+from scheduler_bench import GPU_MEM, container, node, p99, pod, server_info, timings
 
 from hami_kube.objects import PodView
 from hami_kube.resources import JsonObject
@@ -304,11 +304,7 @@ def run_part1(args: argparse.Namespace) -> None:
     candidates = args.candidates or num_candidates(args.nodes)
     child = start_server(args)
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        if not line:
-            raise SystemExit("the extender server process died before serving")
-        info = json.loads(line)
+        info = server_info(child)
         observed = asyncio.run(drive(info["port"], args, candidates))
     finally:
         child.send_signal(signal.SIGTERM)

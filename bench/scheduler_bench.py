@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import aiohttp
@@ -254,18 +254,23 @@ def vm_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def serve(args: argparse.Namespace) -> None:
-    configure_logging("json", "warning")
+def fill_running(
+    cache: SchedulerCache,
+    planner: Planner,
+    args: argparse.Namespace,
+    stores: tuple[Store, Store] | None = None,
+) -> int:
+    """Feed ``cache`` ``args.nodes`` nodes of ``args.gpus`` GPUs (``args.mixed``: every fifth a
+    vendor node) and up to ``args.pods`` running pods placed by the decision core, through the
+    watches' slimming; ``stores``: where to keep the (slimmed) Node and Pod objects as the
+    reflectors would.  Returns how many pods were placed."""
     rng = random.Random(7)
-    started = time.perf_counter()
-    cache = SchedulerCache(DEFAULT_VENDORS)
-    nodes, pods = Store(), Store()
     for n in range(args.nodes):
         obj = node(n, args.gpus, mixed=args.mixed)
         slim_node(obj, DEFAULT_VENDORS)
-        nodes.upsert(obj)
+        if stores is not None:
+            stores[0].upsert(obj)
         cache.upsert_node(obj)
-    planner = Planner(DEFAULT_VENDORS)
     shapes = [
         (w, c, planner.plan(PodView(pod("x", c)), planner.requests(pod("x", c))))
         for w, c in RUNNING_SHAPES
@@ -286,9 +291,20 @@ async def serve(args: argparse.Namespace) -> None:
         obj["metadata"]["labels"].update(record.labels)
         obj["spec"]["nodeName"] = chosen
         slim_pod(obj, DEFAULT_VENDORS)
-        pods.upsert(obj)
+        if stores is not None:
+            stores[1].upsert(obj)
         cache.upsert_pod(obj)
         placed += 1
+    return placed
+
+
+async def serve(args: argparse.Namespace) -> None:
+    configure_logging("json", "warning")
+    started = time.perf_counter()
+    cache = SchedulerCache(DEFAULT_VENDORS)
+    nodes, pods = Store(), Store()
+    planner = Planner(DEFAULT_VENDORS)
+    placed = fill_running(cache, planner, args, (nodes, pods))
     built = time.perf_counter() - started
     cache.warm()  # what the service does once its watches have listed
     gc.collect()
@@ -391,6 +407,38 @@ async def drive(
     return results, refused
 
 
+def server_info(child: subprocess.Popen[str]) -> dict[str, Any]:
+    """The first line a ``--serve`` child prints (its port, what it holds); exits if it died."""
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise SystemExit("the server process died before serving")
+    info: dict[str, Any] = json.loads(line)
+    return info
+
+
+def bench_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the cluster's size (``--nodes``, ``--gpus``, ``--pods``: running pods, one
+    size per server, comma-separated) and the hidden ``--serve`` of the server processes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--pods", default="10000,100000", help="running pods, one size per run")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def served(
+    args: argparse.Namespace, serve: Callable[[argparse.Namespace], Coroutine[Any, Any, None]]
+) -> bool:
+    """With ``--serve``: run ``serve`` on the service's own event loop, and say so."""
+    if not args.serve:
+        return False
+    args.pods = int(args.pods)
+    loop.run(serve(args))
+    return True
+
+
 def start_server(args: argparse.Namespace, pods: int) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes)]
     command += ["--gpus", str(args.gpus), "--pods", str(pods)]
@@ -422,19 +470,13 @@ def shapes_only(results: Mapping[str, list[float]], *, vendor: bool = False) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--pods", default="10000,100000")
+    parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=150, help="filters per pod shape")
     parser.add_argument(
         "--mixed", action="store_true", help="every fifth node a Cambricon, Hygon or MThreads node"
     )
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        args.pods = int(args.pods)
-        loop.run(serve(args))  # the service's own event loop
+    if served(args, serve):
         return
     sizes = [int(p) for p in args.pods.split(",")]
     children = {size: start_server(args, size) for size in sizes}
@@ -442,8 +484,7 @@ def main() -> None:
         ports: dict[int, int] = {}
         infos: dict[int, dict[str, Any]] = {}
         for size, child in children.items():
-            assert child.stdout is not None
-            infos[size] = json.loads(child.stdout.readline())
+            infos[size] = server_info(child)
             ports[size] = infos[size]["port"]
         names = [f"node-{n:05d}" for n in range(args.nodes)]
         results, refused = asyncio.run(drive(ports, names, args.repeat, mixed=args.mixed))

@@ -1,6 +1,8 @@
 """What the extender sends the API server per scheduled pod: two writes (the node lock and the
-Binding that carries the decision), no read — one pod at a time and in a burst on one node; one
-write (the Binding) on a node whose device plugin identifies pods through the kubelet.
+Binding that carries the decision), no read — one pod at a time and in a burst on one node (where a
+bind waiting in line may read the lock's owner once, when the pod watch lags behind, and a lock
+write that loses the race with the plugin's release is refused and retried); one write (the
+Binding) on a node whose device plugin identifies pods through the kubelet.
 
 The requests are counted at the API server's HTTP door (an aiohttp middleware on the emulated
 API server) by User-Agent (``hami``: these tests build Settings directly, without the
@@ -49,6 +51,9 @@ class Requests:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
+        self.conflicts: list[tuple[str, str]] = []
+        """Writes answered 409: a lock write that lost the race with another writer of the
+        node (here the plugin's release) is retried on the fresh object, one request more."""
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -56,11 +61,14 @@ class Requests:
         listing = request.method == "GET" and (
             "watch" in request.query or request.path.rstrip("/").endswith(("/pods", "/nodes"))
         )
+        response = await handler(request)
         if agent.startswith("hami") and not listing and "/events" not in request.path:
-            self.seen.append((request.method, request.path))
-        return await handler(request)
+            seen = self.conflicts if response.status == 409 else self.seen
+            seen.append((request.method, request.path))
+        return response
 
     def counted(self) -> Counter[tuple[str, str]]:
+        """The writes that took effect (conflicts apart, see :attr:`conflicts`)."""
         return Counter(
             (method, path)
             for method, path in self.seen
@@ -142,7 +150,18 @@ async def test_a_burst_on_one_node_costs_two_writes_per_pod() -> None:
         assert counted[("PATCH", "/api/v1/nodes/n")] == len(names)
         for name in names:
             assert counted[("POST", f"/api/v1/namespaces/default/pods/{name}/binding")] == 1
-        assert sum(counted.values()) == 2 * len(names), counted
+        writes = {request: n for request, n in counted.items() if request[0] != "GET"}
+        assert sum(writes.values()) == 2 * len(names), counted
+        # A bind waiting in line asks the lock owner's state of its cache, and reads the owner
+        # once only when the pod watch has not yet shown it (a loaded machine): at most one read
+        # per pod, and only of the pods in line.
+        reads = {path for method, path in counted if method == "GET"}
+        assert reads <= {f"/api/v1/namespaces/default/pods/{name}" for name in names}, counted
+        assert sum(n for (method, _), n in counted.items() if method == "GET") < len(names)
+        # A waiting bind may write the lock a moment before the plugin's release lands: that
+        # write is refused (409) and retried once the release is seen. Only lock writes race.
+        assert {path for _, path in requests.conflicts} <= {"/api/v1/nodes/n"}, requests.conflicts
+        assert len(requests.conflicts) < len(names), requests.conflicts
 
 
 async def test_where_the_plugin_identifies_pods_through_the_kubelet_a_bind_is_one_write() -> None:

@@ -18,7 +18,8 @@ Why it looks the way it does:
 - Colour never carries meaning alone: every status has a word and a symbol beside it, every bar
   its numbers in text, and each holder's segment carries the holder's ordinal.
 - Cost is linear in the document (one list of strings joined once); the server pages nodes, so
-  a 5,000-node cluster costs what one page of it costs.
+  a 5,000-node cluster costs what one page of it costs, and renders in steps (``render_steps``,
+  one per node) so that a filter never waits for a whole page.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from html import escape
 from typing import Any, Final
 from urllib.parse import urlencode
 
-__all__ = ["render_page"]
+from hami_scheduler.gpumap.steps import Steps, drain
+
+__all__ = ["render_page", "render_steps"]
 
 REFRESH_MIN_S: Final = 5
 REFRESH_MAX_S: Final = 3600
@@ -209,6 +212,11 @@ def _reasons(reasons: Iterable[Any]) -> str:
 def render_page(kind: str, doc: dict[str, Any], query: Mapping[str, str]) -> str:
     """A whole HTML document showing ``doc`` (see the module doc); ``kind`` is ``"map"``,
     ``"pending"``, ``"fit"`` or ``"error"``; ``query`` is the request's query parameters."""
+    return drain(render_steps(kind, doc, query))
+
+
+def render_steps(kind: str, doc: dict[str, Any], query: Mapping[str, str]) -> Steps[str]:
+    """:func:`render_page` in steps (:mod:`.steps`): one per node of a map page."""
     if kind not in _TITLES:
         kind = "error"
         doc = {"error": "unknown page"}
@@ -232,7 +240,7 @@ def render_page(kind: str, doc: dict[str, Any], query: Mapping[str, str]) -> str
     if "error" in doc and kind != "fit":
         out.append(f'<p class="error" role="alert">Error: {_or(doc.get("error"), "unknown")}</p>')
     elif kind == "map":
-        _map_page(out, doc, query)
+        yield from _map_page(out, doc, query)
     elif kind == "pending":
         _pending_page(out, doc, query)
     elif kind == "fit":
@@ -307,7 +315,7 @@ def _per_page_field(query: Mapping[str, str]) -> str:
 # --- the map --------------------------------------------------------------------------------------
 
 
-def _map_page(out: list[str], doc: Mapping[str, Any], query: Mapping[str, str]) -> None:
+def _map_page(out: list[str], doc: Mapping[str, Any], query: Mapping[str, str]) -> Steps[None]:
     now = _parse_time(doc.get("generatedAt"))
     cluster = _d(doc.get("cluster"))
     memory, cores = _d(cluster.get("memory")), _d(cluster.get("cores"))
@@ -354,6 +362,7 @@ def _map_page(out: list[str], doc: Mapping[str, Any], query: Mapping[str, str]) 
         out.append("<p>No nodes match.</p>")
     for node in nodes:
         _node(out, _d(node), now)
+        yield
     if nodes:
         _paging(out, "map", doc, query)
     out.append("</section>")

@@ -21,7 +21,9 @@ allocation annotation lists on that card (init containers first) — container n
 kept in the cache.
 
 Cost: nodes are filtered and counted on their remembered summaries
-(:func:`~.summary.node_summary`), O(nodes); holders are read for the page's nodes only.
+(:func:`~.summary.node_summary`), O(nodes); holders are read for the page's nodes only.  The
+server builds the document in steps (:func:`map_document_steps`, :mod:`.steps`), so that a
+filter never waits for a whole page.
 """
 
 from __future__ import annotations
@@ -41,11 +43,14 @@ from hami_scheduler.cache.nodes import NodeFacts
 from hami_scheduler.core import DeviceUsage, NodeUsage
 from hami_scheduler.core.usage.device import device_usage
 from hami_scheduler.gpumap.query import DEFAULT_PAGE, Page, document, flag, page_of, text
+from hami_scheduler.gpumap.steps import Steps, drain
 from hami_scheduler.gpumap.summary import Summary, add, card_free, node_summary
 
-__all__ = ["MAX_RAW", "MapQuery", "MapSource", "map_document"]
+__all__ = ["CHUNK", "MAX_RAW", "MapQuery", "MapSource", "map_document", "map_document_steps"]
 MAX_RAW: Final = 4096
 """The longest raw annotation value shown (the rest is cut, ``truncated`` says so)."""
+CHUNK: Final = 500
+"""Nodes read or summed per step of :func:`map_document_steps` (a fraction of a millisecond)."""
 
 
 class MapSource(Protocol):
@@ -132,10 +137,26 @@ def _capacity(summary: Summary, *, cluster: bool) -> dict[str, Any]:
 def map_document(
     source: MapSource, query: MapQuery, *, now: datetime, replica: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The ``GpuMap`` document (docs/gpumap.md)."""
+    """The ``GpuMap`` document (docs/gpumap.md), built at once."""
+    return drain(map_document_steps(source, query, now=now, replica=replica))
+
+
+def map_document_steps(
+    source: MapSource, query: MapQuery, *, now: datetime, replica: Mapping[str, Any]
+) -> Steps[dict[str, Any]]:
+    """:func:`map_document` in steps (:mod:`.steps`): one per :data:`CHUNK` nodes read or
+    summed, and one per node of the page.
+
+    The server lets a filter run between two steps.  Each node's entry is read in one step, so
+    its figures and its cards agree; the cluster figures and the node list are read a chunk at
+    a time, so while decisions are being made they may count a pod moved during the build on
+    neither or both of its nodes — as any view of a changing cluster, and never in a quiet one.
+    """
     selected: list[tuple[str, Summary]] = []
     usages = source.nodes
-    for name in source.node_names():
+    for index, name in enumerate(source.node_names(), 1):
+        if index % CHUNK == 0:
+            yield
         if query.node and query.node not in name.lower():
             continue
         usage = usages.get(name)
@@ -150,7 +171,10 @@ def map_document(
         if query.vendor and not summary.devices and not _foreign_match(facts, query):
             continue
         selected.append((name, summary))
-    cluster = add(summary for _, summary in selected)
+    cluster = Summary()
+    for start in range(0, len(selected), CHUNK):
+        cluster = add((cluster, add(summary for _, summary in selected[start : start + CHUNK])))
+        yield
     counted = len(selected)
     if query.fragmented:
         selected = [(name, summary) for name, summary in selected if summary.fragmented]
@@ -165,7 +189,12 @@ def map_document(
         "referenceRequest": {"memory": cluster.reference},
     }
     doc["page"] = page
-    doc["nodes"] = [_node(source, name, summary, query) for name, summary in shown]
+    nodes: list[dict[str, Any]] = []
+    for name, _ in shown:
+        # Its summary read again beside its cards: a filter may have changed it since.
+        nodes.append(_node(source, name, _summary(source, name, query), query))
+        yield
+    doc["nodes"] = nodes
     return doc
 
 
