@@ -48,7 +48,12 @@ from datetime import timedelta
 from typing import Any, Final
 
 from hami_kube.objects import PodView
-from hami_kubesim.stack.checks.dra import capacity_problems, cdi_problems, env_problems
+from hami_kubesim.stack.checks.dra import (
+    CLAIM_RESOURCE_PREFIX,
+    capacity_problems,
+    cdi_problems,
+    env_problems,
+)
 from hami_kubesim.stack.checks.locks import DEFAULT_LOCK_TIMEOUT, lock_problems
 from hami_kubesim.stack.checks.mig import (
     container_reservations_of,
@@ -264,6 +269,8 @@ def _holdings(state: ClusterState) -> Iterator[tuple[str, str, str, str, str, st
                 if not isinstance(entry, Mapping):
                     continue
                 resource = str(entry.get("resource"))
+                if resource.startswith(CLAIM_RESOURCE_PREFIX):
+                    continue  # a claim's devices are shared by design: dra-capacity judges them
                 for replica in record_device_ids(container, resource) or ():
                     yield view.node_name, resource, replica, pod_key(pod), name, kind
 
