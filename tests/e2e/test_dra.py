@@ -102,7 +102,8 @@ async def test_two_4gib_claims_share_the_gpu_and_a_10gib_one_waits_for_room(
     state = await system.wait_for(settled(pair), within=40, what="both claim pods settle")
     for name in ("templated", "handmade"):
         pod = state.pod(NS, name)
-        assert pod is not None and outcome(state, pod) is Outcome.RUNNING, name
+        assert pod is not None, name
+        assert outcome(state, pod) is Outcome.RUNNING, name
         assert PodView(pod).node_name == DRA_NODE
         env = _claim_env(state, name)
         assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
@@ -122,7 +123,8 @@ async def test_two_4gib_claims_share_the_gpu_and_a_10gib_one_waits_for_room(
         settled([f"{NS}/too-big"]), within=30, what="the 10 GiB claim is refused"
     )
     big = state.pod(NS, "too-big")
-    assert big is not None and outcome(state, big) is Outcome.UNSCHEDULABLE
+    assert big is not None
+    assert outcome(state, big) is Outcome.UNSCHEDULABLE
     assert any("cannot allocate all claims" in m for m in failed_scheduling(state, big))
     assert not check_all(state), check_all(state)
     cdi = {f.claim_uid for f in state.cdi_files}
@@ -145,7 +147,8 @@ async def test_two_4gib_claims_share_the_gpu_and_a_10gib_one_waits_for_room(
         settled([f"{NS}/too-big"]), within=40, what="the 10 GiB claim runs"
     )
     big = state.pod(NS, "too-big")
-    assert big is not None and outcome(state, big) is Outcome.RUNNING
+    assert big is not None
+    assert outcome(state, big) is Outcome.RUNNING
     assert _claim_env(state, "too-big")["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
     assert not check_all(state), check_all(state)
     await eventually(
@@ -183,6 +186,7 @@ async def test_the_extender_does_not_count_the_dra_nodes_gpu(system: System) -> 
     await system.create(pinned)
     state = await system.wait_for(settled([f"{NS}/pinned"]), within=30, what="pinned settles")
     pod = state.pod(NS, "pinned")
-    assert pod is not None and outcome(state, pod) is Outcome.UNSCHEDULABLE
+    assert pod is not None
+    assert outcome(state, pod) is Outcome.UNSCHEDULABLE
     assert not check_all(state), check_all(state)
     await system.clear_pods(NS)

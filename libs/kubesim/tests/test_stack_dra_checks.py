@@ -176,7 +176,8 @@ def test_the_monitor_must_report_a_dra_container_with_its_cdi_limit() -> None:
 def test_a_dra_nodes_plugin_runs_in_the_dirs_its_kubelet_reads(tmp_path: Path) -> None:
     node = dra_node(NODE)
     spec = SystemSpec(nodes=(node,))
-    assert spec.dra and not node.extender_gpus
+    assert spec.dra
+    assert not node.extender_gpus
     plugin_dir = tmp_path / NODE
     args = deviceplugin_args(
         spec, node, api_url="http://x", kubelet_socket=plugin_dir / "kubelet.sock", devices=tmp_path

@@ -149,8 +149,8 @@ def _claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
         for s in _list(view.status.get("resourceClaimStatuses"))
     }
     names: dict[str, str] = {}
-    for entry in _list(view.spec.get("resourceClaims")):
-        entry = _mapping(entry)
+    for raw in _list(view.spec.get("resourceClaims")):
+        entry = _mapping(raw)
         name = str(entry.get("name"))
         names[name] = str(entry.get("resourceClaimName") or generated.get(name) or "")
     return names
@@ -171,8 +171,8 @@ def _claim_entries(
     container: Mapping[str, Any],
 ) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """``(pod claim, request or "", entry)`` for each claim entry of a record container."""
-    for entry in _list(container.get("resources")):
-        entry = _mapping(entry)
+    for raw in _list(container.get("resources")):
+        entry = _mapping(raw)
         resource = str(entry.get("resource") or "")
         if resource.startswith(CLAIM_RESOURCE_PREFIX):
             claim, _, request = resource.removeprefix(CLAIM_RESOURCE_PREFIX).partition("/")
