@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from hami_kubesim import dra_objects as dra
+from hami_kubesim.demo import DEMO_NODES, DRA_EXAMPLES, DRA_NODE, EXAMPLES_DIR, load_examples
 from hami_kubesim.stack.checks.dra import (
     capacity_problems,
     cdi_problems,
     dra_container_devices,
     env_problems,
 )
+from hami_kubesim.stack.checks.expectations import expectation_of
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.checks.usage import DeviceReading, MonitorUsage, monitor_problems
+from hami_kubesim.stack.report import render_report
 from hami_kubesim.stack.state import ALLOCATIONS_ANNOTATION, CdiFile, ClusterState
 from hami_kubesim.stack.system.handle import claim_uid_of_spec
 from hami_kubesim.stack.system.services import deviceplugin_args, dra_dirs
@@ -189,3 +192,41 @@ def test_a_dra_nodes_plugin_runs_in_the_dirs_its_kubelet_reads(tmp_path: Path) -
     assert dirs.registry_dir == dirs.kubelet_dir / "plugins_registry"
     assert claim_uid_of_spec("k8s.gpu.hami.io-claim_0abc.json") == "0abc"
     assert claim_uid_of_spec("other.json") == ""
+
+
+def test_the_demos_dra_examples_fit_two_claims_and_refuse_the_third() -> None:
+    documents = load_examples(EXAMPLES_DIR / DRA_EXAMPLES)
+    pods = [d for d in documents if d["kind"] == "Pod"]
+    wanted = {p["metadata"]["name"]: expectation_of(p) for p in pods}
+    outcomes = {name: w.outcome for name, w in wanted.items() if w is not None}
+    assert outcomes == {
+        "dra-train": "placed",
+        "dra-infer": "placed",
+        "dra-too-big": "unschedulable",
+    }
+    node = next(n for n in DEMO_NODES if n.name == DRA_NODE)
+    assert node.dra
+    (taint,) = node.taints
+    (gpu,) = node.gpus
+    for pod in pods:
+        assert pod["spec"]["nodeSelector"].items() <= node.labels.items()
+        assert [t["key"] for t in pod["spec"]["tolerations"]] == [taint["key"]]
+    memory = [
+        int(str(r["exactly"]["capacity"]["requests"]["memory"]).removesuffix("Gi")) * 1024
+        for d in documents
+        if d["kind"] in ("ResourceClaim", "ResourceClaimTemplate")
+        for r in (d["spec"].get("spec") or d["spec"])["devices"]["requests"]
+    ]
+    assert sorted(memory) == [4096, 4096, 10240]
+    assert 4096 * 2 <= gpu.memory_mib < sum(memory)
+
+
+def test_the_report_lists_claims_and_what_a_dra_container_got() -> None:
+    claim = _claim("a", "4Gi", pod="p")
+    pending = _claim("big", "10Gi", allocated=False)
+    pod = _pod("p", "a", _env(4096))
+    text = render_report(_state((pod,), (claim, pending), (_slice(),)))
+    assert "DRA claims (2)" in text
+    assert f"default/a: {NODE}/gpu-0 cores 0 memory 4Gi; reserved for p" in text
+    assert "default/big: not allocated; reserved for -" in text
+    assert f"cuda: claim:gpu: gpu.hami.io/{NODE}/gpu-0 memory 4096m SM limit 0" in text
