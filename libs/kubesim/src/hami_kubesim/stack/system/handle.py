@@ -238,6 +238,16 @@ class System:
             what=f"every pod of namespace {namespace} gone",
         )
 
+    async def clear_claims(self, namespace: str) -> None:
+        """Delete every ResourceClaim and ResourceClaimTemplate of ``namespace`` (a claim still
+        reserved goes once the resourceclaim controller has released it)."""
+        if not self.spec.dra:
+            return
+        for resource in ("resourceclaims", "resourceclaimtemplates"):
+            for item in self.api.list(resource, namespace=namespace):
+                with contextlib.suppress(StatusError):
+                    await self.api.delete(resource, ObjectView(item).name, namespace=namespace)
+
     def set_gpus_healthy(self, node: str, healthy: bool) -> None:
         """Rewrite ``node``'s fake-devices file with every GPU (un)healthy."""
         dump_yaml(
