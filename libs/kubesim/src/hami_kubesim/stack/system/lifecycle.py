@@ -15,7 +15,7 @@
    under it), all at once and over TLS where the real ones use it.  Start-up is
    CPU-bound (five Python processes importing their libraries on a small machine), so they are
    launched first and the cluster comes up while they import;
-   A DRA node's plugin runs ``--mode dra`` (:mod:`.dra`);
+   a DRA node's plugin runs ``--mode dra`` (:mod:`.dra`);
 3. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`) where the
    services were told it would be: the API server, admission dispatch (the webhook's Service
    resolved to its local port) and one kubelet stand-in per node; the
