@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import os
 import signal
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from collections.abc import Sequence
 from hami_kubesim import dra_objects as dra
 from hami_kubesim.stack.checks.invariants import check_all
 from hami_kubesim.stack.metrics import HistogramSummary, histogram_summary, scrape
+from hami_kubesim.stack.podtimes import PodTimes, histogram_text, latency_text
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import claim_pod, gpu_pod
@@ -71,62 +71,13 @@ def system_spec(nodes: int, gpus: int) -> SystemSpec:
     )
 
 
-class Timeline:
-    """When each pod of one namespace was created, bound and Running, from a watch."""
-
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-        self.created: dict[str, float] = {}
-        self.bound: dict[str, float] = {}
-        self.running: dict[str, float] = {}
-        self.failed: dict[str, float] = {}
-
-    @property
-    def ended(self) -> int:
-        return len(self.running) + len(self.failed)
-
-    async def follow(self, system: System) -> None:
-        async with system.api.watch("pods", namespace=self.namespace) as watch:
-            async for event in watch:
-                name = str(event.object.get("metadata", {}).get("name"))
-                now = time.monotonic()
-                if event.object.get("spec", {}).get("nodeName"):
-                    self.bound.setdefault(name, now)
-                phase = event.object.get("status", {}).get("phase")
-                if phase == "Running":
-                    self.running.setdefault(name, now)
-                elif phase == "Failed":
-                    self.failed.setdefault(name, now)
-
-
-def ms(values: Sequence[float]) -> str:
-    if not values:
-        return "n/a"
-    ordered = sorted(values)
-    p50 = ordered[len(ordered) // 2] * 1000
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
-    return (
-        f"mean {statistics.fmean(ordered) * 1000:7.1f} ms  p50 {p50:7.1f} ms  "
-        f"p99 {p99:7.1f} ms  (n={len(ordered)})"
-    )
-
-
-def hist(summary: HistogramSummary | None) -> str:
-    if summary is None:
-        return "no samples"
-    return (
-        f"mean {summary.mean * 1000:7.1f} ms  p50 {summary.p50 * 1000:7.1f} ms  "
-        f"p99 {summary.p99 * 1000:7.1f} ms  (n={summary.count})"
-    )
-
-
 async def wave(
     system: System, namespace: str, pods: int, memory_mib: int
-) -> tuple[Timeline, float]:
+) -> tuple[PodTimes, float]:
     """Create ``pods`` pods of one path and wait until each is Running or Failed; returns the
     timeline and the wave's seconds from first creation to last end."""
-    timeline = Timeline(namespace)
-    watcher = asyncio.create_task(timeline.follow(system), name=f"bench-watch-{namespace}")
+    timeline = PodTimes(namespace)
+    watcher = asyncio.create_task(timeline.follow(system.api), name=f"bench-watch-{namespace}")
     gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
     async def one(index: int) -> None:
@@ -152,19 +103,15 @@ async def wave(
     return timeline, seconds
 
 
-def describe(label: str, timeline: Timeline, seconds: float) -> float:
-    names = list(timeline.running)
-    total = [timeline.running[n] - timeline.created[n] for n in names]
-    to_bound = [timeline.bound[n] - timeline.created[n] for n in names if n in timeline.bound]
-    to_running = [timeline.running[n] - timeline.bound[n] for n in names if n in timeline.bound]
-    rate = len(names) / seconds
+def describe(label: str, timeline: PodTimes, seconds: float) -> float:
+    rate = len(timeline.running) / seconds
     print(
         f"   {label}: {rate:6.1f} pods/s creation → Running "
-        f"({len(names)} Running, {len(timeline.failed)} Failed, in {seconds:.1f} s)"
+        f"({len(timeline.running)} Running, {len(timeline.failed)} Failed, in {seconds:.1f} s)"
     )
-    print(f"     creation → Running   {ms(total)}")
-    print(f"     creation → bound     {ms(to_bound)}")
-    print(f"     bound → Running      {ms(to_running)}")
+    print(f"     creation → Running   {latency_text(timeline.to_running())}")
+    print(f"     creation → bound     {latency_text(timeline.to_bound())}")
+    print(f"     bound → Running      {latency_text(timeline.bound_to_running())}")
     return rate
 
 
@@ -202,9 +149,9 @@ async def run(nodes: int, gpus: int, pods: int, memory_mib: int) -> None:
                 if found is not None:
                     allocate.append(found)
         print("   node side:")
-        print(f"     NodePrepareResources (kubelet's view)   {ms(prepare)}")
+        print(f"     NodePrepareResources (kubelet's view)   {latency_text(prepare)}")
         for index, summary in enumerate(allocate):
-            print(f"     device plugin Allocate (node {index})      {hist(summary)}")
+            print(f"     device plugin Allocate (node {index})      {histogram_text(summary)}")
         print(
             f"   ratio DRA / device-plugin pods/s: {dra_rate / dp_rate:.2f}"
             if dp_rate

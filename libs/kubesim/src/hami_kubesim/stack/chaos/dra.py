@@ -26,6 +26,7 @@ ResourceClaimTemplate the steps create.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any, Final
 
 from hami_kubesim import dra_objects as dra
@@ -75,8 +76,22 @@ def _request(memory_gib: int) -> dict[str, Any]:
     return dra.exact_request("gpu", capacity={"memory": f"{memory_gib}Gi"})
 
 
-def _dra_node(rng: random.Random, config: ScenarioConfig) -> str:
-    return rng.choice(config.dra_nodes) if config.dra_nodes else ""
+Build = Callable[[random.Random, int, float, str, ScenarioConfig], list[Step]]
+
+
+def _on_a_dra_node(build: Build) -> Build:
+    """``build`` on one of ``config.dra_nodes`` instead of the node drawn (none: no steps)."""
+
+    def on_dra_node(
+        rng: random.Random, seed: int, start: float, _: str, config: ScenarioConfig
+    ) -> list[Step]:
+        return (
+            build(rng, seed, start, rng.choice(config.dra_nodes), config)
+            if config.dra_nodes
+            else []
+        )
+
+    return on_dra_node
 
 
 def _template(at: float, name: str, config: ScenarioConfig, memory_gib: int) -> CreateObject:
@@ -90,11 +105,8 @@ def _hand_claim(at: float, name: str, config: ScenarioConfig, memory_gib: int) -
 
 
 def _plugin_restart(
-    rng: random.Random, seed: int, start: float, _: str, config: ScenarioConfig
+    rng: random.Random, seed: int, start: float, node: str, config: ScenarioConfig
 ) -> list[Step]:
-    node = _dra_node(rng, config)
-    if not node:
-        return []
     prefix = f"s{seed}-dra-restart"
     template, claim = f"{prefix}-tpl", f"{prefix}-claim"
     first, second, late = f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"
@@ -124,11 +136,8 @@ def _plugin_restart(
 
 
 def _device_vanished(
-    rng: random.Random, seed: int, start: float, _: str, config: ScenarioConfig
+    rng: random.Random, seed: int, start: float, node: str, config: ScenarioConfig
 ) -> list[Step]:
-    node = _dra_node(rng, config)
-    if not node:
-        return []
     prefix = f"s{seed}-dra-vanish"
     template = f"{prefix}-tpl"
     first, second = f"{prefix}-a", f"{prefix}-b"
@@ -150,11 +159,8 @@ def _device_vanished(
 
 
 def _claim_deleted(
-    rng: random.Random, seed: int, start: float, _: str, config: ScenarioConfig
+    rng: random.Random, seed: int, start: float, node: str, config: ScenarioConfig
 ) -> list[Step]:
-    node = _dra_node(rng, config)
-    if not node:
-        return []
     prefix = f"s{seed}-dra-deleted"
     claim, pod = f"{prefix}-claim", f"{prefix}-a"
     return [
@@ -165,8 +171,8 @@ def _claim_deleted(
 
 
 DRA_INCIDENTS: Final = (
-    Incident("dra-plugin-restart", _plugin_restart),
-    Incident("dra-device-vanished", _device_vanished),
-    Incident("dra-claim-deleted", _claim_deleted),
+    Incident("dra-plugin-restart", _on_a_dra_node(_plugin_restart)),
+    Incident("dra-device-vanished", _on_a_dra_node(_device_vanished)),
+    Incident("dra-claim-deleted", _on_a_dra_node(_claim_deleted)),
 )
 """Every DRA incident, by name (see the module docstring)."""
