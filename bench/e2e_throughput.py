@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from hami_kubesim.stack.metrics import (
     parse_samples,
     scrape,
 )
+from hami_kubesim.stack.podtimes import PodTimes, histogram_text, latency_text
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
 from hami_kubesim.stack.system.objects import gpu_pod
@@ -183,35 +183,7 @@ async def start_plugin_hosts(system: System, hosts: int) -> list[ServiceProcess]
     return processes
 
 
-class Timeline:
-    """When each pod was created, bound and Running, from a watch on pods."""
-
-    def __init__(self) -> None:
-        self.created: dict[str, float] = {}
-        self.create_seconds: list[float] = []
-        self.bound: dict[str, float] = {}
-        self.running: dict[str, float] = {}
-        self.failed: dict[str, float] = {}
-
-    @property
-    def ended(self) -> int:
-        return len(self.running) + len(self.failed)
-
-    async def follow(self, system: System) -> None:
-        async with system.api.watch("pods", namespace="bench") as watch:
-            async for event in watch:
-                name = str(event.object.get("metadata", {}).get("name"))
-                now = time.monotonic()
-                if event.object.get("spec", {}).get("nodeName"):
-                    self.bound.setdefault(name, now)
-                phase = event.object.get("status", {}).get("phase")
-                if phase == "Running":
-                    self.running.setdefault(name, now)
-                elif phase == "Failed":
-                    self.failed.setdefault(name, now)
-
-
-async def create_pods(system: System, count: int, timeline: Timeline) -> None:
+async def create_pods(system: System, count: int, timeline: PodTimes) -> None:
     gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
     async def one(index: int) -> None:
@@ -225,26 +197,8 @@ async def create_pods(system: System, count: int, timeline: Timeline) -> None:
     await asyncio.gather(*(one(i) for i in range(count)))
 
 
-async def _ended(timeline: Timeline, pods: int) -> bool:
+async def _ended(timeline: PodTimes, pods: int) -> bool:
     return timeline.ended >= pods
-
-
-def ms(values: Sequence[float]) -> str:
-    if not values:
-        return "n/a"
-    ordered = sorted(values)
-    p50 = ordered[len(ordered) // 2] * 1000
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
-    return f"mean {statistics.fmean(ordered) * 1000:8.1f} ms  p50 {p50:8.1f} ms  p99 {p99:8.1f} ms"
-
-
-def hist(summary: HistogramSummary | None) -> str:
-    if summary is None:
-        return "no samples"
-    return (
-        f"mean {summary.mean * 1000:8.1f} ms  p50 {summary.p50 * 1000:8.1f} ms  "
-        f"p99 {summary.p99 * 1000:8.1f} ms  (n={summary.count})"
-    )
 
 
 async def run_size(nodes: int, pods: int, hosts: int) -> None:
@@ -262,8 +216,8 @@ async def run_size(nodes: int, pods: int, hosts: int) -> None:
                 flush=True,
             )
             await system.ensure_namespace("bench")
-            timeline = Timeline()
-            watcher = asyncio.create_task(timeline.follow(system), name="bench-watch")
+            timeline = PodTimes("bench")
+            watcher = asyncio.create_task(timeline.follow(system.api), name="bench-watch")
             t0 = time.monotonic()
             await create_pods(system, pods, timeline)
             created = time.monotonic()
@@ -285,27 +239,23 @@ async def run_size(nodes: int, pods: int, hosts: int) -> None:
 async def report(
     system: System,
     plugin_hosts: Sequence[ServiceProcess],
-    timeline: Timeline,
+    timeline: PodTimes,
     pods: int,
     t0: float,
     created: float,
     done: float,
 ) -> None:
-    names = list(timeline.running)
-    to_bound = [timeline.bound[n] - timeline.created[n] for n in names if n in timeline.bound]
-    to_running = [timeline.running[n] - timeline.bound[n] for n in names if n in timeline.bound]
-    total = [timeline.running[n] - timeline.created[n] for n in names]
     running = len(timeline.running)
     print(
         f"   throughput: {running / (done - t0):7.1f} pods/s creation → Running "
         f"({running} pods in {done - t0:.1f} s; all created after {created - t0:.1f} s; "
         f"{len(timeline.failed)} Failed)"
     )
-    print(f"   per pod, creation → Running:        {ms(total)}")
+    print(f"   per pod, creation → Running:        {latency_text(timeline.to_running())}")
     print("   stages seen from outside (watch):")
-    print(f"     create (admission + webhook)      {ms(timeline.create_seconds)}")
-    print(f"     created → bound (queue/filter/bind) {ms(to_bound)}")
-    print(f"     bound → Running (kubelet/Allocate) {ms(to_running)}")
+    print(f"     create (admission + webhook)      {latency_text(timeline.create_seconds)}")
+    print(f"     created → bound (queue/filter/bind) {latency_text(timeline.to_bound())}")
+    print(f"     bound → Running (kubelet/Allocate) {latency_text(timeline.bound_to_running())}")
     webhook = await scrape(system.webhook.spec.metrics_url)
     scheduler = await scrape(system.schedulers[0].spec.metrics_url)
     allocate: dict[str, float] = {}
@@ -317,18 +267,18 @@ async def report(
     print("   stages from the services' metrics:")
     print(
         f"     webhook admission                 "
-        f"{hist(histogram_summary(webhook, 'hami_webhook_admission_duration_seconds'))}"
+        f"{histogram_text(histogram_summary(webhook, 'hami_webhook_admission_duration_seconds'))}"
     )
     name = "hami_scheduler_request_duration_seconds"
     print(
         f"     extender filter                   "
-        f"{hist(histogram_summary(scheduler, name, verb='filter'))}"
+        f"{histogram_text(histogram_summary(scheduler, name, verb='filter'))}"
     )
     print(
         f"     extender bind                     "
-        f"{hist(histogram_summary(scheduler, name, verb='bind'))}"
+        f"{histogram_text(histogram_summary(scheduler, name, verb='bind'))}"
     )
-    print(f"     device plugin Allocate            {hist(allocate_summary(allocate))}")
+    print(f"     device plugin Allocate            {histogram_text(allocate_summary(allocate))}")
     loop_stats = system.scheduling_loop.stats
     print(
         f"   scheduling loop: {loop_stats.attempts} attempts, {loop_stats.scheduled} scheduled, "

@@ -162,3 +162,33 @@ async def test_an_extender_restarted_while_a_preemptor_waits_still_holds_its_sli
     result = await _run(chaos_system, scenarios, "preempt-extender-restart", 9104, node)
     assert _outcome(result, "-restart-high") == "Running"
     assert _outcome(result, "-restart-late") == "Unschedulable"
+
+
+DRA = [
+    # The plugin is restarted between Prepare and Unprepare (one of two running pods deleted
+    # while it is down, one created): the checkpoint unprepares the old claim, the new one is
+    # prepared once the plugin is back.
+    pytest.param("dra-plugin-restart", 9301, id="dra_plugin_restarted"),
+    # The node's GPUs vanish between allocation and Prepare, and come back.
+    pytest.param("dra-device-vanished", 9302, id="dra_device_vanished"),
+]
+
+
+@pytest.mark.parametrize(("incident", "seed"), DRA)
+async def test_dra_incident_pods_run_once_the_plugin_or_device_is_back(
+    chaos_system: System, scenarios: ChaosSummary, incident: str, seed: int
+) -> None:
+    result = await _run(chaos_system, scenarios, incident, seed, "f-node-dra")
+    assert len(result.pods) == 2, result.pods
+    for name, pod in result.pods.items():
+        assert pod.outcome == "Running", (name, pod)
+        assert pod.node == "f-node-dra"
+
+
+@pytest.mark.parametrize("seed", [9303, 9304, 9305])
+async def test_a_claim_deleted_while_its_pod_starts_leaves_nothing_behind(
+    chaos_system: System, scenarios: ChaosSummary, seed: int
+) -> None:
+    result = await _run(chaos_system, scenarios, "dra-claim-deleted", seed, "f-node-dra")
+    (pod,) = result.pods.values()
+    assert pod.outcome in ("Running", "Unschedulable"), pod

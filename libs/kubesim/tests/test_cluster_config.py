@@ -112,6 +112,23 @@ def test_hami_core_switch(tmp_path: Path) -> None:
     assert (config.kubelet.hami_core, config.kubelet.hami_core_interval) == (True, 0.25)
 
 
+def test_dra_directories_and_intervals(tmp_path: Path) -> None:
+    default = parse_cluster_config({"nodes": [{"name": "n"}]}, base_dir=tmp_path)
+    assert (default.nodes[0].plugins_registry_dir, default.nodes[0].cdi_dirs) == (None, None)
+    assert (default.kubelet.plugin_watch_interval, default.kubelet.dra_retry_interval) == (1, 10)
+    config = parse_cluster_config(
+        {
+            "nodes": [{"name": "n", "pluginsRegistryDir": "reg", "cdiDirs": ["a", "b"]}],
+            "kubelet": {"pluginWatchIntervalSeconds": 0.2, "draRetryIntervalSeconds": 1},
+        },
+        base_dir=tmp_path,
+    )
+    (node,) = config.nodes
+    assert node.plugins_registry_dir == tmp_path / "reg"
+    assert node.cdi_dirs == (tmp_path / "a", tmp_path / "b")
+    assert (config.kubelet.plugin_watch_interval, config.kubelet.dra_retry_interval) == (0.2, 1)
+
+
 @pytest.mark.parametrize(
     ("doc", "key"),
     [
@@ -136,6 +153,8 @@ def test_hami_core_switch(tmp_path: Path) -> None:
         ({"objectFiles": ["does-not-exist.yaml"]}, "objectFiles[0]"),
         ({"scheduling": {"preemptionBehaviour": "latest"}}, "scheduling.preemptionBehaviour"),
         ({"scheduling": {"dynamicResources": "yes"}}, "scheduling.dynamicResources"),
+        ({"nodes": [{"name": "a", "cdiDirs": "x"}]}, "nodes[0].cdiDirs"),
+        ({"kubelet": {"draRetryIntervalSeconds": 0}}, "kubelet.draRetryIntervalSeconds"),
     ],
 )
 def test_invalid_documents_name_the_key(doc: Any, key: str) -> None:

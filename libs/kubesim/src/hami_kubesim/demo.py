@@ -13,7 +13,11 @@ real ports with generated TLS certificates, on five simulated GPU nodes (fake de
   at the placements the scheduler reserves), tainted ``nvidia.com/mig=true:NoSchedule`` so only
   pods that ask for MIG land there;
 * ``gpu-node-p``: 1 × L4 (23034 MiB), tainted ``demo.hami.io/preemption=true:NoSchedule`` and
-  labelled ``demo.hami.io/pool=preemption``, for the preemption example alone.
+  labelled ``demo.hami.io/pool=preemption``, for the preemption example alone;
+* ``gpu-node-dra``: 1 × V100 16 GB through DRA (its device plugin runs ``--mode dra`` and
+  publishes the card in a ResourceSlice; the extender never sees it), tainted
+  ``demo.hami.io/dra=true:NoSchedule`` and labelled ``demo.hami.io/pool=dra``, for the DRA
+  examples alone.
 
 and nine nodes of other vendors, whose device plugins kubesim plays (:mod:`hami_kubesim.vendors`):
 
@@ -36,15 +40,19 @@ Kubernetes 1.37, what a user of today's clusters runs: in that mode the in-tree 
 GPU memory, so default preemption finds victims for GPU pressure and the extender's preempt
 verb refines them per GPU.
 
-It then submits the examples of ``deploy/examples/*.yaml``, ``deploy/examples/vendors/*.yaml``
-and ``deploy/examples/preemption/*.yaml`` one after another (in file order; PriorityClasses are
-created as they come, each pod waits until it is placed, refused or reported unschedulable, so
+It then submits the examples of ``deploy/examples/*.yaml``, ``deploy/examples/vendors/*.yaml``,
+``deploy/examples/preemption/*.yaml`` and ``deploy/examples/dra/*.yaml`` one after another (in
+file order; PriorityClasses, ResourceClaimTemplates and ResourceClaims are created as they
+come, each pod waits until it is placed, refused or reported unschedulable, so
 the outcome does not depend on timing; a pod evicted later counts as settled once it is gone).
 In the preemption example a high-priority pod evicts a low-priority one from ``gpu-node-p``'s
-GPU. It prints where every pod landed, which GPUs, memory and cores each container got and
+GPU; in the DRA examples two 4 GiB claims share ``gpu-node-dra``'s GPU and a 10 GiB one is
+refused with the allocator's reason (the cluster has the chart's DeviceClass ``gpu.hami.io``).
+It prints where every pod landed, which GPUs, memory and cores each container got and
 the env the device plugin gave it and what the node's vGPU monitor reports for it (memory used
 of the limit, utilisation, read back from the monitor's ``/metrics``), the pods not placed with
-the scheduler's reason, who evicted whom on which node and GPU (from the Events), and each GPU's
+the scheduler's reason, who evicted whom on which node and GPU (from the Events), the DRA
+claims (device, consumed capacity, the pods they are reserved for), and each GPU's
 utilisation. The exit status is 0 when every outcome the
 examples expect (``demo.hami.io/*`` annotations, see :mod:`hami_kubesim.stack.checks.expectations`)
 happened, the cluster invariants hold and the monitors report every running container's GPUs
@@ -82,6 +90,7 @@ from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import (
     REPO_ROOT,
     SystemSpec,
+    dra_node,
     gpu_model_node,
     mig_node,
     nvlinked_pairs,
@@ -94,6 +103,8 @@ from hami_runtime.logs import configure_logging
 
 __all__ = [
     "DEMO_NODES",
+    "DRA_EXAMPLES",
+    "DRA_NODE",
     "EXAMPLE_KINDS",
     "PREEMPTION_EXAMPLES",
     "PREEMPTION_MODE",
@@ -107,6 +118,8 @@ __all__ = [
 PREEMPTION_NODE = "gpu-node-p"
 """The preemption example's node: tainted so only its two pods land there (the other examples'
 placements stay as they were); the demo's own, compose does not run it."""
+DRA_NODE = "gpu-node-dra"
+"""The DRA examples' node: tainted so only they land there."""
 _NODE_C = gpu_model_node("gpu-node-c", "NVIDIA A10", count=8, memory_mib=23028, numa_nodes=2)
 DEMO_NODES = (
     gpu_model_node("gpu-node-a", "Tesla T4", count=4, memory_mib=15360, numa_nodes=2),
@@ -140,6 +153,11 @@ DEMO_NODES = (
         ),
         taints=({"key": "demo.hami.io/preemption", "value": "true", "effect": "NoSchedule"},),
     ),
+    dra_node(
+        DRA_NODE,
+        labels={"demo.hami.io/pool": "dra"},
+        taints=({"key": "demo.hami.io/dra", "value": "true", "effect": "NoSchedule"},),
+    ),
 )
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 VENDOR_EXAMPLES = "vendors"
@@ -148,7 +166,10 @@ compose stack has GPU nodes only)."""
 PREEMPTION_EXAMPLES = "preemption"
 """The sub-folder of the preemption example: the demo's own too (it needs ``gpu-node-p``, the
 PriorityClasses and the capacity totals mode, none of which the compose stack has)."""
-EXAMPLE_KINDS = ("PriorityClass", "Pod")
+DRA_EXAMPLES = "dra"
+"""The sub-folder of the DRA examples (claims, templates and the pods using them): the demo's
+own (they need ``gpu-node-dra``)."""
+EXAMPLE_KINDS = ("PriorityClass", "ResourceClaimTemplate", "ResourceClaim", "Pod")
 """The documents the demo creates from the example files, in file order."""
 PREEMPTION_MODE = (
     "kube-scheduler <= 1.37 preemption with the capacity totals mode (global.capacityTotals): "
@@ -217,7 +238,8 @@ class _Progress:
 
 
 async def _create_other(system: System, document: dict[str, Any], progress: _Progress) -> None:
-    """A document that is not a pod (a PriorityClass): created, nothing to wait for."""
+    """A document that is not a pod (a PriorityClass, a claim or a claim template): created,
+    nothing to wait for."""
     what = f"{document.get('kind')} {(document.get('metadata') or {}).get('name')}"
     try:
         await system.create(document)
@@ -387,6 +409,7 @@ async def run_demo(
         *load_examples(examples),
         *load_examples(examples / VENDOR_EXAMPLES),
         *load_examples(examples / PREEMPTION_EXAMPLES),
+        *load_examples(examples / DRA_EXAMPLES),
     ]
     if not _pods(pods):
         print(f"no example pods in {examples}", file=out)

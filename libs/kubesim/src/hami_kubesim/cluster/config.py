@@ -16,6 +16,9 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
         kubelet: true                     # run a kubelet stand-in (default true)
         pluginDir: /tmp/kubesim/gpu-node-1  # default <kubelet.pluginRoot>/<name>
         podResourcesDir: /tmp/kubesim/pr-1  # default <pluginDir>-pod-resources
+        pluginsRegistryDir: /tmp/kubesim/reg-1  # DRA: default <pluginDir>-plugins_registry
+        cdiDirs: [/tmp/kubesim/cdi-1]     # DRA: CDI spec dirs, lowest priority first
+                                          # (default [<pluginDir>-cdi])
         vendors:                          # vendor device plugins played on this node
           - vendor: Ascend910B3            # a common word (DCU, MLU, Mthreads, Metax-GPU,
                                           # Metax-SGPU, AMD, kunlun, XPU, GCU, Enflame,
@@ -37,6 +40,8 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       callTimeoutSeconds: 60
       hamiCore: false                     # containers play HAMi-core under <pluginDir>/host
       hamiCoreIntervalSeconds: 1          # how often they write their usage
+      pluginWatchIntervalSeconds: 1       # DRA: how often plugins_registry is looked at
+      draRetryIntervalSeconds: 10         # DRA: a failed Prepare/Unprepare is tried again
     admission:
       enabled: true
       serviceURLs: [{namespace: hami-system, name: hami-webhook, url: "https://127.0.0.1:9443"}]
@@ -109,6 +114,12 @@ class NodeSpec:
     plugin_dir: Path | None = None
     pod_resources_dir: Path | None = None
     vendors: tuple[VendorDevices, ...] = ()
+    plugins_registry_dir: Path | None = None
+    """DRA: where the node's kubelet looks for drivers' registration sockets (None: the
+    kubelet settings' default, beside the plugin dir)."""
+    cdi_dirs: tuple[Path, ...] | None = None
+    """DRA: the CDI spec dirs the node's runtime reads, lowest priority first (None: the
+    kubelet settings' default)."""
 
     def to_object(self) -> dict[str, Any]:
         """The Node as a freshly joined kubelet would register it (Ready, addresses, capacity)."""
@@ -173,6 +184,10 @@ class KubeletDefaults:
     hami_core: bool = False
     """Containers play HAMi-core in their node's host root (``<plugin dir>/host``)."""
     hami_core_interval: float = 1.0
+    plugin_watch_interval: float = 1.0
+    """DRA: seconds between looks at each node's plugins_registry dir."""
+    dra_retry_interval: float = 10.0
+    """DRA: seconds before a failed Prepare (the pod waits) or Unprepare is tried again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +299,8 @@ def _node(index: int, raw: object, base_dir: Path) -> NodeSpec:
         ) from error
     plugin_dir = node.get("pluginDir")
     pod_resources_dir = node.get("podResourcesDir")
+    registry_dir = node.get("pluginsRegistryDir")
+    cdi_dirs = node.get("cdiDirs")
     return NodeSpec(
         name=name,
         labels=_strings(f"{key}.labels", node.get("labels", {})),
@@ -298,6 +315,15 @@ def _node(index: int, raw: object, base_dir: Path) -> NodeSpec:
         pod_resources_dir=None
         if pod_resources_dir is None
         else base_dir / _str(f"{key}.podResourcesDir", pod_resources_dir),
+        plugins_registry_dir=None
+        if registry_dir is None
+        else base_dir / _str(f"{key}.pluginsRegistryDir", registry_dir),
+        cdi_dirs=None
+        if cdi_dirs is None
+        else tuple(
+            base_dir / _str(f"{key}.cdiDirs[{i}]", d)
+            for i, d in enumerate(_list(f"{key}.cdiDirs", cdi_dirs))
+        ),
         vendors=tuple(
             _vendor(f"{key}.vendors[{i}]", v)
             for i, v in enumerate(_list(f"{key}.vendors", node.get("vendors", [])))
@@ -381,6 +407,12 @@ def _kubelet(raw: Mapping[str, Any], base_dir: Path) -> KubeletDefaults:
         hami_core=_bool("kubelet.hamiCore", raw.get("hamiCore", False)),
         hami_core_interval=_positive_seconds(
             "kubelet.hamiCoreIntervalSeconds", raw.get("hamiCoreIntervalSeconds", 1)
+        ),
+        plugin_watch_interval=_positive_seconds(
+            "kubelet.pluginWatchIntervalSeconds", raw.get("pluginWatchIntervalSeconds", 1)
+        ),
+        dra_retry_interval=_positive_seconds(
+            "kubelet.draRetryIntervalSeconds", raw.get("draRetryIntervalSeconds", 10)
         ),
     )
 

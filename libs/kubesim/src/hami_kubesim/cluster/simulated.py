@@ -162,6 +162,10 @@ async def running_cluster(
                     if config.kubelet.hami_core
                     else None,
                     workload_interval=config.kubelet.hami_core_interval,
+                    plugins_registry_dir=node.plugins_registry_dir,
+                    cdi_spec_dirs=node.cdi_dirs,
+                    plugin_watch_interval=config.kubelet.plugin_watch_interval,
+                    dra_retry_interval=config.kubelet.dra_retry_interval,
                 )
             )
             for node in config.nodes

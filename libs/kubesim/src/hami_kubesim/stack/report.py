@@ -6,7 +6,8 @@ allocation record) and, when the vGPU monitors were read, what they report for e
 GPUs (memory used of the limit, utilisation); the pods that were not placed, with the
 scheduler's FailedScheduling message or the admission refusal; the preemptions (who evicted
 whom, on which node and GPU, from the Events; the victims are gone); and per-node, per-GPU
-utilisation (memory, cores, task slots and the pods holding it). Pure: no I/O.
+utilisation (memory, cores, task slots and the pods holding it); with DRA claims, what each
+container got from them and the claims themselves (:mod:`.dra_report`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hami_kubesim.stack.checks.expectations import ExpectationResult
 from hami_kubesim.stack.checks.mig import container_reservations_of
 from hami_kubesim.stack.checks.preemptions import Preemption, preemptions
 from hami_kubesim.stack.checks.usage import DeviceReading, MonitorUsage
+from hami_kubesim.stack.dra_report import claim_lines, dra_container_lines, dra_env
 from hami_kubesim.stack.state import (
     ClusterState,
     DeviceLoad,
@@ -112,7 +114,15 @@ def _pod_lines(
     containers = record_containers(allocation_record(pod))
     instances = container_reservations_of(pod)
     vendor_lines = vendor_pod_lines(pod)
+    claimed = dra_container_lines(pod)
     for index, (name, devices) in enumerate(container_devices(pod)):
+        if name in claimed:
+            lines.extend(f"      {name}: {line}" for line in claimed[name])
+            if usage is not None and name in apps:
+                readings = usage.of(view.namespace or "default", view.name, name)
+                lines.extend(_monitor_lines(readings, "        "))
+            lines.extend(_env_lines(dra_env(pod, name), "        "))
+            continue
         if not devices and vendor_lines:
             continue
         if not devices:
@@ -228,6 +238,7 @@ def render_report(
     found = preemptions(state)
     if found or preemption_mode:
         lines.extend(_preemption_lines(found, preemption_mode))
+    lines.extend(claim_lines(state))
     lines += ["", "GPU utilisation"]
     for node, loads in sorted(device_loads(state).items()):
         if loads:

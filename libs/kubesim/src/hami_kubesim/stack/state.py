@@ -36,6 +36,7 @@ from hami_protocol.pod.devices import (
 
 __all__ = [
     "ALLOCATIONS_ANNOTATION",
+    "CdiFile",
     "ClusterState",
     "DeviceLoad",
     "LockMoment",
@@ -125,6 +126,16 @@ class Timeline:
 
 
 @dataclass(frozen=True, slots=True)
+class CdiFile:
+    """One CDI spec file a DRA driver wrote for a claim on a node."""
+
+    node: str
+    claim_uid: str
+    name: str
+    """The file's name (``k8s.gpu.hami.io-claim_<claim UID>.json``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     """Pods, nodes and events as the API server held them at ``taken_at`` (UTC)."""
 
@@ -142,6 +153,15 @@ class ClusterState:
     preemptions: tuple[PreemptionRecord, ...] = ()
     """The preemptions the scheduling loop carried out (the fault scenarios keep their own),
     oldest first; the preemption invariants judge each."""
+    claims: tuple[Mapping[str, Any], ...] = ()
+    """ResourceClaims (DRA), with their status."""
+    slices: tuple[Mapping[str, Any], ...] = ()
+    """ResourceSlices (DRA): the devices each node's driver publishes."""
+    cdi_files: tuple[CdiFile, ...] = ()
+    """The per-claim CDI spec files on the DRA nodes (read from their CDI dirs)."""
+    unpreparing: frozenset[str] = frozenset()
+    """UIDs of claims a kubelet still holds for no pod: NodeUnprepareResources is due or being
+    retried, so their CDI spec files may still be there."""
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return next((p for p in self.pods if pod_key(p) == f"{namespace}/{name}"), None)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +65,7 @@ log = structlog.get_logger(__name__)
 
 RESOURCE_CLAIMS: Final = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
 _SPEC_SUFFIXES: Final = (".json", ".yaml", ".yml")
+_TIMINGS_KEPT: Final = 10_000
 
 
 class PrepareError(Exception):
@@ -133,6 +136,12 @@ class DraManager:
         self._claims: dict[tuple[str, str], ClaimState] = {}
         self._lock = asyncio.Lock()  # one Prepare/Unprepare at a time, as the driver helper
         self._wake = asyncio.Event()
+        self.call_seconds: dict[str, deque[float]] = {
+            "NodePrepareResources": deque(maxlen=_TIMINGS_KEPT),
+            "NodeUnprepareResources": deque(maxlen=_TIMINGS_KEPT),
+        }
+        """How long each driver call took (the latest ones, answered or failed), by method:
+        what a benchmark reads for the kubelet's view of Prepare latency."""
 
     @property
     def claims(self) -> Mapping[tuple[str, str], ClaimState]:
@@ -184,10 +193,13 @@ class DraManager:
                 state.prepared = True
 
     async def _prepare_batch(self, plugin: DraPlugin, namespace: str, refs: list[ClaimRef]) -> None:
+        started = time.perf_counter()
         try:
             answer = await plugin.prepare(refs)
         except DraCallError as error:
             raise ClaimError(f"NodePrepareResources: {error}") from error
+        finally:
+            self.call_seconds["NodePrepareResources"].append(time.perf_counter() - started)
         by_uid = {ref.uid: ref for ref in refs}
         for uid, result in answer.items():
             ref = by_uid.get(uid)
@@ -288,11 +300,14 @@ class DraManager:
     async def _unprepare_batch(self, driver: str, states: list[ClaimState]) -> set[str]:
         """The UIDs of the claims whose unprepare failed."""
         refs = [s.ref for s in states]
+        started = time.perf_counter()
         try:
             answer = await self._plugins.get(driver).unprepare(refs)
         except (NotRegisteredError, DraCallError) as error:
             log.warning("NodeUnprepareResources failed", node=self._node, error=str(error))
             return {r.uid for r in refs}
+        finally:
+            self.call_seconds["NodeUnprepareResources"].append(time.perf_counter() - started)
         failed = {r.uid for r in refs if r.uid not in answer or answer[r.uid]}
         for ref in refs:
             if ref.uid in failed:

@@ -37,7 +37,8 @@ Pods of an incident are named ``s<seed>-<incident>-<role>`` and target the node 
   decision does not write; the ``mig`` invariant sees a reservation left on a non-MIG GPU).
 
 The preemption incidents (``preempt-grace``, ``preempt-deleted``, ``preempt-race``,
-``preempt-extender-restart``) are :mod:`.preemption`'s; :data:`INCIDENTS` lists them too.
+``preempt-extender-restart``) are :mod:`.preemption`'s, the DRA incidents (``dra-plugin-restart``,
+``dra-device-vanished``, ``dra-claim-deleted``) :mod:`.dra`'s; :data:`INCIDENTS` lists them too.
 
 Kubelet creation times are stamped to the second, so pods whose creation order matters are
 created :data:`CREATION_GAP` seconds apart.
@@ -49,6 +50,7 @@ import json
 import random
 from typing import Any, Final
 
+from hami_kubesim.stack.chaos.dra import DRA_INCIDENTS
 from hami_kubesim.stack.chaos.preemption import PREEMPTION_INCIDENTS
 from hami_kubesim.stack.chaos.scenarios import (
     HAMI_SCHEDULER,
@@ -263,9 +265,10 @@ INCIDENTS: Final = (
     Incident("preexisting-before-start", _preexisting_before_start),
     Incident("copied-manifest", _copied_manifest),
     *PREEMPTION_INCIDENTS,
+    *DRA_INCIDENTS,
 )
 """Every incident, by name (see the module docstring; the preemption incidents are
-:mod:`.preemption`'s)."""
+:mod:`.preemption`'s, the DRA ones :mod:`.dra`'s)."""
 
 
 def incident_named(name: str) -> Incident:

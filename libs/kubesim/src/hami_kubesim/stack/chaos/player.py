@@ -9,8 +9,10 @@ timeline until its pod is bound (nominated) — or gone, or ended, or its bound 
 :class:`~.scenarios.CreatePriorityClass` creates the class unless it exists;
 :class:`~.scenarios.RestoreRunningPods` chooses, when played, GPUs of the node that no pod
 holds and kubelet replicas of them that nobody holds, and puts the pods straight into the store
-(:func:`~.incidents.preexisting_pod`). :meth:`Player.finish` clears the faults, resumes every
-kubelet it paused and brings every service back, ready.
+(:func:`~.incidents.preexisting_pod`); the DRA incidents' objects are created and deleted as a
+client would, and :class:`~.scenarios.SetGpusHealthy` rewrites the node's fake-devices file.
+:meth:`Player.finish` clears the faults, resumes every kubelet it paused, makes every GPU it
+turned unhealthy healthy again and brings every service back, ready.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from hami_kubesim.stack.chaos.incidents import preexisting_pod
 from hami_kubesim.stack.chaos.scenarios import (
     AwaitBound,
     AwaitNominated,
+    AwaitRunning,
     ClearLatency,
     Compact,
+    CreateObject,
     CreatePod,
     CreatePriorityClass,
+    DeleteObject,
     DeletePod,
     DropWatches,
     InjectErrors,
@@ -43,6 +48,7 @@ from hami_kubesim.stack.chaos.scenarios import (
     RestoreRunningPods,
     ResumeKubelet,
     Scenario,
+    SetGpusHealthy,
     StartService,
     Step,
     StopService,
@@ -69,6 +75,7 @@ class Player:
         self.rejected = 0
         self.background: list[asyncio.Task[object]] = []
         self._paused: set[str] = set()
+        self._unhealthy: set[str] = set()
 
     def _service(self, name: str) -> ServiceProcess:
         return next(p for p in self.system.services() if p.name == name)
@@ -134,16 +141,41 @@ class Player:
                 )
         elif isinstance(step, RestoreRunningPods):
             await self._restore(step)
+        else:
+            await self._play_dra_step(step)
+
+    async def _play_dra_step(self, step: Step) -> None:
+        namespace = self.scenario.namespace
+        if isinstance(step, AwaitRunning):
+            await self._await(step.name, step.within, "running")
+        elif isinstance(step, CreateObject):
+            try:
+                await self.system.api.create(step.resource, dict(step.obj), namespace=namespace)
+            except StatusError:
+                self.rejected += 1
+        elif isinstance(step, DeleteObject):
+            with contextlib.suppress(StatusError):  # gone already
+                await self.system.api.delete(step.resource, step.name, namespace=namespace)
+            self.faults["DRA objects deleted"] += 1
+        elif isinstance(step, SetGpusHealthy):
+            self.system.set_gpus_healthy(step.node, step.healthy)
+            if step.healthy:
+                self._unhealthy.discard(step.node)
+            else:
+                self._unhealthy.add(step.node)
+                self.faults["GPUs vanished"] += 1
 
     async def _await(self, name: str, within: float, what: str) -> None:
-        """Until pod ``name`` is bound (or, ``what="nominated"``, nominated to a node), gone,
-        ended or being deleted; at most ``within`` seconds."""
+        """Until pod ``name`` is bound (or, ``what="nominated"``, nominated to a node;
+        ``what="running"``, Running), gone, ended or being deleted; at most ``within`` seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while loop.time() < deadline:
             pod = self.system.api.try_get("pods", name, namespace=self.scenario.namespace)
             view = PodView(pod or {})
-            if pod is None or view.node_name or view.terminal or view.deleting:
+            if pod is None or view.terminal or view.deleting:
+                return
+            if view.node_name and (what != "running" or view.phase == "Running"):
                 return
             if what == "nominated" and view.nominated_node_name:
                 return
@@ -229,6 +261,9 @@ class Player:
         for node in sorted(self._paused):
             self.system.kubelet(node).resume()
         self._paused.clear()
+        for node in sorted(self._unhealthy):
+            self.system.set_gpus_healthy(node, True)
+        self._unhealthy.clear()
         await asyncio.gather(*self.background)
         for service in self.system.services():
             await service.start(wait=False)

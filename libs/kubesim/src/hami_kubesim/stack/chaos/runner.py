@@ -33,7 +33,12 @@ from hami_kubesim.stack.checks.locks import stale_locks
 from hami_kubesim.stack.state import ClusterState, failed_scheduling, outcome
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.settle import settled, unsettled
-from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, gpu_model_node
+from hami_kubesim.stack.system.spec import (
+    SchedulerOptions,
+    SystemSpec,
+    dra_node,
+    gpu_model_node,
+)
 from hami_protocol.durations import parse_go_duration
 
 __all__ = [
@@ -61,6 +66,8 @@ def chaos_spec() -> SystemSpec:
     within a scenario rather than tens of seconds later. The scheduling loop preempts as
     kube-scheduler 1.38 does: a node short of GPU slices only (no in-tree victim) goes to the
     extender's preempt verb, so the preemption incidents preempt in the default mode.
+    ``f-node-dra`` runs its two 16 GiB GPUs through DRA (the DRA incidents happen there; the
+    extender never sees them, so the stream's pods never land there).
     """
     return SystemSpec(
         nodes=(
@@ -72,6 +79,7 @@ def chaos_spec() -> SystemSpec:
                 gpu_model_node("f-node-c", "NVIDIA A10", count=4, memory_mib=23028),
                 pod_resources=False,
             ),
+            dra_node("f-node-dra", count=2, memory_mib=16384),
         ),
         scheduler=SchedulerOptions(node_lock_timeout="3s"),
         pod_initial_backoff=0.2,
@@ -89,7 +97,7 @@ def chaos_config(
 ) -> ScenarioConfig:
     """What the scenarios on ``system`` may contain: its services may be stopped, incidents
     (a share of the scenarios) happen on its GPU nodes with its node-lock timeout."""
-    gpu_nodes = [n for n in system.spec.nodes if n.gpus and n.device_plugin]
+    gpu_nodes = [n for n in system.spec.nodes if n.extender_gpus]
     return ScenarioConfig(
         duration=duration,
         services=tuple(p.name for p in system.services()),
@@ -99,6 +107,7 @@ def chaos_config(
         incident_share=incident_share,
         lock_timeout=_seconds(system.spec.scheduler.node_lock_timeout, CHAOS_LOCK_TIMEOUT),
         scheduler_service=system.schedulers[0].name,
+        dra_nodes=tuple(n.name for n in system.spec.nodes if n.dra and n.device_plugin),
     )
 
 
@@ -224,7 +233,12 @@ async def run_scenario(
             await player.finish()
         keys = [f"{scenario.namespace}/{name}" for name in scenario.pods]
         try:
-            state = await system.wait_for(settled(keys), within=settle_within, what="pods settle")
+            # ... and every claim no pod uses any more unprepared (its CDI spec removed).
+            state = await system.wait_for(
+                lambda s: settled(keys)(s) and not s.unpreparing,
+                within=settle_within,
+                what="pods settle",
+            )
         except TimeoutError:
             state = system.state()  # the checker reports what is still in flight
             log.warning("scenario did not settle", seed=scenario.seed, pods=unsettled(state, keys))
@@ -245,6 +259,7 @@ async def run_scenario(
     if player.rejected:
         outcomes["rejected"] += player.rejected
     await system.clear_pods(scenario.namespace, within=settle_within)
+    await system.clear_claims(scenario.namespace)
     return ScenarioResult(
         seed=scenario.seed,
         seconds=time.monotonic() - started,

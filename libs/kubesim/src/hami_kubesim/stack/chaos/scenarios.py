@@ -22,7 +22,9 @@ Steps:
   :class:`Ungate` (remove a pod's scheduling gates), :class:`RestoreRunningPods` (pods that
   were placed and started long ago, put straight into the store), and for the preemption
   incidents :class:`CreatePriorityClass` and :class:`AwaitNominated` (wait until a preemptor
-  is nominated).
+  is nominated), for the DRA incidents (:mod:`.dra`) :class:`CreateObject` /
+  :class:`DeleteObject` (claims and claim templates), :class:`AwaitRunning` and
+  :class:`SetGpusHealthy` (a node's GPUs vanish from its device backend, or come back).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ __all__ = [
     "HOSTNAME_LABEL",
     "AwaitBound",
     "AwaitNominated",
+    "AwaitRunning",
     "ClearLatency",
     "Compact",
+    "CreateObject",
     "CreatePod",
     "CreatePriorityClass",
+    "DeleteObject",
     "DeletePod",
     "DropWatches",
     "Incident",
@@ -50,6 +55,7 @@ __all__ = [
     "ResumeKubelet",
     "Scenario",
     "ScenarioConfig",
+    "SetGpusHealthy",
     "StartService",
     "Step",
     "StopService",
@@ -191,6 +197,44 @@ class RestoreRunningPods:
     while_stopped: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class AwaitRunning:
+    """Hold the timeline until pod ``name`` runs (or is gone, ended, or ``within`` passed)."""
+
+    at: float
+    name: str
+    within: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class CreateObject:
+    """Create an object of ``resource`` (a claim, a claim template) in the scenario's namespace;
+    a refusal is counted, not raised."""
+
+    at: float
+    resource: str
+    obj: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteObject:
+    """Delete object ``name`` of ``resource`` in the scenario's namespace (gone already: fine)."""
+
+    at: float
+    resource: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetGpusHealthy:
+    """Every GPU of ``node`` reported (un)healthy by its fake device backend: an unhealthy GPU
+    leaves the node's ResourceSlice (it vanished, as far as DRA is concerned)."""
+
+    at: float
+    node: str
+    healthy: bool
+
+
 Step = (
     CreatePod
     | DeletePod
@@ -208,6 +252,10 @@ Step = (
     | CreatePriorityClass
     | Ungate
     | RestoreRunningPods
+    | AwaitRunning
+    | CreateObject
+    | DeleteObject
+    | SetGpusHealthy
 )
 
 
@@ -253,6 +301,9 @@ class ScenarioConfig:
     preemption)."""
     node_gpus: tuple[tuple[str, int], ...] = ()
     """How many GPUs each node of ``nodes`` has (incidents that fill a node need it)."""
+    dra_nodes: tuple[str, ...] = ()
+    """Nodes whose GPUs are served through DRA (the DRA incidents happen there; the other
+    incidents never do)."""
 
     def gpus_of(self, node: str) -> int:
         """``node``'s GPU count (0 when not known)."""

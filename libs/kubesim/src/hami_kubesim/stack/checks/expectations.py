@@ -19,7 +19,8 @@ An example pod says what should become of it in ``demo.hami.io/*`` annotations:
     GPU sets separated by ``;``, each a comma-separated list of UUIDs: the GPUs it got must be
     exactly one of them (e.g. the NVLinked pairs of a node, for topology-aware placement).
 ``demo.hami.io/expect-same-gpu-as`` / ``demo.hami.io/expect-other-gpu-than``
-    another example pod (same namespace) it must share a GPU with / must share none with.
+    another example pod (same namespace) it must share a GPU with / must share none with (a
+    pod using DRA claims has the GPUs its claims' CDI env names).
 ``demo.hami.io/expect-reason``
     a text the FailedScheduling message (or the admission refusal) must contain.
 ``demo.hami.io/expect-mig-profiles``
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hami_kube.objects import PodView
+from hami_kubesim.stack.checks.dra import dra_container_devices
 from hami_kubesim.stack.checks.mig import reservations_of
 from hami_kubesim.stack.checks.preemptions import Preemption, preemptions
 from hami_kubesim.stack.state import (
@@ -122,9 +124,12 @@ def _gpu_sets(text: str) -> tuple[frozenset[str], ...]:
 
 
 def _gpus(pod: Mapping[str, Any] | None) -> set[str]:
+    """The GPUs the scheduler allocated to the pod, and those its DRA claims' CDI env names."""
     if pod is None:
         return set()
-    return {d.uuid for container in allocated_devices(pod) or () for d in container}
+    allocated = {d.uuid for container in allocated_devices(pod) or () for d in container}
+    claimed = {uuid for _, devices in dra_container_devices(pod) for uuid, _ in devices}
+    return allocated | claimed
 
 
 def _placed_problems(state: ClusterState, want: Expectation, pod: Mapping[str, Any]) -> list[str]:

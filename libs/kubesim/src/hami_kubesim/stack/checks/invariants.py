@@ -29,6 +29,10 @@ Each check is a pure function ``ClusterState -> list[Violation]``:
   preemption the scheduling loop carried out had a lower priority than its preemptor and was
   needed, and no lower-priority pod took what a nominated preemptor waited for
   (:mod:`hami_kubesim.stack.checks.preemption`, which says what each judges and skips).
+* ``dra-capacity``, ``dra-env``, ``dra-cdi``: DRA claims never consume more of a device than
+  its ResourceSlice publishes, every Running container using a claim got that claim's devices
+  and HAMi-core limits, and no CDI spec file outlives its claim
+  (:mod:`hami_kubesim.stack.checks.dra`); trivially true without DRA objects.
 * ``outcomes``: every pod is Running, Succeeded, Failed with a reason, or Pending unassigned with
   a FailedScheduling reason — none lost in between.
 
@@ -44,6 +48,12 @@ from datetime import timedelta
 from typing import Any, Final
 
 from hami_kube.objects import PodView
+from hami_kubesim.stack.checks.dra import (
+    CLAIM_RESOURCE_PREFIX,
+    capacity_problems,
+    cdi_problems,
+    env_problems,
+)
 from hami_kubesim.stack.checks.locks import DEFAULT_LOCK_TIMEOUT, lock_problems
 from hami_kubesim.stack.checks.mig import (
     container_reservations_of,
@@ -81,6 +91,7 @@ __all__ = [
     "Violation",
     "check_all",
     "check_devices",
+    "check_dra",
     "check_env",
     "check_locks",
     "check_mig",
@@ -258,6 +269,8 @@ def _holdings(state: ClusterState) -> Iterator[tuple[str, str, str, str, str, st
                 if not isinstance(entry, Mapping):
                     continue
                 resource = str(entry.get("resource"))
+                if resource.startswith(CLAIM_RESOURCE_PREFIX):
+                    continue  # a claim's devices are shared by design: dra-capacity judges them
                 for replica in record_device_ids(container, resource) or ():
                     yield view.node_name, resource, replica, pod_key(pod), name, kind
 
@@ -306,6 +319,19 @@ def check_preemption_hold(state: ClusterState) -> list[Violation]:
     return [Violation("preemption-hold", s, m) for s, m in hold_problems(state)]
 
 
+def check_dra(state: ClusterState) -> list[Violation]:
+    """The three DRA invariants (see :mod:`hami_kubesim.stack.checks.dra`)."""
+    return [
+        Violation(name, subject, message)
+        for name, problems in (
+            ("dra-capacity", capacity_problems),
+            ("dra-env", env_problems),
+            ("dra-cdi", cdi_problems),
+        )
+        for subject, message in problems(state)
+    ]
+
+
 def check_outcomes(state: ClusterState) -> list[Violation]:
     found: list[Violation] = []
     for pod in state.pods:
@@ -340,6 +366,7 @@ CHECKS: Final[tuple[tuple[str, Check], ...]] = (
     ("preemption-priority", lambda state, _: check_preemption_priority(state)),
     ("preemption-needed", lambda state, _: check_preemption_needed(state)),
     ("preemption-hold", lambda state, _: check_preemption_hold(state)),
+    ("dra", lambda state, _: check_dra(state)),
 )
 """Every invariant by name; each takes the snapshot and the node-lock timeout."""
 

@@ -6,7 +6,9 @@
 ``vdevice_index``, ``device_uuid``) into a :class:`MonitorUsage`; :func:`monitor_problems` checks
 it against a cluster snapshot: every running pod's app container that the scheduler gave devices
 (its ``hami.io/vgpu-devices-allocated`` entry) has exactly one series per device, in order, for
-that device's UUID, with the limit the allocated memory in bytes.  Init containers are left out
+that device's UUID, with the limit the allocated memory in bytes; a container using DRA claims
+the same for the devices and memory limits its CDI env names (which the ``dra-env`` invariant
+holds to the claim's allocation).  Init containers are left out
 (HAMi's monitor reports ``spec.containers`` only).  Pure: no I/O.
 """
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from hami_kube.objects import PodView
+from hami_kubesim.stack.checks.dra import dra_container_devices
 from hami_kubesim.stack.checks.mig import container_reservations_of
 from hami_kubesim.stack.state import ClusterState, Outcome, container_devices, outcome, pod_key
 
@@ -125,28 +128,37 @@ def monitor_problems(state: ClusterState, usage: MonitorUsage) -> list[str]:
         apps = {c.name for c in view.containers}
         namespace = view.namespace or "default"
         instances = container_reservations_of(pod)
-        for index, (name, devices) in enumerate(container_devices(pod)):
+        wanted = [
+            (name, [(d.uuid, d.usedmem) for d in devices])
+            for index, (name, devices) in enumerate(container_devices(pod))
             # A MIG container runs without HAMi-core: no region, no series.
-            if name not in apps or not devices or index in instances:
-                continue
-            where = f"{pod_key(pod)} {name}"
-            readings = usage.of(namespace, view.name, name)
-            if not readings:
-                problems.append(f"{where}: no series from the vGPU monitor")
-                continue
-            if [r.index for r in readings] != list(range(len(devices))):
-                problems.append(
-                    f"{where}: vdevice_index {[r.index for r in readings]}, "
-                    f"{len(devices)} devices allocated"
-                )
-                continue
-            for reading, device in zip(readings, devices, strict=True):
-                want = device.usedmem * _MIB
-                if reading.uuid != device.uuid[:_UUID_CHARS]:
-                    problems.append(f"{where} #{reading.index}: device {reading.uuid}")
-                elif reading.limit_bytes != want:
-                    problems.append(
-                        f"{where} #{reading.index}: limit {reading.limit_bytes} bytes, "
-                        f"allocated {want} ({device.usedmem} MiB)"
-                    )
+            if index not in instances
+        ]
+        for name, devices in [*wanted, *dra_container_devices(pod)]:
+            if name in apps and devices:
+                readings = usage.of(namespace, view.name, name)
+                problems += _reading_problems(f"{pod_key(pod)} {name}", readings, devices)
+    return problems
+
+
+def _reading_problems(
+    where: str, readings: tuple[DeviceReading, ...], devices: list[tuple[str, int]]
+) -> list[str]:
+    """What one container's series miss of its ``(UUID, memory MiB)`` devices."""
+    if not readings:
+        return [f"{where}: no series from the vGPU monitor"]
+    if [r.index for r in readings] != list(range(len(devices))):
+        return [
+            f"{where}: vdevice_index {[r.index for r in readings]}, "
+            f"{len(devices)} devices allocated"
+        ]
+    problems: list[str] = []
+    for reading, (uuid, mib) in zip(readings, devices, strict=True):
+        if reading.uuid != uuid[:_UUID_CHARS]:
+            problems.append(f"{where} #{reading.index}: device {reading.uuid}")
+        elif reading.limit_bytes != mib * _MIB:
+            problems.append(
+                f"{where} #{reading.index}: limit {reading.limit_bytes} bytes, "
+                f"allocated {mib * _MIB} ({mib} MiB)"
+            )
     return problems

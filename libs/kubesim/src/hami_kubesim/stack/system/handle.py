@@ -37,7 +37,7 @@ from hami_kubesim.kubelet.standin import KubeletStandIn
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.stack.checks.usage import MonitorUsage, monitor_problems, parse_usage
 from hami_kubesim.stack.metrics import sample_value, scrape
-from hami_kubesim.stack.state import ClusterState
+from hami_kubesim.stack.state import CdiFile, ClusterState
 from hami_kubesim.stack.system.processes import ServiceProcess
 from hami_kubesim.stack.system.router import LeaderRouter
 from hami_kubesim.stack.system.services import LEASE
@@ -114,6 +114,11 @@ class System:
         """A snapshot of pods, nodes and events, read in-process, with the pods the scheduling
         loop will try again on its own (:attr:`ClusterState.retrying`)."""
         pods, nodes = tuple(self.api.list("pods")), tuple(self.api.list("nodes"))
+        dra = self.spec.dra
+        # Claims, then the kubelets' pending unprepares, then the files: a file seen for a
+        # claim already gone was then either still to be unprepared or never will be.
+        claims = tuple(self.api.list("resourceclaims")) if dra else ()
+        unpreparing = self.unpreparing() if dra else frozenset()
         return ClusterState(
             pods=pods,
             nodes=nodes,
@@ -121,6 +126,35 @@ class System:
             taken_at=datetime.now(UTC),
             retrying=self.scheduling_loop.will_retry(nodes, pods),
             preemptions=self.scheduling_loop.preemptions.records(),
+            claims=claims,
+            slices=tuple(self.api.list("resourceslices")) if dra else (),
+            cdi_files=self.cdi_files() if dra else (),
+            unpreparing=unpreparing,
+        )
+
+    def dra_nodes(self) -> tuple[str, ...]:
+        """The DRA nodes with a kubelet stand-in."""
+        return tuple(n.name for n in self.spec.nodes if n.dra and n.name in self.cluster.kubelets)
+
+    def cdi_files(self) -> tuple[CdiFile, ...]:
+        """The per-claim CDI spec files in every DRA node's CDI dirs."""
+        found: list[CdiFile] = []
+        for node in self.dra_nodes():
+            for directory in self.kubelet(node).settings.cdi_dirs:
+                with contextlib.suppress(FileNotFoundError):
+                    for path in sorted(directory.iterdir()):
+                        uid = claim_uid_of_spec(path.name)
+                        if uid:
+                            found.append(CdiFile(node=node, claim_uid=uid, name=path.name))
+        return tuple(found)
+
+    def unpreparing(self) -> frozenset[str]:
+        """UIDs of claims some kubelet still holds for no pod (unprepare due or retried)."""
+        return frozenset(
+            claim.ref.uid
+            for node in self.dra_nodes()
+            for claim in self.kubelet(node).prepared_claims().values()
+            if not claim.pods
         )
 
     async def monitor_usage(self) -> MonitorUsage:
@@ -204,6 +238,16 @@ class System:
             what=f"every pod of namespace {namespace} gone",
         )
 
+    async def clear_claims(self, namespace: str) -> None:
+        """Delete every ResourceClaim and ResourceClaimTemplate of ``namespace`` (a claim still
+        reserved goes once the resourceclaim controller has released it)."""
+        if not self.spec.dra:
+            return
+        for resource in ("resourceclaims", "resourceclaimtemplates"):
+            for item in self.api.list(resource, namespace=namespace):
+                with contextlib.suppress(StatusError):
+                    await self.api.delete(resource, ObjectView(item).name, namespace=namespace)
+
     def set_gpus_healthy(self, node: str, healthy: bool) -> None:
         """Rewrite ``node``'s fake-devices file with every GPU (un)healthy."""
         dump_yaml(
@@ -222,8 +266,9 @@ class System:
         return await wait_for(self.state, condition, within=within, what=what, progress=progress)
 
     async def wait_nodes_registered(self, *, within: float = 30.0) -> None:
-        """Until every node with a device plugin has its register annotation and GPU capacity."""
-        names = {n.name for n in self.spec.nodes if n.device_plugin and n.gpus}
+        """Until every node whose device plugin registers GPUs (not a DRA node's) has its
+        register annotation and GPU capacity."""
+        names = {n.name for n in self.spec.nodes if n.extender_gpus}
         interval = POLL_INTERVAL if len(names) < 50 else 0.5
 
         async def registered() -> bool:
@@ -254,6 +299,17 @@ class System:
                         f"{replica.name} did not see {count} GPU nodes in {within} s"
                     )
                 await asyncio.sleep(POLL_INTERVAL)
+
+
+CDI_SPEC_PREFIX = "k8s.gpu.hami.io-claim_"
+"""Our driver's per-claim CDI spec files: ``k8s.gpu.hami.io-claim_<claim UID>.json``."""
+
+
+def claim_uid_of_spec(name: str) -> str:
+    """The claim UID of one of our driver's CDI spec file names ("" for any other file)."""
+    if not name.startswith(CDI_SPEC_PREFIX) or not name.endswith(".json"):
+        return ""
+    return name.removeprefix(CDI_SPEC_PREFIX).removesuffix(".json")
 
 
 def _registered(node: NodeView) -> bool:

@@ -15,6 +15,7 @@
    under it), all at once and over TLS where the real ones use it.  Start-up is
    CPU-bound (five Python processes importing their libraries on a small machine), so they are
    launched first and the cluster comes up while they import;
+   a DRA node's plugin runs ``--mode dra`` (:mod:`.dra`);
 3. starts the simulated cluster (:func:`hami_kubesim.cluster.simulated.running_cluster`) where the
    services were told it would be: the API server, admission dispatch (the webhook's Service
    resolved to its local port) and one kubelet stand-in per node; the
@@ -57,6 +58,7 @@ from hami_kubesim.cluster.config import (
     HOST_ROOT_DIR,
     AdmissionSpec,
     ClusterConfig,
+    ControllersSpec,
     KubeletDefaults,
     NodeSpec,
     SchedulingSpec,
@@ -66,6 +68,13 @@ from hami_kubesim.kubelet.settings import pod_resources_socket_for
 from hami_kubesim.objects.services import endpoint_slice, selectorless_service
 from hami_kubesim.scheduler.config import parse_scheduler_config
 from hami_kubesim.scheduler.loop import SchedulingLoop
+from hami_kubesim.stack.system.dra import (
+    PLUGIN_WATCH_INTERVAL,
+    dra_objects,
+    node_dra_paths,
+    wait_dra_nodes,
+    with_default_scheduler,
+)
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.objects import (
     GPUMAP_PORT,
@@ -141,7 +150,7 @@ def _scheduling_loop(spec: SystemSpec, *, api_url: str, extender_url: str) -> Sc
             )
         )
     return SchedulingLoop(
-        config,
+        with_default_scheduler(config, spec),
         api_url=api_url,
         initial_backoff=spec.pod_initial_backoff,
         max_backoff=spec.pod_max_backoff,
@@ -167,6 +176,7 @@ def _cluster_config(
             address=f"10.{index // 250}.{index % 250}.10",
             pod_cidr=f"10.{100 + index // 250}.{index % 250}.0/24",
             vendors=node.vendors,
+            **node_dra_paths(node, plugin_root / node.name),
         )
         for index, node in enumerate(spec.nodes)
     )
@@ -186,6 +196,8 @@ def _cluster_config(
             call_timeout=spec.kubelet_call_timeout,
             hami_core=spec.vgpu_monitor,
             hami_core_interval=spec.workload_interval,
+            plugin_watch_interval=PLUGIN_WATCH_INTERVAL,
+            dra_retry_interval=spec.dra_retry_interval,
         ),
         admission=AdmissionSpec(
             enabled=True, service_urls={WEBHOOK_SERVICE: f"https://127.0.0.1:{webhook_port}"}
@@ -193,7 +205,8 @@ def _cluster_config(
         # The stack runs the scheduling loop itself (see _scheduling_loop), so it can take the
         # pod backoff override.
         scheduling=SchedulingSpec(enabled=False),
-        objects=(webhook_config, *spec.objects),
+        objects=(webhook_config, *dra_objects(spec), *spec.objects),
+        controllers=ControllersSpec(resourceclaim=spec.dra),
     )
 
 
@@ -366,7 +379,9 @@ async def _running(
                 await asyncio.gather(*(p.wait_ready() for p in processes))
                 if deviceplugin_processes:
                     await system.wait_nodes_registered(within=spec.start_timeout)
-                    await system.wait_schedulers_see_nodes(len(plugins), within=spec.start_timeout)
+                    counted = sum(node.extender_gpus for node in spec.nodes)
+                    await system.wait_schedulers_see_nodes(counted, within=spec.start_timeout)
+                    await wait_dra_nodes(cluster, spec, within=spec.start_timeout)
                 if router is not None:
                     await system.wait_for(
                         lambda _: system.leader() is not None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hami_kubesim.dra_objects import container_claim, pod_claim
 from hami_kubesim.stack.system.spec import FailurePolicy
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "SCHEDULER_SERVICE",
     "WEBHOOK_CONFIGURATION_NAME",
     "WEBHOOK_SERVICE",
+    "claim_pod",
     "device_pod",
     "gpu_pod",
     "gpu_quota",
@@ -179,4 +181,23 @@ def device_pod(
     for index, container in enumerate(pod["spec"]["containers"]):
         container["name"] = "app" if containers == 1 else f"app-{index}"
         container["resources"] = {"limits": {k: str(v) for k, v in limits.items()}}
+    return pod
+
+
+def claim_pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    claim: str | None = None,
+    template: str | None = None,
+    containers: int = 1,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod whose containers all use one DRA claim (pod claim ``gpu``): the ResourceClaim
+    ``claim`` or one made for the pod from the ResourceClaimTemplate ``template`` (give one).
+    No schedulerName: the cluster's own kube-scheduler, which allocates the claim."""
+    pod = gpu_pod(name, namespace=namespace, containers=containers, labels=labels)
+    pod["spec"]["resourceClaims"] = [pod_claim("gpu", claim=claim, template=template)]
+    for container in pod["spec"]["containers"]:
+        container["resources"] = {"claims": [container_claim("gpu")]}
     return pod

@@ -10,6 +10,10 @@ here by one CA, whose bundle goes into the MutatingWebhookConfiguration.
 With :attr:`~.spec.SystemSpec.vgpu_monitor` each node's device plugin runs with ``--host-root``
 at the node's host root and a vGPU monitor (``vgpu-monitor-<node>``, the fake backend with the
 node's GPUs) reads ``HOOK_PATH=<host root>/usr/local/vgpu``.
+
+A DRA node's plugin runs ``--mode dra`` with the directories of :func:`dra_dirs`, which its
+kubelet stand-in is given too (the cluster config's ``pluginsRegistryDir`` and ``cdiDirs``), so
+the kubelet finds the plugin's registration socket and the runtime its CDI spec files.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami_kubelet_api.constants import PLUGINS_REGISTRY_DIR_NAME
 from hami_kubesim.certs import ca_bundle_b64, generate_ca
-from hami_kubesim.kubelet.settings import pod_resources_socket_for
+from hami_kubesim.kubelet.settings import beside, pod_resources_socket_for
 from hami_kubesim.stack.system.objects import MONITOR_SERVICE, WEBHOOK_SERVICE
 from hami_kubesim.stack.system.ports import free_port
 from hami_kubesim.stack.system.processes import ServiceProcess, ServiceSpec
@@ -29,8 +34,10 @@ __all__ = [
     "HOOK_PATH",
     "LEASE",
     "SCHEDULER_NAME",
+    "DraDirs",
     "ServicePlan",
     "deviceplugin_args",
+    "dra_dirs",
     "issue_certificates",
     "monitor_processes",
     "node_config_file",
@@ -67,6 +74,29 @@ class ServicePlan:
 
     def devices_file(self, node: str) -> Path:
         return self.work_dir / "devices" / f"{node}.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class DraDirs:
+    """Where a DRA node's plugin and kubelet meet, beside the node's device-plugin dir."""
+
+    kubelet_dir: Path
+    """The plugin's ``--kubelet-dir`` (plays ``/var/lib/kubelet``): ``plugins_registry/`` with
+    the registration socket and ``plugins/gpu.hami.io/`` with ``dra.sock`` and the checkpoint."""
+    cdi_dir: Path
+    """The plugin's ``--cdi-dir`` and the kubelet stand-in's only CDI spec dir (plays
+    ``/var/run/cdi``)."""
+
+    @property
+    def registry_dir(self) -> Path:
+        """The kubelet stand-in's ``plugins_registry_dir``."""
+        return self.kubelet_dir / PLUGINS_REGISTRY_DIR_NAME
+
+
+def dra_dirs(plugin_dir: Path) -> DraDirs:
+    """``<plugin dir>-kubelet`` and ``<plugin dir>-cdi`` (the kubelet stand-in's default CDI
+    dir); kept short: the sockets' paths are limited to 107 bytes."""
+    return DraDirs(kubelet_dir=beside(plugin_dir, "kubelet"), cdi_dir=beside(plugin_dir, "cdi"))
 
 
 def node_config_file(devices: Path) -> Path:
@@ -222,6 +252,7 @@ def deviceplugin_args(
         f"--log-level={spec.log_level}",
         *(["--enable-topology-score=true"] if node.topology_score else []),
         *_mode_args(node, devices, host_root),
+        *_dra_args(node, kubelet_socket.parent),
         *(["--advertise-capacity-totals=true"] if spec.capacity_totals else []),
         *spec.deviceplugin_args,
     ]
@@ -243,6 +274,20 @@ def _mode_args(node: GpuNode, devices: Path, host_root: Path | None) -> list[str
         "--mig-reconcile-interval=0.5",
         # Creating instances is part of Allocate on MIG nodes: a loaded test machine needs time.
         "--allocate-timeout=10",
+    ]
+
+
+def _dra_args(node: GpuNode, plugin_dir: Path) -> list[str]:
+    """A DRA node's plugin: the kubelet plugin mode in the node's :func:`dra_dirs`, checking
+    its ResourceSlice every second (a fault's lost slice comes back soon)."""
+    if not node.dra:
+        return []
+    dirs = dra_dirs(plugin_dir)
+    return [
+        "--mode=dra",
+        f"--kubelet-dir={dirs.kubelet_dir}",
+        f"--cdi-dir={dirs.cdi_dir}",
+        "--slice-resync-interval=1",
     ]
 
 

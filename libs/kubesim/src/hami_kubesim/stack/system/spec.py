@@ -31,6 +31,7 @@ __all__ = [
     "SchedulerOptions",
     "SystemSpec",
     "capacity_totals_document",
+    "dra_node",
     "dump_yaml",
     "fake_devices_document",
     "fake_uuid",
@@ -122,6 +123,15 @@ class GpuNode:
     vendors: tuple[VendorDevices, ...] = ()
     """Other vendors' devices, registered by their plugins' stand-ins
     (:mod:`hami_kubesim.vendors`) beside the kubelet."""
+    dra: bool = False
+    """The node's GPUs reach pods through DRA: its plugin runs ``--mode dra`` (a kubelet DRA
+    plugin publishing a ResourceSlice, no ``nvidia.com/gpu``, no register annotation, so the
+    extender never counts them) and its kubelet stand-in prepares claims through it."""
+
+    @property
+    def extender_gpus(self) -> bool:
+        """Whether the extender sees this node's GPUs (a device plugin registers them)."""
+        return self.device_plugin and bool(self.gpus) and not self.dra
 
 
 def node_config_document(node: GpuNode) -> dict[str, Any] | None:
@@ -187,6 +197,20 @@ def gpu_model_node(
         for index in range(count)
     )
     return GpuNode(name=name, gpus=gpus, labels=dict(labels or {}))
+
+
+def dra_node(
+    name: str,
+    model: str = "Tesla V100-SXM2-16GB",
+    *,
+    count: int = 1,
+    memory_mib: int = 16384,
+    taints: tuple[Mapping[str, str], ...] = (),
+    labels: Mapping[str, str] | None = None,
+) -> GpuNode:
+    """A node of ``count`` GPUs (16 GiB each by default) served through DRA."""
+    base = gpu_model_node(name, model, count=count, memory_mib=memory_mib, labels=labels)
+    return dataclasses.replace(base, dra=True, taints=taints)
 
 
 def vendor_node(name: str, *vendors: VendorDevices, gpus: tuple[FakeGpu, ...] = ()) -> GpuNode:
@@ -261,12 +285,23 @@ class SystemSpec:
     """The capacity totals mode, as the chart's ``global.capacityTotals`` turns it on: device
     plugins ``--advertise-capacity-totals``, the webhook ``--write-capacity-totals``, and the
     KubeSchedulerConfiguration through :func:`capacity_totals_document`."""
+    dra_retry_interval: float = 1.0
+    """The kubelet stand-ins' ``dra_retry_interval``: how soon a pod whose claims could not be
+    prepared (or a failed Unprepare) is tried again (the kubelet's pod-worker backoff, 10 s
+    by default in kubesim; short here so tests and faults settle quickly)."""
     gpumap: bool = True
     """The GPU map, on as the chart's ``scheduler.gpumap.enabled`` default: each extender replica
     serves it on a port of its own (``--gpumap-bind-address``), and the scheduler's Service
     ``kube-system/hami-scheduler`` (ports ``https`` 443 and ``gpumap`` 9397) with one
     EndpointSlice per replica is created, so the API server's service proxy reaches it as in a
     cluster (``kubectl hami``).  Off: the flag is passed empty."""
+
+    @property
+    def dra(self) -> bool:
+        """Whether any node runs its GPUs through DRA (the cluster then runs the resourceclaim
+        controller, has the ``gpu.hami.io`` DeviceClass, and the scheduling loop also plays
+        the cluster's own kube-scheduler, ``default-scheduler``)."""
+        return any(node.dra for node in self.nodes)
 
 
 SLOT_RESOURCE = "nvidia.com/gpu"
