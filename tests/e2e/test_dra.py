@@ -29,7 +29,7 @@ from hami_kubesim.stack.state import (
 )
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
-from hami_kubesim.stack.system.objects import claim_pod, gpu_pod
+from hami_kubesim.stack.system.objects import DRA_CLAIMS_LABEL, claim_pod, gpu_pod
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, dra_node, gpu_model_node
 from hami_kubesim.testing import eventually
@@ -39,6 +39,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 DRA_NODE = "e2e-dra"
 PLUGIN_NODE = "e2e-dp"
 NS = "claims"
+CONVERTED = "converted"
+"""A namespace labelled for the webhook's DRA conversion (``SystemSpec.dra_claims``)."""
 MIB = 1 << 20
 
 
@@ -53,8 +55,17 @@ async def system() -> AsyncIterator[System]:
         scheduler=SchedulerOptions(node_lock_timeout="5s"),
         vgpu_monitor=True,
         workload_interval=0.2,
+        dra_claims=True,
     )
     async with running_system(spec) as running:
+        key, value = DRA_CLAIMS_LABEL
+        await running.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": CONVERTED, "labels": {key: value}},
+            }
+        )
         yield running
 
 
@@ -190,3 +201,27 @@ async def test_the_extender_does_not_count_the_dra_nodes_gpu(system: System) -> 
     assert outcome(state, pod) is Outcome.UNSCHEDULABLE
     assert not check_all(state), check_all(state)
     await system.clear_pods(NS)
+
+
+async def test_a_hami_request_the_webhook_converts_takes_the_same_path(system: System) -> None:
+    """``nvidia.com/gpu: 1`` + ``nvidia.com/gpumem: 4096`` in a namespace labelled for the
+    conversion: the webhook turns it into a claim from a shared ResourceClaimTemplate, and the
+    pod runs on the DRA node with the same HAMi-core limit a device-plugin pod would get."""
+    await system.create(gpu_pod("converted", namespace=CONVERTED, memory_mib=4096))
+    key = f"{CONVERTED}/converted"
+    state = await system.wait_for(settled([key]), within=60, what="the converted pod settles")
+    pod = state.pod(CONVERTED, "converted")
+    assert pod is not None
+    assert outcome(state, pod) is Outcome.RUNNING, failed_scheduling(state, pod)
+    view = PodView(pod)
+    assert view.node_name == DRA_NODE
+    limits = view.containers[0].limits
+    assert not any(name.startswith("nvidia.com/") for name in limits), limits
+    (claim,) = view.spec["resourceClaims"]
+    assert claim["resourceClaimTemplateName"].startswith("hami-gpu-")
+    container = record_containers(allocation_record(pod))["cuda"]
+    env = record_envs(container, f"claim:{claim['name']}")
+    assert env is not None, container
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
+    assert check_all(state) == ()
+    await system.clear_pods(CONVERTED)

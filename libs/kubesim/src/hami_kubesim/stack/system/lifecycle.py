@@ -184,6 +184,7 @@ def _cluster_config(
         ca_bundle=ca_bundle,
         failure_policy=spec.webhook_failure_policy,
         timeout_seconds=spec.webhook_timeout_seconds,
+        dra_claims=spec.dra_claims,
     )
     return ClusterConfig(
         host=_LOOPBACK,

@@ -10,6 +10,7 @@ bootstrap (``deploy/compose/bootstrap.py``) writes this same object.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from hami_kubesim.dra_objects import container_claim, pod_claim
 from hami_kubesim.stack.system.spec import FailurePolicy
 
 __all__ = [
+    "DRA_CLAIMS_LABEL",
     "GPUMAP_PORT",
     "MONITOR_SERVICE",
     "SCHEDULER_GPUMAP_PROXY",
@@ -54,8 +56,41 @@ SCHEDULER_GPUMAP_PROXY = (
 _IGNORE = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
 
 
+DRA_CLAIMS_LABEL = ("hami.io/dra-claims", "true")
+"""The namespace label that sends pods to the webhook's ``/webhook/dra`` (the chart's
+``webhook.draClaims.namespaceLabel`` / ``namespaceLabelValue`` defaults)."""
+
+
 def mutating_webhook_configuration(
-    *, ca_bundle: str, failure_policy: FailurePolicy = "Ignore", timeout_seconds: int = 10
+    *,
+    ca_bundle: str,
+    failure_policy: FailurePolicy = "Ignore",
+    timeout_seconds: int = 10,
+    dra_claims: bool = False,
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration; with ``dra_claims`` (``webhook.draClaims``) a
+    second entry sends the pods of namespaces labelled :data:`DRA_CLAIMS_LABEL` to
+    ``/webhook/dra`` and the first leaves them alone."""
+    configuration = _webhook_configuration(ca_bundle, failure_policy, timeout_seconds)
+    if dra_claims:
+        classic = configuration["webhooks"][0]
+        converting = copy.deepcopy(classic)
+        key, value = DRA_CLAIMS_LABEL
+        classic["namespaceSelector"]["matchExpressions"].append(
+            {"key": key, "operator": "NotIn", "values": [value]}
+        )
+        converting["name"] = "dra.vgpu.hami.io"
+        converting["sideEffects"] = "NoneOnDryRun"
+        converting["clientConfig"]["service"]["path"] = "/webhook/dra"
+        converting["namespaceSelector"]["matchExpressions"].append(
+            {"key": key, "operator": "In", "values": [value]}
+        )
+        configuration["webhooks"].append(converting)
+    return configuration
+
+
+def _webhook_configuration(
+    ca_bundle: str, failure_policy: FailurePolicy, timeout_seconds: int
 ) -> dict[str, Any]:
     namespace, name = WEBHOOK_SERVICE
     return {

@@ -168,6 +168,7 @@ def webhook_process(
         *_https(plan.webhook_port, tls_dir, spec),
         *_common(spec, api_url, metrics),
         *(["--write-capacity-totals=true"] if spec.capacity_totals else []),
+        *(["--dra-claims=true"] if spec.dra_claims else []),
         *spec.webhook_args,
     ]
     return _process(spec, plan, name="webhook", module="hami_webhook", args=args, metrics=metrics)

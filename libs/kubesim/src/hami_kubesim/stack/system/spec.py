@@ -289,6 +289,11 @@ class SystemSpec:
     """The kubelet stand-ins' ``dra_retry_interval``: how soon a pod whose claims could not be
     prepared (or a failed Unprepare) is tried again (the kubelet's pod-worker backoff, 10 s
     by default in kubesim; short here so tests and faults settle quickly)."""
+    dra_claims: bool = False
+    """The webhook's DRA conversion, as the chart's ``webhook.draClaims.enabled``:
+    ``--dra-claims`` and a second webhook entry for namespaces labelled
+    ``hami.io/dra-claims: "true"`` (``stack.system.objects.DRA_CLAIMS_LABEL``), whose pods' NVIDIA
+    requests become ResourceClaims (docs/dra.md)."""
     gpumap: bool = True
     """The GPU map, on as the chart's ``scheduler.gpumap.enabled`` default: each extender replica
     serves it on a port of its own (``--gpumap-bind-address``), and the scheduler's Service
