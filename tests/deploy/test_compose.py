@@ -310,18 +310,28 @@ def gpu_nodes_of(compose: Mapping[str, Any]) -> set[str]:
     return {n.removeprefix("deviceplugin-") for n in services(compose) if "deviceplugin" in n}
 
 
+def dra_nodes_of(compose: Mapping[str, Any]) -> set[str]:
+    """The nodes whose plugin runs the DRA kubelet plugin mode."""
+    return {
+        node
+        for node in gpu_nodes_of(compose)
+        if flag(services(compose)[f"deviceplugin-{node}"]["command"], "--mode") == "dra"
+    }
+
+
 def test_one_vgpu_monitor_per_gpu_node(compose: dict[str, Any]) -> None:
     monitors = {n.removeprefix("vgpu-monitor-") for n in services(compose) if "vgpu-monitor" in n}
     assert (
         monitors
         == gpu_nodes_of(compose)
-        == {"gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-mig"}
+        == {"gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-mig", "gpu-node-dra"}
     )
+    assert dra_nodes_of(compose) == {"gpu-node-dra"}
     prometheus = dependencies(services(compose)["prometheus"])
     assert {f"vgpu-monitor-{node}" for node in monitors} <= set(prometheus)
 
 
-@pytest.mark.parametrize("node", ["gpu-node-a", "gpu-node-b", "gpu-node-c"])
+@pytest.mark.parametrize("node", ["gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-dra"])
 def test_vgpu_monitor_services(
     compose: dict[str, Any], volumes: dict[str, Path], node: str
 ) -> None:
@@ -354,7 +364,7 @@ def test_vgpu_monitor_services(
     assert f"--host-dir={env['HOOK_PATH']}/containers" in services(compose)["bootstrap"]["command"]
 
 
-@pytest.mark.parametrize("node", ["gpu-node-a", "gpu-node-b", "gpu-node-c"])
+@pytest.mark.parametrize("node", ["gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-dra"])
 def test_vgpu_monitor_command_lines(
     compose: dict[str, Any], volumes: dict[str, Path], node: str
 ) -> None:
@@ -407,9 +417,16 @@ def cluster(compose: dict[str, Any], volumes: dict[str, Path], tmp_path: Path) -
 
 
 def test_kubesim_reads_the_charts_scheduler_configuration(cluster: ClusterConfig) -> None:
+    from hami_kubesim.cluster.simulated import scheduler_config_for
+
     assert cluster.scheduling.config == CONFIG_FILE.resolve()
     assert load_scheduler_config(cluster.scheduling.config).extenders
     assert cluster.scheduling.extender_urls == ("https://scheduler:443",)
+    # The chart's hami-scheduler profile, and the cluster's own kube-scheduler for the pods that
+    # name none (DRA pods), which allocates their claims.
+    loop = scheduler_config_for(cluster.scheduling)
+    assert loop.scheduler_names == {"hami-scheduler", "default-scheduler"}
+    assert loop.dynamic_resources
 
 
 def test_cluster_wiring_matches_the_services(
@@ -425,10 +442,12 @@ def test_cluster_wiring_matches_the_services(
     scheduler_bind = flag(all_services["scheduler"]["command"], "--http_bind")
     assert scheduler_bind is not None
     assert cluster.scheduling.extender_urls == (f"https://scheduler:{port_of(scheduler_bind)}",)
-    # One device plugin per GPU node, talking to that node's kubelet stand-in through the volume.
+    # One device plugin per node (all are GPU nodes), talking to that node's kubelet stand-in
+    # through the volume; the DRA node's kubelet is told where its DRA plugin is.
     gpu_nodes = sorted(n.name for n in cluster.nodes if n.labels.get("gpu") == "on")
-    plugins = sorted(n.removeprefix("deviceplugin-") for n in all_services if "deviceplugin" in n)
-    assert gpu_nodes == plugins
+    plugins = sorted(gpu_nodes_of(compose))
+    assert gpu_nodes == plugins == sorted(n.name for n in cluster.nodes)
+    assert {n.name for n in cluster.nodes if n.plugins_registry_dir} == dra_nodes_of(compose)
     assert cluster.kubelet.plugin_root == volumes["kubelet-plugins"]
     # The webhook configuration written by bootstrap is created when kubesim starts.
     kinds = [(o["kind"], o["metadata"]["name"]) for o in cluster.objects]
@@ -437,6 +456,68 @@ def test_cluster_wiring_matches_the_services(
         "webhooks"
     ][0]["clientConfig"]["service"]
     assert (reference["namespace"], reference["name"]) in cluster.admission.service_urls
+
+
+def test_dra_node_plugin_meets_its_kubelet_stand_in(
+    compose: dict[str, Any], cluster: ClusterConfig, volumes: dict[str, Path]
+) -> None:
+    from hami_deviceplugin.dra.sockets import registration_socket_path
+    from hami_deviceplugin.gpu.backends.fake import parse_fake_devices
+    from hami_deviceplugin.settings import parse_settings
+    from hami_kubesim.kubelet.settings import KubeletSettings
+    from hami_kubesim.stack.system.services import dra_dirs
+
+    (node,) = dra_nodes_of(compose)
+    service = services(compose)[f"deviceplugin-{node}"]
+    settings = parse_settings(mounts_of(service, volumes).args(service["command"]), environ={})
+    assert settings.mode == "dra"
+    assert settings.node_name == node
+    assert service["user"] == "65532:65532"
+    assert settings.fake_devices is not None
+    assert parse_fake_devices(settings.fake_devices.read_text())
+    # Its kubelet dir and CDI dir in the shared volume, beside the node's plugin dir, as the
+    # whole-system stack lays out a DRA node (stack.system.services.dra_dirs).
+    plugin_dir = volumes["kubelet-plugins"] / node
+    dirs = dra_dirs(plugin_dir)
+    assert (settings.kubelet_dir, settings.cdi_dir) == (dirs.kubelet_dir, dirs.cdi_dir)
+    # The node's kubelet stand-in watches the plugins_registry dir the plugin's registration
+    # socket is in, and reads the CDI specs it writes (its last, highest-priority CDI dir).
+    (spec,) = [n for n in cluster.nodes if n.name == node]
+    kubelet = KubeletSettings(
+        node_name=node,
+        plugin_dir=plugin_dir,
+        api_url="http://kubesim:8001",
+        plugins_registry_dir=spec.plugins_registry_dir,
+        cdi_spec_dirs=spec.cdi_dirs,
+    )
+    assert kubelet.registry_dir == registration_socket_path(settings.kubelet_dir).parent
+    assert kubelet.cdi_dirs[-1] == settings.cdi_dir
+    # Container paths: the sockets fit a unix socket's 107 bytes.
+    assert len(f"{flag(service['command'], '--kubelet-dir')}/plugins/gpu.hami.io/dra.sock") < 100
+    # HAMi-core's files under the node's host root, where its monitor looks.
+    assert settings.host_root == plugin_dir / "host"
+    # The chart's DRA DaemonSet names no device-plugin or pod-resources socket either.
+    assert flag(service["command"], "--kubelet-socket") is None
+    assert flag(service["command"], "--pod-resources-socket") is None
+    assert dependencies(service) == {"kubesim": "service_healthy"}
+
+
+def test_dra_cluster_settings(cluster: ClusterConfig, render: RenderFn) -> None:
+    # Claims from templates and claims released by gone pods need the resourceclaim controller.
+    assert cluster.controllers.resourceclaim
+    assert cluster.scheduling.dynamic_resources
+    # The stand-ins find a (re)started plugin soon and retry a failed Prepare soon.
+    assert cluster.kubelet.plugin_watch_interval <= 1
+    assert cluster.kubelet.dra_retry_interval <= 2
+    # The DeviceClass the claims name, as the chart ships it.
+    (ours,) = [o for o in cluster.objects if o["kind"] == "DeviceClass"]
+    values = {"devicePlugin": {"dra": {"enabled": True, "nodeSelector": {"gpu-dra": "on"}}}}
+    charts = render(values).one("DeviceClass", "gpu.hami.io")
+    assert (ours["apiVersion"], ours["metadata"]["name"]) == (
+        charts["apiVersion"],
+        charts["metadata"]["name"],
+    )
+    assert ours["spec"] == charts["spec"]
 
 
 # --- the bootstrap step --------------------------------------------------------------------------
@@ -534,22 +615,47 @@ def test_bootstrap_hands_created_host_directories_to_the_owner(tmp_path: Path) -
     assert target.is_dir()
 
 
-def test_examples_step_submits_the_demos_examples(compose: dict[str, Any]) -> None:
+def test_examples_step_submits_the_demos_examples(
+    compose: dict[str, Any], cluster: ClusterConfig
+) -> None:
     examples = services(compose)["examples"]
     assert "./deploy/examples:/etc/hami/examples:ro" in examples["volumes"]
-    assert "--examples=/etc/hami/examples" in examples["command"]
+    # The GPU examples, then the DRA ones (no capacity totals needed, unlike the preemption
+    # example; the other vendors' nodes are the demo's own).
+    submitted = [a.split("=", 1)[1] for a in examples["command"] if a.startswith("--examples=")]
+    assert submitted == ["/etc/hami/examples", "/etc/hami/examples/dra"]
+    # It waits for the register annotations of the device-plugin nodes, and for the DRA node's
+    # ResourceSlice (its plugin removes the register annotation).
     waited = {a.split("=", 1)[1] for a in examples["command"] if a.startswith("--gpu-node=")}
-    assert waited == gpu_nodes_of(compose)
+    assert waited == gpu_nodes_of(compose) - dra_nodes_of(compose)
+    sliced = {a.split("=", 1)[1] for a in examples["command"] if a.startswith("--dra-node=")}
+    assert sliced == dra_nodes_of(compose)
+    assert {f"deviceplugin-{n}" for n in gpu_nodes_of(compose)} <= set(dependencies(examples))
     assert sorted((REPO / "deploy" / "examples").glob("*.yaml"))
+    # Every DRA example pod lands on the DRA node: its selector and toleration match that node.
+    (node,) = [n for n in cluster.nodes if n.name in dra_nodes_of(compose)]
+    pods = [
+        doc
+        for path in sorted((REPO / "deploy" / "examples" / "dra").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc["kind"] == "Pod"
+    ]
+    assert pods
+    for pod in pods:
+        assert pod["spec"]["nodeSelector"].items() <= node.labels.items()
+        tolerated = {(t["key"], t.get("value"), t["effect"]) for t in pod["spec"]["tolerations"]}
+        assert {(t["key"], t.get("value"), t["effect"]) for t in node.taints} <= tolerated
+        assert "schedulerName" not in pod["spec"]
 
 
 def test_fake_gpus_are_the_demos() -> None:
     demo = pytest.importorskip("hami_kubesim.demo", reason="the demo has not landed")
     spec = pytest.importorskip("hami_kubesim.stack.system.spec")
     files = sorted((REPO / "deploy" / "compose" / "fake-devices").glob("*.yaml"))
-    # Compose runs the demo's GPU nodes; the other vendors' nodes and the preemption example's
-    # node are the demo's own so far.
+    # Compose runs the demo's GPU nodes, its DRA node included; the other vendors' nodes and the
+    # preemption example's node are the demo's own so far.
     gpu_nodes = [n for n in demo.DEMO_NODES if n.gpus and n.name != demo.PREEMPTION_NODE]
+    assert demo.DRA_NODE in {n.name for n in gpu_nodes}
     assert [f.stem for f in files] == sorted(node.name for node in gpu_nodes)
     for node in gpu_nodes:
         written = yaml.safe_load(

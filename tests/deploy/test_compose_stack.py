@@ -190,18 +190,35 @@ def test_compose_stack_places_the_example_pods(root: Path) -> None:
                 what="per-container series from a vGPU monitor",
             )
     assert examples.returncode == 0, examples.stdout + examples.stderr
-    # Every example settled as its demo.hami.io/* annotations say (exit status 0), one line each.
-    pods = [
+    # Every example settled as its demo.hami.io/* annotations say (exit status 0), one line each;
+    # the DRA examples' claims and templates were created first, a line each too.
+    directories = [
+        Path(a.split("=", 1)[1]) for a in t.argv("examples") if a.startswith("--examples=")
+    ]
+    assert REPO / "deploy" / "examples" / "dra" in directories
+    documents = [
         doc
-        for path in sorted((REPO / "deploy" / "examples").glob("*.yaml"))
+        for directory in directories
+        for path in sorted(directory.glob("*.yaml"))
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     ]
     lines = examples.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == [p["metadata"]["name"] for p in pods]
-    assert all(line.endswith("[ok]") for line in lines)
-    outcomes = {line.split()[0]: line.split()[1] for line in lines}
+    assert [line.split()[0] for line in lines] == [
+        d["metadata"]["name"]
+        if d.get("kind", "Pod") == "Pod"
+        else f"{d['kind']}/{d['metadata']['name']}"
+        for d in documents
+    ]
+    pod_lines = [line for line in lines if "/" not in line.split()[0]]
+    assert all(line.endswith("[ok]") for line in pod_lines)
+    assert all(line.split()[1] == "created" for line in lines if line not in pod_lines)
+    outcomes = {line.split()[0]: line.split()[1] for line in pod_lines}
     assert "placed" in outcomes.values()
+    # The DRA examples ran on the DRA node, their claims sharing its one GPU.
+    assert outcomes["dra-train"] == outcomes["dra-infer"] == "placed"
+    assert len(pod_uids["gpu-node-dra"]) == 2
+    assert "claims=GPU-" in examples.stdout
     # Allocate prepared HAMi-core's per-container directories in each node's host root, where
     # the node's monitor looks (HOOK_PATH/containers/<pod uid>_<container>).
     found = 0

@@ -16,6 +16,7 @@ from hami_kubesim.cluster.config import (
     load_cluster_config,
     parse_cluster_config,
 )
+from hami_kubesim.cluster.simulated import scheduler_config_for
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cluster.yaml"
 
@@ -129,6 +130,25 @@ def test_dra_directories_and_intervals(tmp_path: Path) -> None:
     assert (config.kubelet.plugin_watch_interval, config.kubelet.dra_retry_interval) == (0.2, 1)
 
 
+def test_default_scheduler_beside_the_configured_profile(tmp_path: Path) -> None:
+    (tmp_path / "sched.yaml").write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles: [{schedulerName: hami-scheduler}]\n"
+    )
+    only = parse_cluster_config({"scheduling": {"config": "sched.yaml"}}, base_dir=tmp_path)
+    assert not only.scheduling.default_scheduler
+    assert scheduler_config_for(only.scheduling).scheduler_names == {"hami-scheduler"}
+    both = parse_cluster_config(
+        {"scheduling": {"config": "sched.yaml", "defaultScheduler": True}}, base_dir=tmp_path
+    )
+    config = scheduler_config_for(both.scheduling)
+    assert config.scheduler_names == {"hami-scheduler", "default-scheduler"}
+    assert config.profiles[0].scheduler_name == "hami-scheduler"
+    # The built-in configuration has the default profile already: nothing added.
+    builtin = parse_cluster_config({"scheduling": {"defaultScheduler": True}}, base_dir=tmp_path)
+    assert len(scheduler_config_for(builtin.scheduling).profiles) == 1
+
+
 @pytest.mark.parametrize(
     ("doc", "key"),
     [
@@ -153,6 +173,7 @@ def test_dra_directories_and_intervals(tmp_path: Path) -> None:
         ({"objectFiles": ["does-not-exist.yaml"]}, "objectFiles[0]"),
         ({"scheduling": {"preemptionBehaviour": "latest"}}, "scheduling.preemptionBehaviour"),
         ({"scheduling": {"dynamicResources": "yes"}}, "scheduling.dynamicResources"),
+        ({"scheduling": {"defaultScheduler": 1}}, "scheduling.defaultScheduler"),
         ({"nodes": [{"name": "a", "cdiDirs": "x"}]}, "nodes[0].cdiDirs"),
         ({"kubelet": {"draRetryIntervalSeconds": 0}}, "kubelet.draRetryIntervalSeconds"),
     ],

@@ -50,6 +50,8 @@ Shape (every key optional except ``nodes[].name``; paths are relative to the fil
       config: kube-scheduler-config.yaml  # KubeSchedulerConfiguration (none: default profile)
       extenderURLs: ["http://127.0.0.1:8888"]  # replace urlPrefix of extenders, in order
       preemptionBehaviour: "1.37"         # kube-scheduler's preemption up to 1.37, or "1.38"
+      dynamicResources: true              # DRA claims allocated by the loop
+      defaultScheduler: false             # also a default-scheduler profile (like the first)
     controllers:
       disruption: true                    # PodDisruptionBudget status (kube-controller-manager)
       resourceclaim: false                # DRA: claims from templates, reservedFor cleanup
@@ -215,6 +217,10 @@ class SchedulingSpec:
     with no in-tree victim is an error; ``"1.38"``: it goes to a preempt-capable extender)."""
     dynamic_resources: bool = True
     """Whether the loop runs the DynamicResources plugin (DRA claims allocated per node)."""
+    default_scheduler: bool = False
+    """Whether the loop also plays the cluster's own kube-scheduler: pods naming no scheduler
+    (``default-scheduler``: DRA pods) go to a profile like the config's first one.  A real
+    cluster always runs it; a config that names only ``hami-scheduler`` lacks it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,6 +447,7 @@ def _scheduling(raw: Mapping[str, Any], base_dir: Path) -> SchedulingSpec:
         extender_urls=tuple(_str(f"scheduling.extenderURLs[{i}]", u) for i, u in enumerate(urls)),
         preemption_behaviour=_preemption_behaviour(raw.get("preemptionBehaviour", "1.37")),
         dynamic_resources=_bool("scheduling.dynamicResources", raw.get("dynamicResources", True)),
+        default_scheduler=_bool("scheduling.defaultScheduler", raw.get("defaultScheduler", False)),
     )
 
 

@@ -106,6 +106,8 @@ def scheduler_config_for(spec: SchedulingSpec) -> SchedulerConfig:
         preemption_behaviour=spec.preemption_behaviour,
         dynamic_resources=spec.dynamic_resources,
     )
+    if spec.default_scheduler:
+        config = config.with_default_profile()
     for index, url in enumerate(spec.extender_urls):
         try:
             config = config.with_extender_url(url, index=index)

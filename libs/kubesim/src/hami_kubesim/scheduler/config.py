@@ -200,6 +200,15 @@ class SchedulerConfig:
             e for e in self.extenders if e.ignorable
         )
 
+    def with_default_profile(self) -> SchedulerConfig:
+        """A copy that also takes the pods naming no scheduler (``default-scheduler``), with the
+        first profile's settings: the cluster's own kube-scheduler beside a second scheduler's
+        profile (DRA pods name none: kube-scheduler itself allocates their claims)."""
+        if DEFAULT_SCHEDULER_NAME in self.scheduler_names:
+            return self
+        profile = dataclasses.replace(self.profiles[0], scheduler_name=DEFAULT_SCHEDULER_NAME)
+        return dataclasses.replace(self, profiles=(*self.profiles, profile))
+
     def with_extender_url(self, url_prefix: str, *, index: int = 0) -> SchedulerConfig:
         """A copy whose extender ``index`` calls ``url_prefix`` (extenders on random ports)."""
         if not 0 <= index < len(self.extenders):

@@ -12,7 +12,6 @@ which a DRA pod does not.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from hami_kube.objects import ObjectView
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.cluster.simulated import Cluster
 from hami_kubesim.dra_objects import DRIVER, device_class
-from hami_kubesim.scheduler.config import DEFAULT_SCHEDULER_NAME, SchedulerConfig
+from hami_kubesim.scheduler.config import SchedulerConfig
 from hami_kubesim.stack.system.services import dra_dirs
 from hami_kubesim.stack.system.settle import until
 from hami_kubesim.stack.system.spec import GpuNode, SystemSpec
@@ -55,10 +54,7 @@ def dra_objects(spec: SystemSpec) -> tuple[dict[str, Any], ...]:
 
 def with_default_scheduler(config: SchedulerConfig, spec: SystemSpec) -> SchedulerConfig:
     """With DRA nodes, ``config`` plus a ``default-scheduler`` profile like its first one."""
-    if not spec.dra or DEFAULT_SCHEDULER_NAME in config.scheduler_names:
-        return config
-    profile = dataclasses.replace(config.profiles[0], scheduler_name=DEFAULT_SCHEDULER_NAME)
-    return dataclasses.replace(config, profiles=(*config.profiles, profile))
+    return config.with_default_profile() if spec.dra else config
 
 
 def published_slices(api: ApiServer) -> dict[str, tuple[Mapping[str, Any], ...]]:
