@@ -427,7 +427,12 @@ async def test_admission_mutates_and_denies() -> None:
     seen: list[dict[str, Any]] = []
 
     async def admission(
-        op: str, resource: str, obj: dict[str, Any], namespace: str | None
+        op: str,
+        resource: str,
+        obj: dict[str, Any],
+        namespace: str | None,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         seen.append(json.loads(json.dumps(obj)))
         if obj["metadata"].get("labels", {}).get("deny") == "yes":

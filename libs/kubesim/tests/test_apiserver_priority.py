@@ -269,7 +269,12 @@ async def test_webhooks_see_the_resolved_priority() -> None:
     seen: list[dict[str, Any]] = []
 
     async def admission(
-        op: str, resource: str, obj: dict[str, Any], namespace: str | None
+        op: str,
+        resource: str,
+        obj: dict[str, Any],
+        namespace: str | None,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         seen.append(obj)
         return obj
