@@ -55,7 +55,7 @@ from hami_kubesim.stack.chaos.scenarios import (
     Ungate,
 )
 from hami_kubesim.stack.checks.invariants import GPU_RESOURCE
-from hami_kubesim.stack.state import device_loads, node_devices, replica_gpu
+from hami_kubesim.stack.state import ClusterState, device_loads, node_devices, replica_gpu
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.processes import ServiceProcess
 from hami_kubesim.stack.system.settle import POLL_INTERVAL
@@ -161,9 +161,34 @@ class Player:
             self.system.set_gpus_healthy(step.node, step.healthy)
             if step.healthy:
                 self._unhealthy.discard(step.node)
+                await self._published_healthy(step.node)
             else:
                 self._unhealthy.add(step.node)
                 self.faults["GPUs vanished"] += 1
+
+    async def _published_healthy(self, node: str, within: float = 15.0) -> None:
+        """Until the API shows every GPU of ``node`` healthy again (its ResourceSlice lists them
+        all, or its register annotation marks them healthy): the plugin notices a rewritten
+        devices file a poll or two later, and until then nothing in the cluster says a parked pod
+        may fit — a scenario must not be judged settled in that gap."""
+        gpus = len(self.system.node(node).gpus)
+        dra = self.system.node(node).dra
+
+        def published(state: ClusterState) -> bool:
+            if dra:
+                listed = sum(
+                    len((one.get("spec") or {}).get("devices") or ())
+                    for one in state.slices
+                    if (one.get("spec") or {}).get("nodeName") == node
+                )
+                return listed >= gpus
+            registered = node_devices(state.node(node) or {}) or ()
+            return len(registered) >= gpus and all(d.health for d in registered)
+
+        with contextlib.suppress(TimeoutError):  # the invariants then say what is wrong
+            await self.system.wait_for(
+                published, within=within, what=f"{node}'s GPUs published healthy"
+            )
 
     async def _await(self, name: str, within: float, what: str) -> None:
         """Until pod ``name`` is bound (or, ``what="nominated"``, nominated to a node;
@@ -263,6 +288,8 @@ class Player:
         self._paused.clear()
         for node in sorted(self._unhealthy):
             self.system.set_gpus_healthy(node, True)
+        for node in sorted(self._unhealthy):
+            await self._published_healthy(node)
         self._unhealthy.clear()
         await asyncio.gather(*self.background)
         for service in self.system.services():
