@@ -86,6 +86,7 @@ from hami_runtime.sites import start_site
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
+from hami_scheduler.gpumap.answers import SharedAnswers
 from hami_scheduler.gpumap.fit import FitProbe
 from hami_scheduler.gpumap.html import render_page
 from hami_scheduler.gpumap.model import MapQuery, map_document
@@ -244,12 +245,16 @@ async def serve(args: argparse.Namespace) -> None:
     extender = build_app(ExtenderState(filters=filters, binder=None, metrics=metrics))
     extender.middlewares.append(cpu_meter)
     map_runner, map_port = await start_site(map_app, "127.0.0.1:0", max_line_size=MAX_LINE)
+    shared_app = build_gpumap_app(dataclasses.replace(state, shared=SharedAnswers(args.max_age)))
+    shared_app.middlewares.append(cpu_meter)
+    shared_runner, shared_port = await start_site(shared_app, "127.0.0.1:0")
     runner, port = await start_site(extender, "127.0.0.1:0")
     once_app = at_once_app(state, GcWatch())
     once_runner, once_port = await start_site(once_app, "127.0.0.1:0")
     info = {
         "port": port,
         "map_port": map_port,
+        "shared_port": shared_port,
         "once_port": once_port,
         "placed": placed,
         "pending": len(pending.pods),
@@ -261,6 +266,7 @@ async def serve(args: argparse.Namespace) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await map_runner.cleanup()
+    await shared_runner.cleanup()
     await once_runner.cleanup()
     await runner.cleanup()
 
@@ -331,11 +337,14 @@ async def measure_views(port: int, rounds: int) -> dict[tuple[str, str], ViewSam
 
 QUIET: Final = "quiet"
 POLLED: Final = "page polled"
+SHARED: Final = "page polled, answers shared"
 AT_ONCE: Final = "page polled, built at once"
-KINDS: Final = (QUIET, POLLED, AT_ONCE)
-"""The filter windows: no page; the map's first page polled; the same page polled from the
-reference server that builds, renders and serialises it in one go (what the map did before it
-was built in steps, ``gpumap/steps.py``)."""
+KINDS: Final = (QUIET, POLLED, SHARED, AT_ONCE)
+"""The filter windows: no page; the map's first page polled, every poll built (``max-age``
+0); polled as the service answers by default, a map answer shared for ``--max-age`` seconds
+between the requests asking it (``--gpumap-max-age``, ``gpumap/answers.py``); the same page
+polled from the reference server that builds, renders and serialises it in one go (what the map
+did before it was built in steps, ``gpumap/steps.py``)."""
 
 
 class Poller:
@@ -420,7 +429,12 @@ async def measure_filters(
     bodies = filter_pool(names)
     observed = FilterSamples()
     url = f"http://127.0.0.1:{info['port']}/filter"
-    ports = {QUIET: None, POLLED: info["map_port"], AT_ONCE: info["once_port"]}
+    ports = {
+        QUIET: None,
+        POLLED: info["map_port"],
+        SHARED: info["shared_port"],
+        AT_ONCE: info["once_port"],
+    }
     turn = 0
     with Poller(args.poll_seconds) as poller:
         async with aiohttp.ClientSession() as http:
@@ -535,6 +549,7 @@ def report(
 def start_server(args: argparse.Namespace, pods: int) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes)]
     command += ["--gpus", str(args.gpus), "--pods", str(pods), "--pending", str(args.pending)]
+    command += ["--max-age", str(args.max_age)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
 
@@ -555,8 +570,15 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=2000, help="pending GPU pods")
     parser.add_argument("--rounds", type=int, default=30, help="requests per view and form")
     parser.add_argument("--window", type=float, default=2.0, help="seconds per filter window")
-    parser.add_argument("--windows", type=int, default=10, help="rounds of the 3 window kinds")
+    parser.add_argument("--windows", type=int, default=10, help="rounds of the 4 window kinds")
     parser.add_argument("--poll-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--max-age",
+        type=float,
+        default=5.0,
+        help="seconds a map answer is shared in the 'answers shared' windows (the service's "
+        "--gpumap-max-age default)",
+    )
     args = parser.parse_args()
     if served(args, serve):
         return

@@ -30,6 +30,7 @@ def test_each_replica_serves_its_gpu_map_on_its_own_port(tmp_path: Path) -> None
     for args in _args(spec, off, tmp_path):
         assert [a for a in args if a.startswith("--gpumap")] == [
             "--gpumap-bind-address=",
+            "--gpumap-max-age=0s",
             "--gpumap-monitors=",
         ]
 

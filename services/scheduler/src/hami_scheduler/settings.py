@@ -22,7 +22,8 @@ details ``--leader-elect-mode``, ``--leader-elect-identity``, ``--leader-elect-l
 docs/gpumap.md), ``--gpumap-frame-ancestors`` (its CSP ``frame-ancestors``, default
 ``'none'``), ``--gpumap-monitors`` (where the map reads the vGPU monitors' usage: a URL template,
 default ``http://{node_ip}:9394/metrics``, or ``<namespace>/<service>`` whose EndpointSlices
-locate them; empty: no usage) and ``--gpumap-monitor-timeout`` (default ``2s``).
+locate them; empty: no usage), ``--gpumap-monitor-timeout`` (default ``2s``) and
+``--gpumap-max-age`` (default ``5s``: how long a map or pending answer is shared).
 
 NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
 ``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
@@ -158,6 +159,9 @@ class Settings(ServingSettings):
     usage — the default here; the flag's default is :data:`DEFAULT_MONITORS`)."""
     gpumap_monitor_timeout_s: float = 2.0
     """One monitor scrape's limit, and the most a map request waits for its page's scrapes."""
+    gpumap_max_age_s: float = 0.0
+    """How long a map or pending answer is shared between requests (0: never — the default
+    here, so tests see every change at once; the flag's default is 5 s)."""
 
     def __post_init__(self) -> None:
         ServingSettings.__post_init__(self)
@@ -181,6 +185,8 @@ class Settings(ServingSettings):
         parse_monitor_source(self.gpumap_monitors)
         if not 0 < self.gpumap_monitor_timeout_s <= 60:
             raise ValueError("--gpumap-monitor-timeout must be above 0 and at most 1m")
+        if not 0 <= self.gpumap_max_age_s <= 300:
+            raise ValueError("--gpumap-max-age must be between 0 and 5m")
         if self.node_lock_retry_timeout_s < 0:
             raise ValueError("--node-lock-retry-timeout must not be negative")
         if not 0 <= self.node_lock_wait_s < EXTENDER_HTTP_TIMEOUT_S:
@@ -330,6 +336,14 @@ _FLAGS: Final = (
         duration,
     ),
     Flag(
+        ("--gpumap-max-age",),
+        "gpumap_max_age",
+        "5s",
+        "how long the GPU map shares a map or pending answer between the requests asking it "
+        "(each page says when it was made; 0: build every answer)",
+        duration,
+    ),
+    Flag(
         ("--handshake-timeout",),
         "handshake_timeout",
         "5m",
@@ -412,6 +426,7 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         gpumap_frame_ancestors=args.gpumap_frame_ancestors,
         gpumap_monitors=args.gpumap_monitors,
         gpumap_monitor_timeout_s=args.gpumap_monitor_timeout,
+        gpumap_max_age_s=args.gpumap_max_age,
     )
 
 

@@ -19,6 +19,7 @@ from hami_kube.reflector import Reflector, ReflectorConfig, upserting
 from hami_kube.resources import PODS
 from hami_kube.rest import KubeClient
 from hami_scheduler.cache.view import SchedulerCache
+from hami_scheduler.gpumap.answers import SharedAnswers
 from hami_scheduler.gpumap.fit import FitProbe
 from hami_scheduler.gpumap.locate import (
     EndpointLocator,
@@ -109,6 +110,7 @@ class GpuMap:
             frame_ancestors=settings.gpumap_frame_ancestors,
             now=now,
             usage=self.usage,
+            shared=SharedAnswers(settings.gpumap_max_age_s),
         )
         return build_gpumap_app(state)
 

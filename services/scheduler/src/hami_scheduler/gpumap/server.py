@@ -36,7 +36,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar, cast
 
@@ -46,6 +46,7 @@ from aiohttp.typedefs import Middleware
 
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap import html
+from hami_scheduler.gpumap.answers import Answer, SharedAnswers, answer_key
 from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.model import MapQuery, map_document_steps
 from hami_scheduler.gpumap.monitors import UsageCollector
@@ -135,6 +136,8 @@ class GpuMapState:
     render: Render = html.render_steps
     usage: UsageCollector | None = None
     """The vGPU monitors' figures for the map (``--gpumap-monitors``); ``None``: not read."""
+    shared: SharedAnswers = field(default_factory=lambda: SharedAnswers(0.0))
+    """Map and pending answers shared between requests (``--gpumap-max-age``; 0: none)."""
 
     def replica(self) -> dict[str, Any]:
         """Who answers and who leads (every document carries it)."""
@@ -247,10 +250,37 @@ _BUILDERS: Final[Mapping[str, Callable[[GpuMapState, Mapping[str, str]], dict[st
 }
 
 
+_SHARED_VIEWS: Final = frozenset({"map", "pending"})
+"""What a polling page asks again and again (the fit probe answers one person's question)."""
+
+
 async def _view(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     view, form = _VIEWS[request.path]
     query: Mapping[str, str] = request.query
+    if view not in _SHARED_VIEWS:
+        return await _answer(state, view, form, query)
+    render_refresh = form == "html" and bool(query.get("refresh"))
+    if render_refresh:
+        # The page's own auto-refresh setting is written into the page: not shared.
+        return await _answer(state, view, form, query)
+
+    async def build() -> Answer:
+        response = await _answer(state, view, form, query)
+        assert isinstance(response.body, bytes)
+        return Answer(response.status, response.body, response.content_type)
+
+    shared = await state.shared.get(answer_key(request.path, query), build)
+    response = web.Response(status=shared.status, body=shared.body)
+    response.content_type = shared.content_type
+    if shared.content_type == "text/html":
+        response.charset = "utf-8"
+    return response
+
+
+async def _answer(
+    state: GpuMapState, view: str, form: str, query: Mapping[str, str]
+) -> web.Response:
     try:
         if view == "fit" and form == "html" and not any(query.get(p) for p in PROBE_PARAMETERS):
             doc = document("FitForm", state.now(), state.replica())

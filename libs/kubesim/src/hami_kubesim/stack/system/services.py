@@ -197,6 +197,8 @@ def scheduler_processes(
         # between replicas and with other stacks on the machine; empty turns the map off.
         gpumap = f"127.0.0.1:{plan.gpumap_ports[index]}" if plan.gpumap_ports else ""
         args.append(f"--gpumap-bind-address={gpumap}")
+        # Tests look at the map right after a change: no answer shared between requests.
+        args.append("--gpumap-max-age=0s")
         # The map reads usage from the monitors the stack runs, found as the chart's are (the
         # monitor Service's EndpointSlices, published by the lifecycle); without monitors, off
         # (the flag's default, each node's InternalIP, leads nowhere here).
