@@ -92,6 +92,7 @@ PUBLIC_API = {
     },
     "hami_kube.resources": {
         "CONFIGMAPS",
+        "DEVICE_CLASSES",
         "ENDPOINT_SLICES",
         "EVENTS",
         "JsonObject",

@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from hami_kube.resources import EVENTS, NODES, PODS
+from hami_kube.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from hami_kube.rest import KubeClient
 from hami_kubesim.dra_objects import (
     device_class,
@@ -19,12 +26,7 @@ from hami_kubesim.dra_objects import (
     resource_slice,
 )
 from hami_kubesim.scheduler.config import SchedulerConfig
-from hami_kubesim.scheduler.dynamic_resources import (
-    DELETE_PROTECTION,
-    DEVICE_CLASSES,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-)
+from hami_kubesim.scheduler.dynamic_resources import DELETE_PROTECTION
 from hami_kubesim.scheduler.loop import SchedulingLoop
 from hami_kubesim.testing import RunningApiServer, eventually
 

@@ -12,12 +12,19 @@ import pytest
 
 from hami_kube.config import KubeSettings
 from hami_kube.errors import ApiError
-from hami_kube.resources import EVENTS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from hami_kube.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from hami_kubesim import dra_objects
 from hami_kubesim.apiserver.server import ApiServer
 from hami_kubesim.controllers.resourceclaim import ResourceClaimController
 from hami_kubesim.scheduler.config import SchedulerConfig
-from hami_kubesim.scheduler.dynamic_resources import DEVICE_CLASSES, RESOURCE_SLICES
 from hami_kubesim.scheduler.loop import SchedulingLoop
 
 from .helpers import MWC_PATH, WEBHOOK, WebhookTls, container, eventually, gpu, pod

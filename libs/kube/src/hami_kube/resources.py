@@ -67,6 +67,7 @@ ENDPOINT_SLICES = Resource("endpointslices", "EndpointSlice", group="discovery.k
 RESOURCE_SLICES = Resource(
     "resourceslices", "ResourceSlice", group="resource.k8s.io", namespaced=False
 )
+DEVICE_CLASSES = Resource("deviceclasses", "DeviceClass", group="resource.k8s.io", namespaced=False)
 RESOURCE_CLAIMS = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
 RESOURCE_CLAIM_TEMPLATES = Resource(
     "resourceclaimtemplates", "ResourceClaimTemplate", group="resource.k8s.io"
@@ -81,6 +82,7 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
 
 __all__ = [
     "CONFIGMAPS",
+    "DEVICE_CLASSES",
     "ENDPOINT_SLICES",
     "EVENTS",
     "LEASES",

@@ -22,14 +22,13 @@ does not exist yet is synced again when the template appears.
 from __future__ import annotations
 
 import asyncio
-from typing import Final
 
 import structlog
 
 from hami_kube.errors import KubeError, NotFoundError
 from hami_kube.objects import object_key
 from hami_kube.reflector import EventHandlers, Reflector
-from hami_kube.resources import PODS, JsonObject, Resource
+from hami_kube.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, JsonObject
 from hami_kube.rest import KubeClient, PatchType
 from hami_kube.store import Store
 from hami_kubesim.access import connect, reflector_config
@@ -48,14 +47,10 @@ from hami_kubesim.controllers.claims import (
 )
 from hami_kubesim.controllers.workqueue import WorkQueue
 
-__all__ = ["RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "ResourceClaimController"]
+__all__ = ["ResourceClaimController"]
 
 log = structlog.get_logger(__name__)
 
-RESOURCE_CLAIMS: Final = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
-RESOURCE_CLAIM_TEMPLATES: Final = Resource(
-    "resourceclaimtemplates", "ResourceClaimTemplate", group="resource.k8s.io"
-)
 Item = tuple[str, str]  # ("pod" | "claim", namespace/name)
 
 

@@ -37,7 +37,7 @@ import structlog
 
 from hami_kube.errors import ConflictError
 from hami_kube.objects import NodeView, PodView
-from hami_kube.resources import Resource
+from hami_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from hami_kube.rest import KubeClient
 from hami_kube.store import Store
 from hami_kubesim.dra import Allocated, AllocatedState, allocate
@@ -64,13 +64,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-RESOURCE_SLICES: Final = Resource(
-    "resourceslices", "ResourceSlice", group="resource.k8s.io", namespaced=False
-)
-DEVICE_CLASSES: Final = Resource(
-    "deviceclasses", "DeviceClass", group="resource.k8s.io", namespaced=False
-)
-RESOURCE_CLAIMS: Final = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
 DELETE_PROTECTION: Final = "resource.kubernetes.io/delete-protection"
 _WRITE_ATTEMPTS: Final = 5
 

@@ -33,7 +33,14 @@ import structlog
 from hami_kube.events import EventRecorder
 from hami_kube.objects import NodeView, ObjectView, PodView
 from hami_kube.reflector import EventHandlers, Reflector
-from hami_kube.resources import NODES, PODS, JsonObject
+from hami_kube.resources import (
+    DEVICE_CLASSES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    JsonObject,
+)
 from hami_kube.rest import KubeClient
 from hami_kube.store import Store
 from hami_kubesim.access import connect, reflector_config
@@ -46,12 +53,7 @@ from hami_kubesim.scheduler.cycle import (
     is_responsible,
     queue_position,
 )
-from hami_kubesim.scheduler.dynamic_resources import (
-    DEVICE_CLASSES,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-    DynamicResources,
-)
+from hami_kubesim.scheduler.dynamic_resources import DynamicResources
 from hami_kubesim.scheduler.extender import HttpExtender
 from hami_kubesim.scheduler.preemption.record import PreemptionLog
 from hami_kubesim.scheduler.queue import SchedulingQueue

@@ -36,7 +36,7 @@ import structlog
 
 from hami_kube.errors import ApiError, KubeError
 from hami_kube.objects import PodView
-from hami_kube.resources import Resource
+from hami_kube.resources import RESOURCE_CLAIMS
 from hami_kube.rest import KubeClient
 from hami_kubesim.kubelet.dra.cdi import CdiError, CdiSpec, parse_spec_text, resolve
 from hami_kubesim.kubelet.dra.claims import (
@@ -63,7 +63,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-RESOURCE_CLAIMS: Final = Resource("resourceclaims", "ResourceClaim", group="resource.k8s.io")
 _SPEC_SUFFIXES: Final = (".json", ".yaml", ".yml")
 _TIMINGS_KEPT: Final = 10_000
 
