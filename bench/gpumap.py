@@ -2,7 +2,8 @@
 filter's latency, and the filter's p99 with the page polled once a second vs without.
 
     uv run --frozen python bench/gpumap.py [--nodes 5000] [--gpus 8] [--pods 10000,100000]
-        [--pending 2000] [--rounds 30] [--window 2] [--windows 10] [--poll-seconds 1]
+        [--pending 2000] [--rounds 30] [--window 10] [--windows 8] [--poll-seconds 1]
+        [--max-age 5] [--reference]
 
 For each cluster size (10,000 and 100,000 running pods by default), one after the other, a
 server process feeds a ``SchedulerCache`` directly, as ``bench/scheduler_bench.py`` does
@@ -25,20 +26,26 @@ This process then measures, one request at a time:
 2. **the filter**: ``POST /filter`` naming every node, back to back, for a pool of 100 pods of
    ``scheduler_bench``'s four filter shapes filtered in turn (each filter of a pod gives up the
    pod's previous placement, as the service does, so the cluster stays the size it was), over
-   ``--windows`` rounds of three windows of ``--window`` seconds, in turn (short windows, so
-   that whatever else runs on the machine hits each kind alike):
+   ``--windows`` rounds of windows of ``--window`` seconds, one of each kind in turn (so that
+   whatever else runs on the machine hits each kind alike):
 
    * *quiet*: nothing else;
-   * *page polled*: a thread of this process GETs the map's first page every
-     ``--poll-seconds``, HTML and JSON alternately, from the GPU map's server;
-   * *page polled, built at once*: the same from a reference server of the bench's own on the
-     same event loop, which calls the same pure functions in one go (``map_document``,
-     ``render_page``, ``json.dumps``) — as the map was served before it was built in steps.
+   * *page polled*: a poller process of its own (as a browser elsewhere: a thread here would
+     hold this process's GIL while reading a page, and delay its reading of a filter's answer)
+     GETs the map's first page every ``--poll-seconds``, HTML and JSON alternately, from a GPU
+     map server that builds every answer (``--gpumap-max-age 0``);
+   * *page polled, answers shared*: the same from the server as the service runs it by default,
+     an answer shared for ``--max-age`` seconds (``gpumap/answers.py``);
+   * with ``--reference``, *page polled, built at once*: the same from a reference server of the
+     bench's own on the same event loop, which calls the same pure functions in one go
+     (``map_document``, ``render_page``, ``json.dumps``) — as the map was served before it was
+     built in steps.
 
    Reported per kind: the filter's p50/p99 and their ratios to the quiet windows' (the issue's
-   bound: polling must not move the filter's p99 by more than 10 %), the polls' own latency,
-   the filters that overlapped a poll apart from the rest, and the server's CPU use
-   (``/proc/<pid>/stat``).
+   bound: polling must not move the filter's p99 by more than 10 %) with a bootstrap 90 %
+   interval of the p99 ratio (how far the samples' noise alone moves it), the polls' own
+   latency, the filters that overlapped a poll apart from the rest, the server's CPU use
+   (``/proc/<pid>/stat``) and its garbage collections.
 
 Prints figures, counts and the machine's CPU count; asserts nothing about times.
 """
@@ -51,11 +58,12 @@ import dataclasses
 import gc
 import json
 import os
+import random
+import select
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import uuid
@@ -347,42 +355,88 @@ polled from the reference server that builds, renders and serialises it in one g
 did before it was built in steps, ``gpumap/steps.py``)."""
 
 
+def kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    """The window kinds measured: the reference (built at once) only with ``--reference``."""
+    return KINDS if args.reference else (QUIET, POLLED, SHARED)
+
+
+def p99_interval(
+    measured: list[float], quiet: list[float], draws: int = 400
+) -> tuple[float, float]:
+    """A bootstrap 90 % interval of ``p99(measured) / p99(quiet)``: both resampled with
+    replacement ``draws`` times (seeded: the same samples give the same interval)."""
+    chance = random.Random(25)
+    ratios = sorted(
+        p99(chance.choices(measured, k=len(measured))) / p99(chance.choices(quiet, k=len(quiet)))
+        for _ in range(draws)
+    )
+    return ratios[round(0.05 * (draws - 1))], ratios[round(0.95 * (draws - 1))]
+
+
 class Poller:
     """GETs the map's first page every ``period`` seconds from :attr:`port` (``None``: idle),
-    HTML and JSON alternately, from a thread (blocking I/O: it holds the GIL only to start and
-    finish a request)."""
+    HTML and JSON alternately, from a process of its own (``--poll``), as a browser elsewhere
+    would: a poller thread in this process would hold the GIL while it reads a page, and delay
+    this process's reading of a filter's answer, a delay the server never caused."""
 
     def __init__(self, period: float) -> None:
-        self.port: int | None = None
         self.period = period
-        self.done = threading.Event()
         self.polls: list[tuple[int, str, float, float]] = []
-        """``(port, form, start, end)`` of every poll (``time.perf_counter``)."""
-        self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
+        """``(port, form, start, end)`` of every poll (``time.perf_counter``: CLOCK_MONOTONIC,
+        the same clock in both processes)."""
+        self._child: subprocess.Popen[str] | None = None
 
-    def _run(self) -> None:
-        turns: dict[int, int] = {}
-        while not self.done.is_set():
-            port = self.port
-            if port is None:
-                self.done.wait(0.01)
-                continue
-            turn = turns[port] = turns.get(port, -1) + 1
-            form = ("html", "json")[turn % 2]
-            started = time.perf_counter()
-            url = f"http://127.0.0.1:{port}{view_path('map', form)}"
-            with urllib.request.urlopen(url, timeout=30) as response:
-                response.read()
-            self.polls.append((port, form, started, time.perf_counter()))
-            self.done.wait(max(self.period - (time.perf_counter() - started), 0.0))
+    def watch(self, port: int | None) -> None:
+        """Poll ``port`` from now on (``None``: stop polling)."""
+        assert self._child is not None
+        assert self._child.stdin is not None
+        self._child.stdin.write(f"{port or 0}\n")
+        self._child.stdin.flush()
 
     def __enter__(self) -> Poller:
-        self._thread.start()
+        command = [sys.executable, __file__, "--poll", "--poll-seconds", str(self.period)]
+        self._child = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self._thread.join(timeout=60)
+        assert self._child is not None
+        out, _ = self._child.communicate("quit\n", timeout=60)
+        self.polls = [(port, form, start, end) for port, form, start, end in json.loads(out)]
+
+
+def poll_forever(period: float) -> None:
+    """The ``--poll`` process: reads a port per line on stdin (0: idle; ``quit``: print every
+    poll as JSON and end) and polls the map there every ``period`` seconds meanwhile."""
+    polls: list[tuple[int, str, float, float]] = []
+    turns: dict[int, int] = {}
+    port = 0
+    due = 0.0
+    pending = b""
+    while True:
+        wait = None if port == 0 else max(due - time.perf_counter(), 0.0)
+        readable, _, _ = select.select([0], [], [], wait)
+        if readable:
+            chunk = os.read(0, 4096)
+            pending += chunk
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+            if not chunk or b"quit" in lines:
+                break
+            for line in lines:
+                port = int(line)
+                due = time.perf_counter()
+            continue
+        turn = turns[port] = turns.get(port, -1) + 1
+        form = ("html", "json")[turn % 2]
+        started = time.perf_counter()
+        url = f"http://127.0.0.1:{port}{view_path('map', form)}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            response.read()
+        polls.append((port, form, started, time.perf_counter()))
+        due = started + period
+    print(json.dumps(polls), flush=True)
 
 
 @dataclasses.dataclass(slots=True)
@@ -436,7 +490,8 @@ async def measure_filters(
         AT_ONCE: info["once_port"],
     }
     turn = 0
-    with Poller(args.poll_seconds) as poller:
+    poller = Poller(args.poll_seconds)
+    with poller:
         async with aiohttp.ClientSession() as http:
 
             async def run_for(seconds: float, kind: str | None) -> None:
@@ -464,13 +519,13 @@ async def measure_filters(
 
             await run_for(2.0, None)  # every pod of the pool placed once; memos warm
             for _ in range(args.windows):
-                for kind in KINDS:
+                for kind in kinds(args):
                     collected = await collections()
-                    poller.port = ports[kind]
+                    poller.watch(ports[kind])
                     cpu, wall = cpu_seconds(pid), time.perf_counter()
                     await run_for(args.window, kind)
                     busy = (cpu_seconds(pid) - cpu) / (time.perf_counter() - wall)
-                    poller.port = None
+                    poller.watch(None)
                     observed.busy.setdefault(kind, []).append(busy)
                     after = await collections()
                     gcs = observed.gc.setdefault(kind, [0.0] * 4)
@@ -516,10 +571,11 @@ def report(
         if form == "json":
             print(f"  {'':28s}       ({samples.detail})")
     print(
-        f"  filter, every node named ({args.windows} × {len(KINDS)} windows of {args.window:g} s, "
+        f"  filter, every node named ({args.windows} × {len(kinds(args))} windows of "
+        f"{args.window:g} s, "
         f"in turn; polled: every {args.poll_seconds:g} s, HTML and JSON alternately)"
     )
-    for kind in KINDS:
+    for kind in kinds(args):
         latencies = filters.latency[kind]
         cpu = statistics.median(filters.cpu[kind])
         busy = statistics.fmean(filters.busy[kind])
@@ -540,9 +596,11 @@ def report(
                 f"max {max(during) * 1e3:.2f} ms"
             )
             print(f"      {'filters between polls':27s} {timings(apart)}")
+        low, high = p99_interval(latencies, quiet)
         print(
             f"      / quiet: filter p50 {statistics.median(latencies) / filter_p50:.3f}, "
-            f"p99 {p99(latencies) / p99(quiet):.3f}   (bound: p99 ≤ 1.10)"
+            f"p99 {p99(latencies) / p99(quiet):.3f} (90 % bootstrap interval {low:.3f}-"
+            f"{high:.3f})   (bound: p99 ≤ 1.10)"
         )
 
 
@@ -569,9 +627,15 @@ def main() -> None:
     parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument("--pending", type=int, default=2000, help="pending GPU pods")
     parser.add_argument("--rounds", type=int, default=30, help="requests per view and form")
-    parser.add_argument("--window", type=float, default=2.0, help="seconds per filter window")
-    parser.add_argument("--windows", type=int, default=10, help="rounds of the 4 window kinds")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds per filter window")
+    parser.add_argument("--windows", type=int, default=8, help="rounds of the window kinds")
     parser.add_argument("--poll-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also the windows polling the reference server that builds the map at once",
+    )
+    parser.add_argument("--poll", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--max-age",
         type=float,
@@ -580,6 +644,9 @@ def main() -> None:
         "--gpumap-max-age default)",
     )
     args = parser.parse_args()
+    if args.poll:
+        poll_forever(args.poll_seconds)
+        return
     if served(args, serve):
         return
     for size in (int(p) for p in args.pods.split(",")):

@@ -158,6 +158,15 @@ class Preemption:
                 raise _Abort(_NO_CANDIDATE)
             node = next(iter(victims)) if len(victims) == 1 else pick_one_node(victims, utc_now())
             await self._prepare(pod, node, victims[node])
+            log.info(
+                "preempting",
+                pod=pod.key,
+                node=node,
+                victims=[v.key for v in victims[node].pods],
+                terminating=[v.key for v in victims[node].pods if v.deleting],
+                nominated=nominated,
+                nominated_code=statuses.get(nominated, absent).code.name if nominated else "",
+            )
             self._remember(pod, node, victims[node], snapshot)
             return PostFilterResult(nominate=node)
         except _Abort as abort:
