@@ -96,8 +96,8 @@ from hami_scheduler.events import SchedulerEvents
 from hami_scheduler.filter import FilterService
 from hami_scheduler.gpumap.answers import SharedAnswers
 from hami_scheduler.gpumap.fit import FitProbe
-from hami_scheduler.gpumap.html import render_page
 from hami_scheduler.gpumap.model import MapQuery, map_document
+from hami_scheduler.gpumap.page import render_page
 from hami_scheduler.gpumap.pending import PendingPods
 from hami_scheduler.gpumap.server import MAX_LINE, GpuMapState, build_gpumap_app
 from hami_scheduler.gpumap.verdicts import Verdicts

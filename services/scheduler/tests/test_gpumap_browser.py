@@ -23,7 +23,7 @@ from aiohttp import web
 
 from hami_kubesim.browser import Browser, Page
 from hami_kubesim.testing import start_app
-from hami_scheduler.gpumap.html import render_page
+from hami_scheduler.gpumap.page import render_page
 
 from .gpumap_docs import HOSTILE, fit_fits, fit_nowhere, sample_map, sample_pending
 

@@ -1,4 +1,4 @@
-"""The GPU map's HTML pages (hami_scheduler.gpumap.html), read back with the stdlib parser."""
+"""The GPU map's HTML pages (hami_scheduler.gpumap.page), read back with the stdlib parser."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hami_scheduler.gpumap.html import render_page
+from hami_scheduler.gpumap.page import render_page
 
 from .gpumap_docs import (
     HOSTILE,

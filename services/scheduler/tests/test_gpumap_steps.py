@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hami_protocol.vendor.table import DEFAULT_VENDORS
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap import model
-from hami_scheduler.gpumap.html import render_page, render_steps
 from hami_scheduler.gpumap.model import MapQuery, map_document, map_document_steps
+from hami_scheduler.gpumap.page import render_page, render_steps
 from hami_scheduler.gpumap.query import Page
 from hami_scheduler.gpumap.server import sliced
 from hami_scheduler.gpumap.steps import Steps, drain, json_steps

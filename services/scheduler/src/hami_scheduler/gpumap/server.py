@@ -1,7 +1,7 @@
 """The GPU map's HTTP server: its own port (``--gpumap-bind-address``), read-only by construction.
 
 Routes (relative to wherever a proxy mounts the server): the pages ``/`` (map), ``/pending`` and
-``/fit``, rendered by :func:`~hami_scheduler.gpumap.html.render_page` from the very documents
+``/fit``, rendered by :func:`~hami_scheduler.gpumap.page.render_page` from the very documents
 the JSON routes ``/api/v1/map``, ``/api/v1/pending`` and ``/api/v1/fit`` answer.
 
 * **GET and HEAD only**: any other method on any path is 405 (``Allow: GET, HEAD``); no route
@@ -45,11 +45,11 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from hami_scheduler.cache.view import SchedulerCache
-from hami_scheduler.gpumap import html
 from hami_scheduler.gpumap.answers import Answer, SharedAnswers, answer_key
 from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.model import MapQuery, map_document_steps
 from hami_scheduler.gpumap.monitors import UsageCollector
+from hami_scheduler.gpumap.page import render_steps
 from hami_scheduler.gpumap.pending import PendingPods, PendingQuery, pending_document
 from hami_scheduler.gpumap.query import QueryError, document
 from hami_scheduler.gpumap.steps import Steps, json_steps, step
@@ -133,7 +133,7 @@ class GpuMapState:
     metrics: SchedulerMetrics
     frame_ancestors: str = "'none'"
     now: Callable[[], datetime] = datetime.now
-    render: Render = html.render_steps
+    render: Render = render_steps
     usage: UsageCollector | None = None
     """The vGPU monitors' figures for the map (``--gpumap-monitors``); ``None``: not read."""
     shared: SharedAnswers = field(default_factory=lambda: SharedAnswers(0.0))

@@ -36,50 +36,43 @@ is the last line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import structlog
 
 from hami_kube.events import EventRecorder
 from hami_kube.reflector import ReflectorConfig
-from hami_kube.rest import KubeClient, open_client
+from hami_kube.rest import open_client
 from hami_kube.timefmt import utc_now
-from hami_protocol.selectors import parse_selector_string
-from hami_runtime.embedded import embedded
 from hami_runtime.lifecycle import Lifecycle
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
-from hami_runtime.tls import ReloadingServerTLS
+from hami_scheduler.app.deciders import build_deciders
+from hami_scheduler.app.parts import (
+    RoleChange,
+    RunningScheduler,
+    after_sync,
+    choose_leadership,
+    scheduler_cache,
+    server_tls,
+)
 from hami_scheduler.bind.pending import PendingBinds
-from hami_scheduler.bind.service import BindService
-from hami_scheduler.bind.upkeep import OverdueLocks, Upkeep
-from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.cache.watch import CacheWatcher
 from hami_scheduler.events import SchedulerEvents
-from hami_scheduler.filter import FilterService
-from hami_scheduler.gpumap.parts import RunningGpuMap, gpumap_parts
+from hami_scheduler.gpumap.parts import gpumap_parts
 from hami_scheduler.gpumap.server import MAX_LINE
-from hami_scheduler.gpumap.verdicts import Verdicts
 from hami_scheduler.handshake import HandshakeLoop
 from hami_scheduler.http import ExtenderState, build_app
-from hami_scheduler.leader import AlwaysLeader, Leadership, LeaseCampaign, LeaseFollower
 from hami_scheduler.metrics import SchedulerMetrics
-from hami_scheduler.nodelock.locker import NodeLocker
 from hami_scheduler.nodelock.owners import LockOwners
 from hami_scheduler.nodelock.waits import LockWaits
 from hami_scheduler.pod_writes import RoleLabeller
-from hami_scheduler.preempt import PreemptService
 from hami_scheduler.preempt_events import PreemptionEvents
-from hami_scheduler.selection.plan import Planner
-from hami_scheduler.selection.select import hold_planner
 from hami_scheduler.settings import Settings
 
-__all__ = ["EXIT_SHARES", "RunningScheduler", "run", "serving"]
+__all__ = ["EXIT_SHARES", "run"]
 
 log = structlog.get_logger("hami_scheduler")
 
@@ -96,218 +89,6 @@ EXIT_SHARES: Final = {
     "api-client": 0.08,
 }
 """The share of the grace period each step may take to exit (they add up to the whole)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunningScheduler:
-    """A started service: bound ports and the live collaborators (for tests and the demo)."""
-
-    port: int
-    metrics_port: int
-    tls: ReloadingServerTLS | None
-    cache: SchedulerCache
-    watcher: CacheWatcher
-    leadership: Leadership
-    handshakes: HandshakeLoop
-    filters: FilterService
-    binder: BindService
-    metrics: SchedulerMetrics
-    upkeep: Upkeep
-    gpumap: RunningGpuMap | None = None
-    """The GPU map's parts, when ``--gpumap-bind-address`` is set."""
-
-    @property
-    def scheme(self) -> str:
-        return "https" if self.tls is not None else "http"
-
-    def url(self, host: str = "127.0.0.1") -> str:
-        return f"{self.scheme}://{host}:{self.port}"
-
-    def ready(self) -> bool:
-        return self.watcher.synced
-
-
-class _RoleChange:
-    """What a leadership transition sets off: the leader gauge, a handshake pass when leading
-    (the leader is the one that writes them), and this replica's role label."""
-
-    def __init__(
-        self, *, metrics: SchedulerMetrics, labeller: RoleLabeller, handshake_due: asyncio.Event
-    ) -> None:
-        self._metrics = metrics
-        self._labeller = labeller
-        self._handshake_due = handshake_due
-
-    async def __call__(self, leading: bool) -> None:
-        self._metrics.leader.set(1 if leading else 0)
-        if leading:
-            self._handshake_due.set()
-        await self._labeller.label(leading)
-
-
-def _leadership(client: KubeClient, settings: Settings, on_change: _RoleChange) -> Leadership:
-    election = settings.leader
-    if not election.enabled:
-        return AlwaysLeader(election.identity, on_change=on_change)
-    if election.mode == "campaign":
-        return LeaseCampaign(client, election, on_change=on_change)
-    return LeaseFollower(client, election, on_change=on_change)
-
-
-def _cache(
-    settings: Settings, events: SchedulerEvents, now: Callable[[], datetime]
-) -> SchedulerCache:
-    def bad_annotation(node: str, key: str, problem: str, raw: str) -> None:
-        log.warning("invalid_node_annotation", node=node, key=key, problem=problem, value=raw[:200])
-        events.bad_node_annotation(node, key, problem)
-
-    def health_change(node: str, word: str, healthy: bool) -> None:
-        what = "vendor_available_again" if healthy else "vendor_unavailable"
-        log.warning(what, node=node, vendor=word, handshake_timeout_s=settings.handshake_timeout_s)
-
-    def pod_problem(pod: str, uid: str, problem: str) -> None:
-        log.warning("invalid_pod_annotation", pod=pod, uid=uid, problem=problem)
-
-    return SchedulerCache(
-        settings.vendors,
-        selector=parse_selector_string(settings.node_label_selector),
-        handshake_timeout_s=settings.handshake_timeout_s,
-        on_bad_annotation=bad_annotation,
-        on_health_change=health_change,
-        on_pod_problem=pod_problem,
-        now=now,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Deciders:
-    filters: FilterService
-    binder: BindService
-    upkeep: Upkeep
-    preempts: PreemptService
-    planner: Planner
-
-
-def _deciders(
-    client: KubeClient,
-    settings: Settings,
-    *,
-    watcher: CacheWatcher,
-    owners: LockOwners,
-    waits: LockWaits,
-    pending: PendingBinds,
-    events: SchedulerEvents,
-    metrics: SchedulerMetrics,
-    leadership: Leadership,
-    chosen: PreemptionEvents,
-    now: Callable[[], datetime],
-    verdicts: Verdicts | None,
-) -> _Deciders:
-    """What answers ``/filter``, ``/prioritize``, ``/bind`` and ``/preempt``, and what looks after
-    them."""
-    planner = Planner(
-        settings.vendors,
-        settings.node_policy,
-        settings.gpu_policy,
-        device_config=settings.device_config,
-    )
-    # Nominated preemptors are planned as their own filter plans them, to hold devices for them.
-    watcher.cache.nominations.planner = hold_planner(planner, watcher.cache)
-    filters = FilterService(
-        cache=watcher.cache,
-        planner=planner,
-        events=events,
-        metrics=metrics,
-        mode=settings.filter_mode,
-        leadership=leadership,
-        watches=watcher,
-        pending=pending,
-        clock=lambda: now().timestamp(),
-        verdicts=verdicts,
-    )
-    locking: dict[str, list[str]] = {}
-    for vendor in watcher.cache.vendors:
-        if vendor.node_lock_key:
-            locking.setdefault(vendor.node_lock_key, []).append(vendor.common_word)
-    locker = NodeLocker(
-        client,
-        owners=owners,
-        cached=watcher.nodes.store.get,
-        timeout_s=settings.node_lock_timeout_s,
-        now=now,
-        on_action=lambda action: metrics.lock_actions.labels(action=action.value).inc(),
-        on_miss=lambda: metrics.cache_miss("node"),
-        holders=lambda node, rule: watcher.cache.holders_of(node, locking.get(rule.key, ())),
-    )
-    overdue = OverdueLocks(
-        events, timeout=locker.timeout, leading=lambda: leadership.is_leader, now=now
-    )
-    binder = BindService(
-        client=client,
-        cache=watcher.cache,
-        planner=planner,
-        locker=locker,
-        owners=owners,
-        events=events,
-        metrics=metrics,
-        pending=pending,
-        waits=waits,
-        overdue=overdue,
-        pods=watcher.pods.store.get,
-        mode=settings.filter_mode,
-        leadership=leadership,
-        lock_wait_s=settings.node_lock_wait_s,
-        group_wait_s=settings.node_lock_retry_timeout_s,
-        now=now,
-    )
-    upkeep = Upkeep(
-        client=client,
-        overdue=overdue,
-        locks=waits.locks,
-        owners=owners,
-        pending=pending,
-        interval_s=settings.handshake_interval_s,
-        vendor_locks=waits.vendor_locks,
-        known=locker.as_known,
-    )
-    metrics.track_binds(
-        waiting=waits.waiting, overdue=lambda: len(overdue), pending=lambda: len(pending)
-    )
-    preempts = PreemptService(
-        cache=watcher.cache,
-        planner=planner,
-        metrics=metrics,
-        leadership=leadership,
-        watches=watcher,
-        chosen=chosen,
-    )
-    return _Deciders(filters, binder, upkeep, preempts, planner)
-
-
-def _server_tls(settings: Settings) -> ReloadingServerTLS | None:
-    if not (settings.cert_file and settings.key_file):
-        return None
-    return ReloadingServerTLS(
-        settings.cert_file, settings.key_file, poll_interval=settings.tls_reload_interval_s
-    )
-
-
-async def _after_sync(watcher: CacheWatcher, handshakes: HandshakeLoop, *, freeze_gc: bool) -> None:
-    await watcher.wait_synced()
-    cache = watcher.cache
-    cache.warm()
-    if freeze_gc:
-        gc.collect()
-        gc.freeze()
-    log.info(
-        "caches_synced",
-        nodes=cache.node_count,
-        registered_nodes=len(cache.nodes),
-        pods=cache.pod_count,
-        resourcequotas=len(cache.quotas),
-        gc_frozen=gc.get_freeze_count() if freeze_gc else 0,
-    )
-    handshakes.wake()
 
 
 async def run(
@@ -330,7 +111,7 @@ async def run(
         stop = asyncio.Event()
         install_stop_signals(stop, component="scheduler")
     metrics = SchedulerMetrics()
-    tls = _server_tls(settings)
+    tls = server_tls(settings)
     if tls is not None:
         metrics.track_tls_reloads(lambda: tls.reloads)
     grace = settings.shutdown_grace_s
@@ -349,7 +130,7 @@ async def run(
         life.on_exit("event-flush", recorder.flush, within=bound("event-flush"))
         events = SchedulerEvents(recorder)
 
-        cache = _cache(settings, events, now)
+        cache = scheduler_cache(settings, events, now)
         waits = LockWaits()
         # The owners read the pod watch's store, which the watcher creates; they are told of
         # its events too, so they exist first and look the store up late.
@@ -385,17 +166,17 @@ async def run(
             client, pod_name=settings.pod_name, pod_namespace=settings.pod_namespace
         )
         handshake_due = asyncio.Event()
-        leadership = _leadership(
+        leadership = choose_leadership(
             client,
             settings,
-            _RoleChange(metrics=metrics, labeller=labeller, handshake_due=handshake_due),
+            RoleChange(metrics=metrics, labeller=labeller, handshake_due=handshake_due),
         )
         leading = await life.tasks("leadership", within=bound("leadership"))
         # On its first cancel a campaigning leader releases its Lease; the step's bound cuts
         # that short (a second cancel) when the API server does not answer.
         leading.spawn("leadership", leadership.run())
 
-        deciders = _deciders(
+        deciders = build_deciders(
             client,
             settings,
             watcher=watcher,
@@ -466,7 +247,7 @@ async def run(
         loops = await life.tasks("loops", within=bound("loops"))
         loops.spawn("handshakes", handshakes.run())
         loops.spawn("upkeep", deciders.upkeep.run())
-        loops.spawn("after-sync", _after_sync(watcher, handshakes, freeze_gc=freeze_gc))
+        loops.spawn("after-sync", after_sync(watcher, handshakes, freeze_gc=freeze_gc))
         if tls is not None:
             loops.spawn("tls-reload", tls.watch())
         if settings.leader.enabled and labeller.enabled:
@@ -506,29 +287,3 @@ async def run(
         await life.run_until(stop)
         log.info("scheduler_stopping")
     log.info("scheduler_stopped")
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    settings: Settings,
-    *,
-    reflector_config: ReflectorConfig | None = None,
-    now: Callable[[], datetime] = utc_now,
-) -> AsyncIterator[RunningScheduler]:
-    """Run the service in this event loop for the duration of the block (no ``gc.freeze``)."""
-
-    def start(
-        stop: asyncio.Event, on_started: Callable[[RunningScheduler], None]
-    ) -> Coroutine[Any, Any, None]:
-        return run(
-            settings,
-            stop=stop,
-            on_started=on_started,
-            freeze_gc=False,
-            reflector_config=reflector_config,
-            now=now,
-        )
-
-    grace_s = settings.shutdown_grace_s
-    async with embedded(start, name="hami-scheduler", grace_s=grace_s) as running:
-        yield running
