@@ -70,7 +70,7 @@ device plugin with ``--host-root`` there and its vGPU monitor with
 ``HOOK_PATH=<pluginDir>/host/usr/local/vgpu``.  Its kubelet stand-in then plays HAMi-core in every
 running container whose ``Allocate`` answer names a shared cache: it keeps the container's
 shared region file in that host filesystem current with made-up usage (see
-:mod:`hami_kubesim.kubelet.workloads`).
+:mod:`hami_kubesim.kubelet.pods.workloads`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ status sync), written by :class:`NodeStatusPublisher`.
   as soon as a plugin reports a change, where the kubelet waits for its next status sync.
 * Extended resources someone else put in capacity (``PATCH nodes/<node>/status``) get the same
   allocatable, and extended allocatable entries without capacity are deleted, as each kubelet
-  status sync does (:mod:`.predicate`); the stand-in watches its node and does it as soon as
+  status sync does (:mod:`.pods.predicate`); the stand-in watches its node and does it as soon as
   capacity changes.
 * Freed devices change nothing on the node object: allocatable never subtracts usage.
 """
@@ -23,8 +23,8 @@ from hami_kube.objects import NodeView
 from hami_kube.resources import NODES, JsonObject
 from hami_kube.rest import KubeClient
 from hami_kubesim.access import RECONNECT_BACKOFF
-from hami_kubesim.kubelet.devicemanager import DeviceManager
-from hami_kubesim.kubelet.predicate import allocatable_follows_capacity
+from hami_kubesim.kubelet.deviceplugins.devicemanager import DeviceManager
+from hami_kubesim.kubelet.pods.predicate import allocatable_follows_capacity
 from hami_kubesim.kubelet.status import capacity_patch
 
 log = structlog.get_logger(__name__)

@@ -3,8 +3,8 @@
 It serves the device-plugin ``Registration`` service on ``<plugin dir>/kubelet.sock`` and the
 pod-resources API on ``<pod-resources dir>/kubelet.sock`` (:mod:`.podresources`), keeps the
 node's device capacity/allocatable current from every plugin's ListAndWatch stream
-(:mod:`.nodestatus`), follows the pods bound to its node (:mod:`.podlifecycle`) and admits and
-starts them one at a time, as the kubelet does (:mod:`.podstart`; a knob pauses or delays
+(:mod:`.nodestatus`), follows the pods bound to its node (:mod:`.pods.lifecycle`) and admits and
+starts them one at a time, as the kubelet does (:mod:`.pods.start`; a knob pauses or delays
 admission). No container runs. How it runs (directories, timeouts, the pod CIDR) is a
 :class:`~.settings.KubeletSettings`.
 
@@ -51,20 +51,20 @@ from hami_kube.resources import NODES, PODS
 from hami_kube.rest import KubeClient
 from hami_kubesim.access import connect, reflector_config
 from hami_kubesim.background_tasks import BackgroundRunner, RunsInBackground
-from hami_kubesim.kubelet.admission import AdmissionQueue
-from hami_kubesim.kubelet.devicemanager import DeviceManager
-from hami_kubesim.kubelet.devices import ResourceDevices
+from hami_kubesim.kubelet.deviceplugins.devicemanager import DeviceManager
+from hami_kubesim.kubelet.deviceplugins.devices import ResourceDevices
+from hami_kubesim.kubelet.deviceplugins.registration import RegistrationServer
 from hami_kubesim.kubelet.dra.host import DraHost
 from hami_kubesim.kubelet.dra.manager import ClaimState
 from hami_kubesim.kubelet.nodestatus import NodeStatusPublisher
-from hami_kubesim.kubelet.podlifecycle import NodePods
-from hami_kubesim.kubelet.podmanager import PodManager
 from hami_kubesim.kubelet.podresources import PodResourcesServer
-from hami_kubesim.kubelet.podstart import PodStarter
-from hami_kubesim.kubelet.registration import RegistrationServer
+from hami_kubesim.kubelet.pods.admission import AdmissionQueue
+from hami_kubesim.kubelet.pods.lifecycle import NodePods
+from hami_kubesim.kubelet.pods.podmanager import PodManager
+from hami_kubesim.kubelet.pods.start import PodStarter
+from hami_kubesim.kubelet.pods.workloads import Workloads
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import PodAllocation
-from hami_kubesim.kubelet.workloads import Workloads
 
 log = structlog.get_logger(__name__)
 
@@ -197,7 +197,7 @@ class KubeletStandIn(RunsInBackground):
     # ----- the knob ----------------------------------------------------------------------
 
     def pause(self) -> None:
-        """Start no admission until :meth:`resume` (see :mod:`.admission`)."""
+        """Start no admission until :meth:`resume` (see :mod:`.pods.admission`)."""
         self._queue.pause()
         log.info("kubelet admission paused", node=self.node_name)
 

@@ -1,10 +1,10 @@
 """The pods bound to one node as the kubelet stand-in's pod watch shows them (:class:`NodePods`):
-what each pod event does, short of admitting the pod (that is :mod:`.podstart`).
+what each pod event does, short of admitting the pod (that is :mod:`.start`).
 
 * A new pod is queued for admission (:mod:`.admission`: batches sorted by creation time).
 * A pod already ``Running`` when the stand-in first sees it is not admitted again: it joins the
   pod manager with the devices its allocation record names (the kubelet's checkpoint, see
-  :mod:`.status`), or none when it has no record; its DRA claims are prepared again.
+  :mod:`..status`), or none when it has no record; its DRA claims are prepared again.
 * Devices are freed when a pod is deleted or reaches ``Succeeded``/``Failed``; a pod marked for
   deletion (a graceful DELETE, see ``Store.kubelet_nodes``) counts as stopped at once and is
   deleted with grace period 0, retried on 5xx and lost connections — unless it carries
@@ -31,14 +31,14 @@ from hami_kube.errors import KubeError
 from hami_kube.objects import PodView
 from hami_kube.resources import JsonObject
 from hami_kube.rest import KubeClient
-from hami_kubesim.kubelet.admission import AdmissionQueue
-from hami_kubesim.kubelet.devicemanager import DeviceManager
+from hami_kubesim.kubelet.deviceplugins.devicemanager import DeviceManager
 from hami_kubesim.kubelet.dra.host import DraHost, uses_claims
-from hami_kubesim.kubelet.podmanager import PodManager
+from hami_kubesim.kubelet.pods.admission import AdmissionQueue
+from hami_kubesim.kubelet.pods.podmanager import PodManager
+from hami_kubesim.kubelet.pods.statusmanager import delete_stopped_pod
+from hami_kubesim.kubelet.pods.workloads import Workloads
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import PodAllocation, stop_delay
-from hami_kubesim.kubelet.statusmanager import delete_stopped_pod
-from hami_kubesim.kubelet.workloads import Workloads
 
 log = structlog.get_logger(__name__)
 

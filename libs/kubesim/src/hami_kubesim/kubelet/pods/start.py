@@ -1,14 +1,14 @@
 """Admitting and starting the node's pods one at a time, as the kubelet does (:class:`PodStarter`).
 
 * Admission: the pods come in the order :mod:`.admission` gives (a knob pauses or delays it);
-  the device manager allocates (:mod:`.devicemanager`). A refusal marks the pod ``Failed`` with
-  reason ``UnexpectedAdmissionError`` and message ``Pod was rejected: Allocate failed due to
-  <error>, which is unexpected`` and posts a Warning Event, as ``rejectPod`` does. Then the
-  predicate check on extended resources the node advertises beyond its device plugins
+  the device manager allocates (:mod:`..deviceplugins.devicemanager`). A refusal marks the pod
+  ``Failed`` with reason ``UnexpectedAdmissionError`` and message ``Pod was rejected: Allocate
+  failed due to <error>, which is unexpected`` and posts a Warning Event, as ``rejectPod`` does.
+  Then the predicate check on extended resources the node advertises beyond its device plugins
   (:mod:`.predicate`): a shortfall fails the pod with reason ``OutOf<name>`` and message ``Pod
   was rejected: Node didn't have enough resource: ...``. Pods asking for no device-plugin
   resource go straight to ``Running`` (after that check).
-* Start (SyncPod): the pod's DRA claims are prepared first (:mod:`.dra`; a failure leaves the
+* Start (SyncPod): the pod's DRA claims are prepared first (:mod:`..dra`; a failure leaves the
   pod ``Pending`` and is retried every ``dra_retry_interval`` seconds), each container gets the
   CDI devices of the claims it lists, then ``PreStartContainer`` (a failure leaves the pod
   ``Pending`` with that container waiting in ``CreateContainerConfigError``, no retry) and the
@@ -17,7 +17,7 @@
 What each container was given (device IDs, envs, mounts, devices, annotations, CDI devices) is
 kept in memory (``NodePods.allocations``) and, for pods that got any device, written to the
 emulator's own pod annotation ``kubesim.hami.io/container-allocations`` (its JSON form is in
-:mod:`.status`) in the status write that marks the pod ``Running`` (or records its failed
+:mod:`..status`) in the status write that marks the pod ``Running`` (or records its failed
 start): the real kubelet keeps this in a local checkpoint and sends only the status, so each
 admission costs the API server one write here too. Status writes are retried on 5xx/429 and lost
 connections (:mod:`.statusmanager`).
@@ -35,12 +35,17 @@ from hami_kube.objects import NodeView, PodView
 from hami_kube.resources import NODES
 from hami_kube.rest import KubeClient
 from hami_kube.timefmt import format_time, utc_now
-from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager, PreStartError
+from hami_kubesim.kubelet.deviceplugins.devicemanager import (
+    AdmissionError,
+    DeviceManager,
+    PreStartError,
+)
 from hami_kubesim.kubelet.dra.host import DraHost, uses_claims
 from hami_kubesim.kubelet.dra.manager import InjectionError
 from hami_kubesim.kubelet.nodestatus import NodeStatusPublisher
-from hami_kubesim.kubelet.podlifecycle import NodePods
-from hami_kubesim.kubelet.predicate import InsufficientResource, insufficient_extended
+from hami_kubesim.kubelet.pods.lifecycle import NodePods
+from hami_kubesim.kubelet.pods.predicate import InsufficientResource, insufficient_extended
+from hami_kubesim.kubelet.pods.statusmanager import patch_pod_status
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import (
     ALLOCATIONS_ANNOTATION,
@@ -53,7 +58,6 @@ from hami_kubesim.kubelet.status import (
     running_status,
     start_failed_status,
 )
-from hami_kubesim.kubelet.statusmanager import patch_pod_status
 from hami_kubesim.scheduler.predicates import ResourceParseError
 
 log = structlog.get_logger(__name__)
