@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hami_kubesim.kubelet.admission import AdmissionQueue
+from hami_kubesim.kubelet.pods.admission import AdmissionQueue
 from hami_kubesim.kubelet.testing import TEST_NODE, device_pod, kubelet_on_node, pod_phase
 from hami_kubesim.testing import eventually
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_kube.objects import PodView
-from hami_kubesim.kubelet.devices import (
+from hami_kubesim.kubelet.deviceplugins.devices import (
     ContainerDemand,
     DeviceAllocationError,
     DeviceLedger,

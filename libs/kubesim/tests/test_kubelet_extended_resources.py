@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_kube.objects import NodeView, PodView
-from hami_kubesim.kubelet.predicate import (
+from hami_kubesim.kubelet.pods.predicate import (
     InsufficientResource,
     allocatable_follows_capacity,
     insufficient_extended,

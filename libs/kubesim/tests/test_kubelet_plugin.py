@@ -19,8 +19,8 @@ import grpc
 import pytest
 
 from hami_kube.objects import PodView
-from hami_kubesim.kubelet.devicemanager import AdmissionError, DeviceManager
-from hami_kubesim.kubelet.registration import RegistrationServer
+from hami_kubesim.kubelet.deviceplugins.devicemanager import AdmissionError, DeviceManager
+from hami_kubesim.kubelet.deviceplugins.registration import RegistrationServer
 from hami_kubesim.kubelet.status import ALLOCATIONS_ANNOTATION
 from hami_kubesim.kubelet.testing import (
     FAKE_RESOURCE,

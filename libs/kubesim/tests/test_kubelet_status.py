@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hami_kube.objects import PodView
-from hami_kubesim.kubelet.devices import ResourceDevices
+from hami_kubesim.kubelet.deviceplugins.devices import ResourceDevices
 from hami_kubesim.kubelet.status import (
     ContainerAllocation,
     DeviceSpecRecord,

@@ -16,6 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_kubesim.kubelet.pods.workloads import (
+    MEMORY_SHARE,
+    Workload,
+    Workloads,
+    plan_workloads,
+    usage_at,
+)
 from hami_kubesim.kubelet.status import (
     ALLOCATIONS_ANNOTATION,
     ContainerAllocation,
@@ -24,13 +31,6 @@ from hami_kubesim.kubelet.status import (
     ResourceAllocation,
 )
 from hami_kubesim.kubelet.testing import TEST_NODE, kubelet_on_node, pod_phase
-from hami_kubesim.kubelet.workloads import (
-    MEMORY_SHARE,
-    Workload,
-    Workloads,
-    plan_workloads,
-    usage_at,
-)
 from hami_kubesim.testing import eventually
 from hami_protocol.region.codec import SharedRegion, decode_region
 

@@ -1,5 +1,9 @@
 """The in-memory API server: the store plus admission, watches and fault injection.
 
+Its parts: the pod CREATE admission chain (:mod:`.pod_admission`), the open watches and the
+in-process :class:`LocalWatch` (:mod:`.watches`), the store (:mod:`.store`) and the fault plan
+(:mod:`.faults`).
+
 The HTTP face (:mod:`.http`) and tests both drive this object.  Its in-process methods copy
 objects in and out (callers may keep and mutate what they pass or get); reads are synchronous,
 writes are coroutines because pod creation runs the admission chain.
@@ -7,99 +11,25 @@ writes are coroutines because pod creation runs the admission chain.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from hami_kubesim.apiserver.errors import (
-    BadRequestError,
-    ForbiddenError,
-    StatusError,
-    reason_for,
-)
+from hami_kubesim.apiserver.errors import BadRequestError
 from hami_kubesim.apiserver.faults import ErrorRule, Faults, LatencyRule
-from hami_kubesim.apiserver.history import ADDED, BOOKMARK, Change, Entry, clone
-from hami_kubesim.apiserver.hooks import AdmissionDenied, KubeletControl, MutatingAdmission
+from hami_kubesim.apiserver.history import Change, Entry, clone
+from hami_kubesim.apiserver.hooks import KubeletControl, MutatingAdmission
 from hami_kubesim.apiserver.metrics import RequestCounter
+from hami_kubesim.apiserver.pod_admission import admit_by_webhooks, admit_priority
 from hami_kubesim.apiserver.selectors import (
-    FieldSelector,
     label_selector_from_query,
     parse_field_selector,
 )
 from hami_kubesim.apiserver.store import Store
-from hami_kubesim.apiserver.watch import Watcher
+from hami_kubesim.apiserver.watches import LocalWatch, LocalWatchEvent, OpenWatches
 from hami_kubesim.objects.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
-from hami_kubesim.objects.priorityclasses import admit_pod_priority
-from hami_kubesim.objects.resources import PODS, PRIORITY_CLASSES, ResourceType
-from hami_protocol.selectors import EVERYTHING, LabelSelector
+from hami_kubesim.objects.resources import PODS, ResourceType
 
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 PATCH_TYPES = {"merge": MERGE_PATCH, "strategic": STRATEGIC_PATCH, "json": JSON_PATCH}
-
-
-@dataclass(frozen=True, slots=True)
-class LocalWatchEvent:
-    """One event of an in-process watch; ``object`` carries ``kind`` and ``apiVersion``."""
-
-    type: str
-    object: dict[str, Any]
-
-
-class LocalWatch:
-    """An in-process watch: ``async for event in watch`` (an ERROR event ends it); close with
-    :meth:`aclose` or ``async with``."""
-
-    def __init__(self, server: ApiServer, watcher: Watcher) -> None:
-        self._server = server
-        self._watcher = watcher
-        self._buffer: list[tuple[str, Entry]] = []
-        self._done = False
-
-    def __aiter__(self) -> LocalWatch:
-        return self
-
-    async def __anext__(self) -> LocalWatchEvent:
-        watcher = self._watcher
-        while not self._buffer:
-            if self._done:
-                raise StopAsyncIteration
-            self._buffer = watcher.drain()
-            if self._buffer:
-                break
-            if watcher.closed:
-                self._done = True
-                await self.aclose()
-                if watcher.error is not None:
-                    return LocalWatchEvent("ERROR", watcher.error.status())
-                raise StopAsyncIteration
-            await watcher.wait(None)
-        kind, entry = self._buffer.pop(0)
-        return LocalWatchEvent(kind, json.loads(entry.wire_json(watcher.rt.wire_prefix)))
-
-    async def aclose(self) -> None:
-        self._server.close_watch(self._watcher)
-
-    async def __aenter__(self) -> LocalWatch:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-def admit_priority(store: Store, pod: dict[str, Any]) -> None:
-    """The Priority admission plugin on a pod CREATE (``spec.priority`` and
-    ``spec.preemptionPolicy`` from the pod's PriorityClass, or the global default), or the 403
-    it answers.  In place: the request owns ``pod``."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return  # validation refuses it later
-    classes = {e.obj["metadata"]["name"]: e.obj for e in store.select(PRIORITY_CLASSES).entries}
-    why = admit_pod_priority(spec, classes)
-    if why is not None:
-        meta = pod.get("metadata") or {}
-        name = meta.get("name") or meta.get("generateName") or "Unknown"
-        raise ForbiddenError(PODS.plural, PODS.group, str(name), why)
 
 
 class ApiServer:
@@ -118,7 +48,6 @@ class ApiServer:
         self.registry = self.store.registry
         self.faults = Faults(seed)
         self.admission = admission
-        self.watch_queue_limit = watch_queue_limit
         self.bookmark_interval = bookmark_interval
         self.requests = RequestCounter()
         """Requests answered over HTTP (``/metrics``; ``requests.counts()`` in-process)."""
@@ -126,9 +55,9 @@ class ApiServer:
         """The kubelet stand-ins ``/_sim/kubelets`` drives, by node (set by the cluster).  With
         :meth:`delete_pods_gracefully`, pods on these nodes are deleted gracefully: their
         kubelet finishes the deletion."""
-        self._watchers: set[Watcher] = set()
-        self._held_watches: set[tuple[str, str]] = set()
-        """``(resource key, client)`` whose watches :meth:`hold_watches` holds."""
+        self.watches = OpenWatches(self.store, limit=watch_queue_limit)
+        """Every open watch (the HTTP layer opens and closes them there), and the clients whose
+        watches :meth:`hold_watches` holds."""
 
     # ----- lookups -----------------------------------------------------------------------
     def resource(self, resource: str | ResourceType) -> ResourceType:
@@ -145,6 +74,15 @@ class ApiServer:
     def resource_version(self) -> int:
         return self.store.rv
 
+    @property
+    def watch_queue_limit(self) -> int:
+        """The backlog past which a watch is ended with 410 (a slow watcher, dropped)."""
+        return self.watches.limit
+
+    @watch_queue_limit.setter
+    def watch_queue_limit(self, limit: int) -> None:
+        self.watches.limit = limit
+
     def wire(self, rt: ResourceType, entry: Entry) -> dict[str, Any]:
         """A private copy of a stored object, with ``kind`` and ``apiVersion``."""
         out: dict[str, Any] = {"apiVersion": rt.api_version, "kind": rt.kind}
@@ -156,113 +94,16 @@ class ApiServer:
         self, rt: ResourceType, body: Any, namespace: str | None, *, dry_run: bool = False
     ) -> Entry:
         """CREATE with the admission chain (pods) between defaulting and storage: the built-in
-        plugins first (:func:`admit_priority`), then the mutating webhooks, as kube-apiserver
-        orders them (Priority is in its default plugin list, webhooks come last)."""
+        plugins first (:func:`.pod_admission.admit_priority`), then the mutating webhooks, as
+        kube-apiserver orders them (Priority is in its default plugin list, webhooks come last)."""
         obj = self.store.prepare_create(rt, body, namespace)
         if rt is PODS:
             self.store.check_namespace(namespace or "")  # NamespaceLifecycle comes first
             admit_priority(self.store, obj)
         if rt is PODS and self.admission is not None:
-            try:
-                obj = await self.admission(
-                    "CREATE",
-                    "pods",
-                    {"apiVersion": rt.api_version, "kind": rt.kind, **obj},
-                    namespace,
-                    dry_run=dry_run,
-                )
-            except AdmissionDenied as denied:
-                raise StatusError(
-                    denied.code, denied.message, reason=denied.reason or reason_for(denied.code)
-                ) from denied
+            obj = await admit_by_webhooks(self.admission, rt, obj, namespace, dry_run=dry_run)
         with self.store.dry_run(dry_run):
             return self.store.create(rt, obj, namespace=namespace)
-
-    def open_watch(
-        self,
-        rt: ResourceType,
-        *,
-        namespace: str | None = None,
-        labels: LabelSelector | None = None,
-        fields: FieldSelector | None = None,
-        resource_version: str | None = None,
-        send_initial_events: bool | None = None,
-        allow_bookmarks: bool = False,
-        client: str = "",
-    ) -> Watcher:
-        """Start a watch as the API server does: no resourceVersion (or ``"0"``) first replays
-        the current state as ADDED; a specific one replays only later changes, or ends at once
-        with 410 Expired when those changes are no longer held."""
-        watcher = Watcher(
-            rt,
-            namespace=namespace,
-            labels=labels or EVERYTHING,
-            fields=fields or FieldSelector(),
-            limit=self.watch_queue_limit,
-            client=client,
-        )
-        if (rt.key, client) in self._held_watches:
-            watcher.hold()
-        rv_text = resource_version or ""
-        if rv_text not in ("", "0") and not rv_text.isdigit():
-            raise BadRequestError(f'resourceVersion: Invalid value: "{rv_text}": must be a number')
-        initial = send_initial_events is True or (
-            send_initial_events is None and rv_text in ("", "0")
-        )
-        if initial:
-            page = self.store.select(
-                rt, namespace=namespace, labels=watcher.labels, fields=watcher.fields
-            )
-            events = [(ADDED, e) for e in page.entries]
-            if send_initial_events and allow_bookmarks:
-                marker = {
-                    "metadata": {
-                        "resourceVersion": str(page.rv),
-                        "annotations": {INITIAL_EVENTS_END: "true"},
-                    }
-                }
-                events.append((BOOKMARK, Entry(marker, page.rv)))
-            watcher.preload(events)
-        elif rv_text not in ("", "0"):
-            start = int(rv_text)
-            if start > self.store.rv:
-                watcher.close(
-                    StatusError(
-                        504,
-                        f"Too large resource version: {start}, current: {self.store.rv}",
-                        reason="Timeout",
-                        details={
-                            "causes": [
-                                {
-                                    "reason": "ResourceVersionTooLarge",
-                                    "message": "Too large resource version",
-                                }
-                            ],
-                            "retryAfterSeconds": 1,
-                        },
-                    )
-                )
-                return watcher
-            history = self.store.history(rt)
-            changes = history.since(start)
-            if changes is None:
-                watcher.close(
-                    StatusError(
-                        410,
-                        f"too old resource version: {start} ({history.floor})",
-                        reason="Expired",
-                    )
-                )
-                return watcher
-            watcher.replay(changes)
-        self.store.hubs[rt.key].add(watcher)
-        self._watchers.add(watcher)
-        return watcher
-
-    def close_watch(self, watcher: Watcher) -> None:
-        self.store.hubs[watcher.rt.key].remove(watcher)
-        self._watchers.discard(watcher)
-        watcher.close()
 
     # ----- in-process API (copies in and out) ---------------------------------------------
     def get(
@@ -385,14 +226,14 @@ class ApiServer:
     ) -> LocalWatch:
         """Open a watch now; iterate it for events as the HTTP stream would carry them."""
         rt = self.resource(resource)
-        watcher = self.open_watch(
+        watcher = self.watches.open(
             rt,
             namespace=namespace,
             labels=label_selector_from_query(label_selector),
             fields=parse_field_selector(field_selector, rt.field_labels),
             resource_version=resource_version,
         )
-        return LocalWatch(self, watcher)
+        return LocalWatch(self.watches, watcher)
 
     def observe(
         self, callback: Callable[[str, str, Mapping[str, Any]], None]
@@ -436,18 +277,11 @@ class ApiServer:
         """Make ``client``'s watches of ``resource`` (open and to come) lag: their events stay
         queued until :meth:`release_watches`.  ``client``: the first word of its User-Agent.
         Returns how many open watches it holds now."""
-        rt = self.resource(resource)
-        self._held_watches.add((rt.key, client))
-        held = [w for w in self._watchers if w.rt is rt and w.client == client]
-        for watcher in held:
-            watcher.hold()
-        return len(held)
+        return self.watches.hold(self.resource(resource), client)
 
     def release_watches(self) -> None:
         """Deliver what every held watch kept, and hold no more."""
-        self._held_watches.clear()
-        for watcher in list(self._watchers):
-            watcher.release()
+        self.watches.release()
 
     def clear_faults(self) -> None:
         self.faults.clear()
@@ -464,21 +298,7 @@ class ApiServer:
         ``abort`` cuts the connection mid-stream.  Returns how many were dropped."""
         if mode not in ("close", "expire", "abort"):
             raise BadRequestError(f"unknown drop mode {mode!r}; use close, expire or abort")
-        rt = self.resource(resource) if resource else None
-        dropped = 0
-        for watcher in list(self._watchers):
-            if rt is not None and watcher.rt is not rt:
-                continue
-            error = (
-                StatusError(410, "too old resource version: watch dropped", reason="Expired")
-                if mode == "expire"
-                else None
-            )
-            watcher.close(error, abort=mode == "abort")
-            self.store.hubs[watcher.rt.key].remove(watcher)
-            self._watchers.discard(watcher)
-            dropped += 1
-        return dropped
+        return self.watches.drop(self.resource(resource) if resource else None, mode)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -497,8 +317,7 @@ class ApiServer:
 
     def shutdown(self) -> None:
         """End every open watch cleanly (server stopping)."""
-        for watcher in list(self._watchers):
-            self.close_watch(watcher)
+        self.watches.shutdown()
 
 
 __all__ = ["ApiServer", "LocalWatch", "LocalWatchEvent"]

@@ -31,7 +31,7 @@ import grpc
 
 from hami_kube.objects import PodView
 from hami_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
-from hami_kubesim.kubelet.registration import UnixGrpcServer
+from hami_kubesim.kubelet.deviceplugins.registration import UnixGrpcServer
 
 ContainerDevices = Mapping[str, Mapping[str, Sequence[str]]]
 """Devices recorded per container name, then per resource name."""

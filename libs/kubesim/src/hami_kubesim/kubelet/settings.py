@@ -14,7 +14,7 @@ from hami_kubelet_api.constants import (
     KUBELET_REGISTER_DIAL_TIMEOUT_SECONDS,
     KUBELET_SOCKET_NAME,
 )
-from hami_kubesim.kubelet.workloads import DEFAULT_INTERVAL_S
+from hami_kubesim.kubelet.pods.workloads import DEFAULT_INTERVAL_S
 
 __all__ = ["KubeletSettings", "beside", "pod_resources_socket_for"]
 
@@ -28,9 +28,9 @@ class KubeletSettings:
     ``/var/lib/kubelet/pod-resources/`` (default: beside the plugin dir, named
     ``<plugin dir>-pod-resources``). ``pod_cidr`` is where pod IPs come from; ``host_ip`` is used
     when the node object has no ``InternalIP`` address. ``admission_delay`` makes every
-    admission start that many seconds late (see :mod:`.admission`; changeable while it runs).
+    admission start that many seconds late (see :mod:`.pods.admission`; changeable while it runs).
     ``host_root`` is the node's host filesystem as the device plugin's ``--host-root`` sees it:
-    when set, the containers play HAMi-core there (see :mod:`.standin`), writing their
+    when set, the containers play HAMi-core there (see :mod:`.pods.lifecycle`), writing their
     usage every ``workload_interval`` seconds; ``None`` (the default) writes no file.
 
     DRA (:mod:`.dra`): ``plugins_registry_dir`` plays ``/var/lib/kubelet/plugins_registry/``

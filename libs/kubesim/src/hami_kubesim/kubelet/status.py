@@ -1,5 +1,5 @@
 """Pure builders for what the kubelet stand-in writes back to the API server (the pod status
-writes are sent by :mod:`.statusmanager`).
+writes are sent by :mod:`.pods.statusmanager`).
 
 Holds the allocation records (what each container was given by the device plugins) and their
 JSON form stored in the emulator's own pod annotation ``kubesim.hami.io/container-allocations``
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_kube.objects import ContainerView, PodView
-from hami_kubesim.kubelet.devices import ContainerKind, ResourceDevices
+from hami_kubesim.kubelet.deviceplugins.devices import ContainerKind, ResourceDevices
 
 ALLOCATIONS_ANNOTATION = "kubesim.hami.io/container-allocations"
 REASON_UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"

@@ -78,7 +78,7 @@ async def serve_watch(
         except ValueError as exc:
             raise BadRequestError(f"invalid timeoutSeconds: {query['timeoutSeconds']}") from exc
     bookmarks = bool(_flag(query.get("allowWatchBookmarks")))
-    watcher = server.open_watch(
+    watcher = server.watches.open(
         rt,
         namespace=target.namespace,
         labels=labels,
@@ -144,5 +144,5 @@ async def serve_watch(
     except (ConnectionResetError, ConnectionError):
         pass
     finally:
-        server.close_watch(watcher)
+        server.watches.close(watcher)
     return resp

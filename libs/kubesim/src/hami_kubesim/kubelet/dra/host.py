@@ -23,9 +23,9 @@ from hami_kube.rest import KubeClient
 from hami_kube.timefmt import format_time, utc_now
 from hami_kubesim.kubelet.dra.manager import DraManager, PrepareError
 from hami_kubesim.kubelet.dra.watcher import PluginWatcher
+from hami_kubesim.kubelet.pods.statusmanager import patch_pod_status
 from hami_kubesim.kubelet.settings import KubeletSettings
 from hami_kubesim.kubelet.status import ResourceAllocation, creating_status
-from hami_kubesim.kubelet.statusmanager import patch_pod_status
 
 __all__ = ["REASON_FAILED_PREPARE", "DraHost", "uses_claims"]
 

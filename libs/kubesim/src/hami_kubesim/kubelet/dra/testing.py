@@ -25,7 +25,7 @@ from hami_kubelet_api.dra.v1 import api_pb2 as dra_pb2
 from hami_kubelet_api.dra.v1 import api_pb2_grpc as dra_grpc
 from hami_kubelet_api.pluginregistration.v1 import api_pb2 as reg_pb2
 from hami_kubelet_api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from hami_kubesim.kubelet.registration import UnixGrpcServer
+from hami_kubesim.kubelet.deviceplugins.registration import UnixGrpcServer
 
 __all__ = ["FakeDevice", "FakeDraDriver"]
 

@@ -23,7 +23,7 @@ from hami_kubelet_api.constants import (
     KUBELET_SOCKET_NAME,
 )
 from hami_kubelet_api.v1beta1 import api_pb2, api_pb2_grpc
-from hami_kubesim.kubelet.devices import ResourceDevices, register_error
+from hami_kubesim.kubelet.deviceplugins.devices import ResourceDevices, register_error
 from hami_kubesim.kubelet.status import (
     DeviceSpecRecord,
     MountRecord,

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from hami_kube.objects import PodView
-from hami_kubesim.kubelet.devices import (
+from hami_kubesim.kubelet.deviceplugins.devices import (
     ContainerDemand,
     DeviceAllocationError,
     DeviceLedger,
@@ -29,7 +29,7 @@ from hami_kubesim.kubelet.devices import (
     finish_selection,
     start_selection,
 )
-from hami_kubesim.kubelet.registration import PluginCallError, PluginEndpoint
+from hami_kubesim.kubelet.deviceplugins.registration import PluginCallError, PluginEndpoint
 from hami_kubesim.kubelet.status import (
     CLAIM_RESOURCE_PREFIX,
     ContainerAllocation,

@@ -5,7 +5,7 @@ pod watch) and, among them, the pods the kubelet's pod manager holds: a pod ente
 admission starts — before any device-plugin ``Allocate`` — or, already running when first seen,
 when it is adopted; it leaves when the pod is deleted. A pod is *active* while it is neither
 terminal, being deleted, nor rejected at admission (a rejection counts at once, before its
-status is written). It is the :class:`~.podresources.PodResourcesSource` the pod-resources
+status is written). It is the :class:`~..podresources.PodResourcesSource` the pod-resources
 server reads: devices come from the device manager's ledger, recorded per container as each
 ``Allocate`` returns.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hami_kube.objects import PodView
-from hami_kubesim.kubelet.devicemanager import DeviceManager
+from hami_kubesim.kubelet.deviceplugins.devicemanager import DeviceManager
 from hami_kubesim.kubelet.podresources import ListedPod, listed_pod
 from hami_kubesim.kubelet.status import (
     ALLOCATIONS_ANNOTATION,

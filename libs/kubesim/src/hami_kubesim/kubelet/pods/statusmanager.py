@@ -1,6 +1,6 @@
 """The kubelet stand-in's status manager: pod status writes, retried as the kubelet's are.
 
-What is written is built in :mod:`.status` (pure); here it is sent: ``PATCH pods/<name>/status``
+What is written is built in :mod:`..status` (pure); here it is sent: ``PATCH pods/<name>/status``
 through ``KubeClient``, retried on 5xx, 429 and lost connections with backoff
 (``hami_kube.patch.with_retries``), a pod gone (404) read as ``None`` rather than an error.
 The status manager also sends the final ``DELETE`` (grace 0) that ends a graceful deletion.

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from hami_kube.objects import NodeView, PodView
-from hami_kubesim.kubelet.devices import is_extended_resource_name
+from hami_kubesim.kubelet.deviceplugins.devices import is_extended_resource_name
 from hami_kubesim.scheduler.predicates import node_allocatable, pod_requests
 
 __all__ = ["InsufficientResource", "allocatable_follows_capacity", "insufficient_extended"]
