@@ -441,7 +441,9 @@ class SchedulingCycle:
                 pod.name,
                 {"status": status},
                 namespace=pod.namespace or "default",
-                patch_type=PatchType.MERGE,
+                # As kube-scheduler's PatchPodStatus: conditions merge by type, so a condition
+                # written meanwhile by another component is kept.
+                patch_type=PatchType.STRATEGIC,
                 subresource="status",
             )
         except KubeError as exc:

@@ -9,16 +9,21 @@ The status manager also sends the final ``DELETE`` (grace 0) that ends a gracefu
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from hami_kube.errors import ConflictError, NotFoundError
 from hami_kube.objects import PodView
 from hami_kube.patch import with_retries
 from hami_kube.resources import PODS, JsonObject
-from hami_kube.rest import KubeClient
+from hami_kube.rest import KubeClient, PatchType
 from hami_kubesim.access import RECONNECT_BACKOFF
 
-__all__ = ["delete_stopped_pod", "patch_pod_status"]
+__all__ = ["KUBELET_CONDITIONS", "delete_stopped_pod", "patch_pod_status"]
+
+KUBELET_CONDITIONS: Final = frozenset(
+    {"PodScheduled", "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"}
+)
+"""The pod conditions the kubelet owns (``PodConditionsByKubelet``); it writes no other."""
 
 _WRITE_ATTEMPTS = 10
 
@@ -40,12 +45,32 @@ async def patch_pod_status(
     annotations: Mapping[str, str] | None = None,
 ) -> JsonObject | None:
     """``PATCH pods/<name>/status`` (the API server keeps metadata changes made there for pods,
-    owner references aside)."""
-    body: dict[str, Any] = {"status": status}
+    owner references aside).
+
+    A strategic merge patch carrying only the conditions the kubelet owns
+    (:data:`KUBELET_CONDITIONS`), as the kubelet's status manager merges its status into the
+    API's latest (``mergePodStatus``) and sends a strategic merge patch: a condition another
+    writer owns — kube-scheduler's ``DisruptionTarget`` on a preemption victim, a readiness
+    gate's — is never overwritten by a status this kubelet built from an older view of the pod.
+    (A merge patch of the whole list did exactly that: a victim's Running status, built before
+    the scheduler marked it, wiped the mark, and the preemptor preempted a second time.)"""
+    sent = dict(status)
+    if "conditions" in sent:
+        sent["conditions"] = [
+            c for c in sent["conditions"] or [] if c.get("type") in KUBELET_CONDITIONS
+        ]
+    body: dict[str, Any] = {"status": sent}
     if annotations:
         body["metadata"] = {"annotations": dict(annotations)}
     return await _write(
-        lambda: client.patch(PODS, pod.name, body, namespace=pod.namespace, subresource="status")
+        lambda: client.patch(
+            PODS,
+            pod.name,
+            body,
+            namespace=pod.namespace,
+            patch_type=PatchType.STRATEGIC,
+            subresource="status",
+        )
     )
 
 
