@@ -27,7 +27,8 @@ the JSON routes ``/api/v1/map``, ``/api/v1/pending`` and ``/api/v1/fit`` answer.
 Rendering runs on the event loop beside ``/filter``: the cluster totals read each node's
 remembered summary (:mod:`.summary`), O(nodes), and a page shows at most 500 nodes.  The map —
 the view a browser polls — is built, rendered and serialised in steps (:mod:`.steps`): the loop
-is handed back every quarter millisecond, so a filter waits about that long, not for the page.
+is handed back after every quarter millisecond of work, for a millisecond, so a filter waits
+about a slice, not for the page.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from hami_scheduler.metrics import SchedulerMetrics
 __all__ = [
     "MAX_QUERY",
     "PROBE_PARAMETERS",
+    "PAUSE_S",
     "SLICE_S",
     "GpuMapState",
     "build_gpumap_app",
@@ -86,17 +88,23 @@ PROBE_PARAMETERS: Final = (
 """A fit page with none of these shows the form only (``kind: FitForm``)."""
 
 SLICE_S: Final = 0.00025
-"""How long :func:`sliced` works before handing the event loop back (seconds).  A filter
-arriving meanwhile waits for a slice at each of the few loop turns its request takes (reading
-it, answering), so this is what a page adds to a filter; a step costs 0.1-0.4 ms at 5,000 nodes,
-handing back some 20 µs."""
+"""How long :func:`sliced` works before handing the event loop back (seconds); a step costs
+0.1-0.4 ms at 5,000 nodes."""
+PAUSE_S: Final = 0.001
+"""How long :func:`sliced` then stays away (seconds): the page takes at most a fifth of the loop
+while it is built.  A ``/filter`` request takes several loop turns (reading its body of 5,000
+node names, answering); handed back with ``sleep(0)`` the page ran a slice at each of them, some
+2-4 ms per filter while a page was being built (``bench/gpumap.py``: "filters during a poll"),
+and a page polled every second was being built during most filters.  Away for a millisecond, the
+page takes a slice at about one turn of each filter.  A page of 40 ms of work answers some
+0.2 s later than it would at once, which a person does not notice."""
 
 _T = TypeVar("_T")
 
 
-async def sliced(steps: Steps[_T], budget: float = SLICE_S) -> _T:
-    """Run ``steps`` (:mod:`.steps`) on the event loop, yielding to it after every ``budget``
-    seconds of work."""
+async def sliced(steps: Steps[_T], budget: float = SLICE_S, pause: float = PAUSE_S) -> _T:
+    """Run ``steps`` (:mod:`.steps`) on the event loop: ``budget`` seconds of work, then the
+    loop left to others for ``pause`` seconds, until it ends."""
     clock = time.perf_counter
     deadline = clock() + budget
     while True:
@@ -104,7 +112,7 @@ async def sliced(steps: Steps[_T], budget: float = SLICE_S) -> _T:
         if ended:
             return cast("_T", result)
         if clock() >= deadline:
-            await asyncio.sleep(0)
+            await asyncio.sleep(pause)
             deadline = clock() + budget
 
 

@@ -10,8 +10,9 @@ nodes' summaries, one node's cards — and return their result:
 
 * :func:`drain` runs one to its end at once (the pure callers: tests, ``render_page``);
 * the server (:func:`hami_scheduler.gpumap.server.sliced`) runs one on the event loop, handing
-  the loop back whenever a slice has run for a quarter millisecond: a ``/filter`` arriving
-  meanwhile waits for about one slice, not for the page.
+  the loop back whenever a slice has run for a quarter millisecond, and leaving it to others
+  for a millisecond: a ``/filter`` arriving meanwhile waits for about one slice, not for the
+  page.
 
 Not a worker thread: the builders are pure Python, so under the GIL a thread would take the
 interpreter from the filter for a switch interval (5 ms) at a time, and it would read the
