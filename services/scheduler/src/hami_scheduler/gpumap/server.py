@@ -60,8 +60,8 @@ from hami_scheduler.metrics import SchedulerMetrics
 
 __all__ = [
     "MAX_QUERY",
-    "PROBE_PARAMETERS",
     "PAUSE_S",
+    "PROBE_PARAMETERS",
     "SLICE_S",
     "GpuMapState",
     "build_gpumap_app",
