@@ -217,12 +217,14 @@ class PodStarter:
         reason: str = REASON_UNEXPECTED_ADMISSION,
         event_message: str | None = None,
     ) -> None:
-        """``rejectPod``: status ``Failed`` with ``reason`` and ``message``, and a Warning Event
-        (``event_message``, by default the same text)."""
+        """``rejectPod``: a Warning Event (``event_message``, by default the same text), then
+        status ``Failed`` with ``reason`` and ``message`` — the kubelet's order, so whoever sees
+        the pod Failed finds the Event that says why (the other way round, a reader could see
+        the status before the Event existed)."""
         log.info("pod rejected", node=self.node_name, pod=pod.key, message=message)
         self._pods.manager.reject(pod.uid)  # no longer active, before its status is written
-        await patch_pod_status(client, pod, rejected_status(pod, message, reason=reason))
         await events.record(pod.raw, EventType.WARNING, reason, event_message or message)
+        await patch_pod_status(client, pod, rejected_status(pod, message, reason=reason))
 
     async def _host_ip(self, client: KubeClient) -> str:
         """The node's InternalIP, read once: the real kubelet knows its own addresses (it
