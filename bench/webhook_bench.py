@@ -47,9 +47,9 @@ from hami_kubesim.certs import TlsFiles, client_ssl_context, generate_ca
 from hami_kubesim.stack.system.ports import free_port
 from hami_runtime import loop
 from hami_runtime.logs import configure_logging
-from hami_webhook.http import WebhookState, answer_review
+from hami_webhook.admission.http import WebhookState, answer_review
 from hami_webhook.metrics import WebhookMetrics
-from hami_webhook.mutate import MutationRules
+from hami_webhook.mutation.rules import MutationRules
 
 
 def pod(name: str, limits: dict[str, str] | None, **spec: Any) -> dict[str, Any]:

@@ -18,14 +18,16 @@ from hami_kubesim.dra.cel import device_variable, selector_matches
 from hami_kubesim.dra.model import parse_device
 from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
-from hami_webhook.dra_claims import (
+from hami_webhook.dra.claims import (
     GpuShape,
     cel_string,
     convert_pod,
     pod_selectors,
     template_for,
 )
-from hami_webhook.mutate import Decision, MutationRules, admit_pod
+from hami_webhook.mutation.admit import admit_pod
+from hami_webhook.mutation.decision import Decision
+from hami_webhook.mutation.rules import MutationRules
 
 from .helpers import container, gpu, pod
 

@@ -11,8 +11,10 @@ import pytest
 
 from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
-from hami_webhook.mutate import Decision, MutationRules, admit_pod
-from hami_webhook.quota_cache import QuotaCache
+from hami_webhook.mutation.admit import admit_pod
+from hami_webhook.mutation.decision import Decision
+from hami_webhook.mutation.rules import MutationRules
+from hami_webhook.quota.cache import QuotaCache
 
 from .helpers import container, gpu, pod
 

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
 from hami_protocol.config.device import NvidiaConfig, parse_device_config
 from hami_protocol.vendor.table import DEFAULT_VENDORS, vendors_from_config
-from hami_webhook.mutate import MutationRules, admit_pod
-from hami_webhook.quota_cache import QuotaCache
+from hami_webhook.mutation.admit import admit_pod
+from hami_webhook.mutation.rules import MutationRules
+from hami_webhook.quota.cache import QuotaCache
 
 DEVICES = parse_device_config(DEFAULT_DEVICE_CONFIG_YAML)
 RESOURCES = (

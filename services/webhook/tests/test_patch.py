@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_webhook.patch import copy_json, diff, escape, pointer, same
+from hami_webhook.mutation.patch import copy_json, diff, escape, pointer, same
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_protocol.vendor.table import DEFAULT_VENDORS, NVIDIA, vendor_by_word
-from hami_webhook.quota import QuotaLimit, check_quota
-from hami_webhook.quota_cache import QuotaCache
+from hami_webhook.quota.cache import QuotaCache
+from hami_webhook.quota.check import QuotaLimit, check_quota
 
 MEM = "nvidia.com/gpumem"
 CORES = "nvidia.com/gpucores"

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from hami_webhook.http import WebhookState, answer_review
+from hami_webhook.admission.http import WebhookState, answer_review
+from hami_webhook.admission.review import BadReviewError, decode_review
 from hami_webhook.metrics import WebhookMetrics
-from hami_webhook.mutate import MutationRules
-from hami_webhook.review import BadReviewError, decode_review
+from hami_webhook.mutation.rules import MutationRules
 
 from .helpers import container, gpu, pod, review
 

@@ -12,7 +12,9 @@ import pytest
 from hami_protocol.config.device import NvidiaConfig
 from hami_protocol.totals import NVIDIA_CORES, NVIDIA_MEMORY
 from hami_protocol.vendor.table import DEFAULT_VENDORS, nvidia_vendor
-from hami_webhook.mutate import Decision, MutationRules, admit_pod
+from hami_webhook.mutation.admit import admit_pod
+from hami_webhook.mutation.decision import Decision
+from hami_webhook.mutation.rules import MutationRules
 from hami_webhook.settings import parse_settings
 
 from .helpers import container, gpu, pod

@@ -13,8 +13,11 @@ import pytest
 from hami_protocol.config.defaults import DEFAULT_DEVICE_CONFIG_YAML
 from hami_protocol.config.device import DeviceConfig, parse_device_config
 from hami_protocol.vendor.table import vendors_from_config
-from hami_webhook.mutate import Decision, MutationRules, admit_pod
-from hami_webhook.vendor_rules import ascend_memory, kunlun_vxpu_memory
+from hami_webhook.mutation.admit import admit_pod
+from hami_webhook.mutation.decision import Decision
+from hami_webhook.mutation.rules import MutationRules
+from hami_webhook.mutation.vendors.ascend import ascend_memory
+from hami_webhook.mutation.vendors.kunlun import kunlun_vxpu_memory
 
 from .helpers import container, pod
 

@@ -36,11 +36,11 @@ from hami_runtime.serving import server_tls
 from hami_runtime.signals import install_stop_signals
 from hami_runtime.sites import metrics_app, site
 from hami_runtime.tls import ReloadingServerTLS
-from hami_webhook.claim_templates import TemplateWriter
-from hami_webhook.http import WebhookState, build_app
+from hami_webhook.admission.http import WebhookState, build_app
+from hami_webhook.dra.template_writer import TemplateWriter
 from hami_webhook.metrics import WebhookMetrics
-from hami_webhook.quota_cache import QuotaCache
-from hami_webhook.quota_watch import QuotaWatcher
+from hami_webhook.quota.cache import QuotaCache
+from hami_webhook.quota.watch import QuotaWatcher
 from hami_webhook.settings import Settings
 
 __all__ = ["RunningWebhook", "run", "serving"]

@@ -21,7 +21,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hami_runtime.service_metrics import ServiceMetrics
-from hami_webhook.mutate import Outcome
+from hami_webhook.mutation.decision import Outcome
 
 __all__ = ["OUTCOMES", "WebhookMetrics"]
 

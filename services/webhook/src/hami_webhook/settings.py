@@ -38,7 +38,7 @@ from hami_runtime.serving import (
     serving_flags,
     serving_values,
 )
-from hami_webhook.mutate import MutationRules
+from hami_webhook.mutation.rules import MutationRules
 
 __all__ = [
     "DEFAULT_HTTP_BIND",

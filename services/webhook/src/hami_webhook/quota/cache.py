@@ -11,7 +11,7 @@ admitted together may each fit on their own; the scheduler's quota check at filt
 hard stop).
 
 :class:`QuotaCache` is fed by watch events (``set_quota``/``remove_quota``, ``set_pod``/
-``remove_pod``) and answers :class:`~hami_webhook.quota.QuotaView` queries.
+``remove_pod``) and answers :class:`~hami_webhook.quota.check.QuotaView` queries.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from hami_protocol.errors import ProtocolError
 from hami_protocol.pod.devices import collapse_device_usage, decode_pod_devices_canonical
 from hami_protocol.request.quantity import as_integer, json_quantity
 from hami_protocol.vendor.table import Vendor
-from hami_webhook.quota import LIMITS_PREFIX, QuotaLimit
+from hami_webhook.quota.check import LIMITS_PREFIX, QuotaLimit
 
 __all__ = ["QuotaCache"]
 

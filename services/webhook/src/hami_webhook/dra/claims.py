@@ -1,7 +1,7 @@
 """NVIDIA requests users already write, turned into DRA claims (``--dra-claims``; docs/dra.md).
 
 Pure: :func:`convert_pod` edits a pod (as decoded JSON, after the NVIDIA defaults of
-:mod:`hami_webhook.mutate` ran) in place and returns the ResourceClaimTemplates the pod now
+:mod:`hami_webhook.mutation.nvidia` ran) in place and returns the ResourceClaimTemplates the pod now
 references.  Nothing here performs I/O; the HTTP layer creates the templates before answering.
 
 Why templates, named by the request's shape (HAMi-DRA's design and its bug: contract §6.2):
@@ -69,7 +69,7 @@ from hami_protocol.request.containers import (
     vendor_request,
 )
 from hami_protocol.vendor.table import Vendor
-from hami_webhook.vendor_rules import VendorRuleError
+from hami_webhook.mutation.vendors.rule_set import VendorRuleError
 
 __all__ = [
     "MANAGED_BY",

@@ -24,17 +24,19 @@ from aiohttp import web
 from hami_kube.errors import KubeError
 from hami_kube.objects import ObjectView
 from hami_runtime.sites import add_health_routes
-from hami_webhook.claim_templates import TemplateWriter
-from hami_webhook.metrics import WebhookMetrics
-from hami_webhook.mutate import Decision, MutationRules, Outcome, admit_pod
-from hami_webhook.quota import QuotaView
-from hami_webhook.review import (
+from hami_webhook.admission.review import (
     AdmissionRequest,
     BadReviewError,
     decode_review,
     encode_response,
     failure_status,
 )
+from hami_webhook.dra.template_writer import TemplateWriter
+from hami_webhook.metrics import WebhookMetrics
+from hami_webhook.mutation.admit import admit_pod
+from hami_webhook.mutation.decision import Decision, Outcome
+from hami_webhook.mutation.rules import MutationRules
+from hami_webhook.quota.check import QuotaView
 
 __all__ = [
     "DRA_WEBHOOK_PATH",

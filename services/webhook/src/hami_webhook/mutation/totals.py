@@ -24,7 +24,7 @@ from typing import Any
 
 from hami_protocol.totals import TOTALS_RESOURCES, Totals, container_totals
 from hami_protocol.vendor.table import Vendor
-from hami_webhook.edits import set_quantity
+from hami_webhook.mutation.edits import set_quantity
 
 __all__ = ["write_totals"]
 

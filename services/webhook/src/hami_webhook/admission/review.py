@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from hami_kube.objects import ObjectView
-from hami_webhook.mutate import Decision
-from hami_webhook.patch import PatchOp
+from hami_webhook.mutation.decision import Decision
+from hami_webhook.mutation.patch import PatchOp
 
 __all__ = [
     "REVIEW_KIND",

@@ -2,7 +2,7 @@
 
 Called between the decision and the reply, never on a dry run.  A template is created with one
 POST; ``AlreadyExists`` is success, because the name is a hash of the spec
-(:func:`hami_webhook.dra_claims.template_for`): an existing template of that name asks exactly
+(:func:`hami_webhook.dra.claims.template_for`): an existing template of that name asks exactly
 what this pod asks.  Templates are never updated or deleted here: the API makes their spec
 immutable, they are shared by every pod of the same shape, and one left unused costs one small
 object per distinct request shape in a namespace.
@@ -22,7 +22,7 @@ from typing import Final
 from hami_kube.errors import AlreadyExistsError
 from hami_kube.resources import RESOURCE_CLAIM_TEMPLATES
 from hami_kube.rest import KubeClient
-from hami_webhook.dra_claims import ClaimTemplate
+from hami_webhook.dra.claims import ClaimTemplate
 
 __all__ = ["KNOWN_FOR_S", "TemplateWriter"]
 

@@ -15,7 +15,7 @@ quota manager applies them:
 * a pod fits when ``used + requested <= limit`` for memory and for cores.
 
 :func:`check_quota` is the decision over a :class:`QuotaView`; what is used and what the limits
-are is kept by :class:`~hami_webhook.quota_cache.QuotaCache`.
+are is kept by :class:`~hami_webhook.quota.cache.QuotaCache`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Feeds the :class:`~hami_webhook.quota.QuotaCache` from two watches on the API server.
+"""Feeds the :class:`~hami_webhook.quota.cache.QuotaCache` from two watches on the API server.
 
 * every ResourceQuota in the cluster (only ``limits.<device resource>`` keys are kept);
 * every bound pod (``fieldSelector=spec.nodeName!=``), of which only those carrying some
@@ -21,7 +21,7 @@ from hami_kube.reflector import Reflector, ReflectorConfig, ReflectorGroup, upse
 from hami_kube.resources import PODS, RESOURCE_QUOTAS, JsonObject
 from hami_kube.rest import KubeClient
 from hami_protocol.keys import HAMI_PREFIX
-from hami_webhook.quota_cache import QuotaCache
+from hami_webhook.quota.cache import QuotaCache
 
 __all__ = ["BOUND_PODS", "QuotaWatcher", "carries_allocation"]
 

@@ -1,7 +1,7 @@
 """Reading and editing one container of a decoded pod: resource lookups (limits first, then
 requests), quantities rounded like Go's ``Quantity.Value()``, and in-place edits of ``env``,
-``resources.limits`` and ``resources.requests``.  Pure helpers shared by :mod:`mutate` and
-:mod:`vendor_rules`."""
+``resources.limits`` and ``resources.requests``.  Pure helpers shared by the NVIDIA defaults,
+the vendor rules and the capacity totals."""
 
 from __future__ import annotations
 
