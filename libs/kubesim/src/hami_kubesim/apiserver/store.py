@@ -1,5 +1,11 @@
 """The object store: every write path of the API server, with one global resourceVersion.
 
+What the generic registry store is to kube-apiserver: create (names, defaults, validation, the
+built-in validating admission), update and patch (preconditions, immutable fields), delete
+(preconditions, finalizers, graceful pod deletion, a namespace's contents) and ``pods/binding``,
+on the versioned objects, history and watch fan-out of :class:`.storage.Storage` (split off so
+each part stays one concern).
+
 Plain synchronous code: each call is one atomic step on the event loop, so a write, its
 resourceVersion and the fan-out of its watch event happen together.  The store owns the dicts
 passed in and never mutates a dict once stored; callers must not mutate what they get back.
@@ -8,8 +14,7 @@ passed in and never mutates a dict once stored; callers must not mutate what the
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Container, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from hami_kubesim.apiserver.errors import (
@@ -20,11 +25,15 @@ from hami_kubesim.apiserver.errors import (
     InvalidError,
     NotFoundError,
     StatusError,
-    precondition_failed,
 )
-from hami_kubesim.apiserver.history import ADDED, DELETED, MODIFIED, Change, Entry, History
-from hami_kubesim.apiserver.listing import Listing, ListPage
-from hami_kubesim.apiserver.watch import WatchHub
+from hami_kubesim.apiserver.history import ADDED, MODIFIED, Entry
+from hami_kubesim.apiserver.preconditions import (
+    check_delete,
+    check_name_matches,
+    check_update,
+    name_required,
+)
+from hami_kubesim.apiserver.storage import Storage
 from hami_kubesim.objects import deletion, priorityclasses, strategies
 from hami_kubesim.objects.clock import generated_name, new_uid, rfc3339
 from hami_kubesim.objects.patching import apply_patch
@@ -41,8 +50,9 @@ Key = tuple[str, str]  # (namespace or "", name)
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-class Store:
-    """All objects of all resource types, their change history and their watchers."""
+class Store(Storage):
+    """All objects of all resource types, their change history and their watchers, written
+    through the API's verbs."""
 
     def __init__(
         self,
@@ -53,26 +63,13 @@ class Store:
         seed: int | None = None,
         bootstrap: bool = True,
     ) -> None:
-        self.registry = registry or Registry()
-        self.rv = 0
+        super().__init__(registry=registry, history=history)
         self._clock = clock
         self._rng = random.Random(seed)
-        self._history_size = history
-        self._objects: dict[str, dict[str, dict[str, Entry]]] = {}
-        self._history: dict[str, History] = {}
-        self.hubs: dict[str, WatchHub] = {}
-        self.listing = Listing(self)
-        self._dry = False
-        self.observers: list[Callable[[ResourceType, Change], None]] = []
-        """Called synchronously with every committed change (see ``ApiServer.observe``)."""
         self.kubelet_nodes: Container[str] = frozenset()
         """Nodes whose kubelet stand-in finishes graceful pod deletions.  A pod DELETE with a
         grace period marks the pod only there; elsewhere no kubelet would ever confirm it, so
         the pod goes at once, as if its kubelet had stopped it immediately."""
-        for rt in self.registry.types:
-            self._objects[rt.key] = {}
-            self._history[rt.key] = History(history)
-            self.hubs[rt.key] = WatchHub(rt)
         if bootstrap:
             for name in BOOTSTRAP_NAMESPACES:
                 self.create(NAMESPACES, {"metadata": {"name": name}}, namespace=None)
@@ -80,39 +77,6 @@ class Store:
                 # kube-apiserver's scheduling/bootstrap-system-priority-classes hook.
                 for pc in priorityclasses.system_priority_classes():
                     self.create(PRIORITY_CLASSES, pc, namespace=None)
-
-    @contextmanager
-    def dry_run(self, enabled: bool = True) -> Iterator[None]:
-        """Within the block, writes are checked and answered but not stored (``dryRun=All``).
-        The block must not await: the flag belongs to the single step it wraps."""
-        previous, self._dry = self._dry, enabled
-        try:
-            yield
-        finally:
-            self._dry = previous
-
-    # ----- reads -------------------------------------------------------------------------
-    def buckets(self, rt: ResourceType) -> dict[str, dict[str, Entry]]:
-        return self._objects[rt.key]
-
-    def history(self, rt: ResourceType) -> History:
-        return self._history[rt.key]
-
-    def entry(self, rt: ResourceType, namespace: str | None, name: str) -> Entry:
-        found = self._objects[rt.key].get(namespace or "", {}).get(name)
-        if found is None:
-            raise NotFoundError(rt.plural, rt.group, name)
-        return found
-
-    def find(self, rt: ResourceType, namespace: str | None, name: str) -> Entry | None:
-        return self._objects[rt.key].get(namespace or "", {}).get(name)
-
-    def count(self, rt: ResourceType) -> int:
-        return sum(len(b) for b in self._objects[rt.key].values())
-
-    def select(self, rt: ResourceType, **kwargs: Any) -> ListPage:
-        """See :meth:`Listing.list`."""
-        return self.listing.list(rt, **kwargs)
 
     # ----- writes ------------------------------------------------------------------------
     def prepare_create(self, rt: ResourceType, obj: Any, namespace: str | None) -> dict[str, Any]:
@@ -140,18 +104,7 @@ class Store:
         if not name:
             prefix = meta.get("generateName")
             if not prefix:
-                raise InvalidError(
-                    rt.kind,
-                    rt.group,
-                    "",
-                    [
-                        (
-                            "metadata.name",
-                            "FieldValueRequired",
-                            "Required value: name or generateName is required",
-                        )
-                    ],
-                )
+                raise name_required(rt)
             for _ in range(16):
                 name = generated_name(prefix, self._rng)
                 if name not in bucket:
@@ -182,43 +135,14 @@ class Store:
         """PUT: the body replaces the object; its resourceVersion is a precondition."""
         obj = strategies.normalize_body(rt, obj, namespace)
         meta = obj["metadata"]
-        if meta.get("name") != name:
-            raise BadRequestError(
-                f"the name of the object ({meta.get('name', '')}) does not match the name on "
-                f"the URL ({name})"
-            )
+        check_name_matches(meta, name)
         old = self.find(rt, namespace, name)
         if old is None:
             if rt.allow_create_on_update and subresource is None:
                 meta.pop("resourceVersion", None)
                 return self.create(rt, obj, namespace=namespace)
             raise NotFoundError(rt.plural, rt.group, name)
-        old_meta = old.obj["metadata"]
-        given_rv = meta.get("resourceVersion")
-        if not given_rv:
-            if not rt.allow_unconditional_update:
-                raise InvalidError(
-                    rt.kind,
-                    rt.group,
-                    name,
-                    [
-                        (
-                            "metadata.resourceVersion",
-                            "FieldValueInvalid",
-                            "Invalid value: 0x0: must be specified for an update",
-                        )
-                    ],
-                )
-        elif given_rv != old_meta["resourceVersion"]:
-            raise ConflictError(rt.plural, rt.group, name)
-        uid = meta.get("uid")
-        if uid and uid != old_meta["uid"]:
-            raise ConflictError(
-                rt.plural,
-                rt.group,
-                name,
-                precondition_failed("UID", uid, old_meta["uid"]),
-            )
+        check_update(rt, name, meta, old.obj["metadata"])
         return self._replace(rt, old, obj, subresource)
 
     def patch(
@@ -243,11 +167,7 @@ class Store:
         rv = meta.get("resourceVersion")
         if rv and rv != old_meta["resourceVersion"]:
             raise ConflictError(rt.plural, rt.group, name)
-        if meta.get("name") != name:
-            raise BadRequestError(
-                f"the name of the object ({meta.get('name', '')}) does not match the name on "
-                f"the URL ({name})"
-            )
+        check_name_matches(meta, name)
         causes = strategies.validate_immutable(meta, old_meta)
         if causes:
             raise InvalidError(rt.kind, rt.group, name, causes)
@@ -268,24 +188,7 @@ class Store:
         ``collection``: part of a DELETE of the collection, which skips the per-object guards
         of the resource's REST storage (as the real generic store's ``DeleteCollection``)."""
         old = self.entry(rt, namespace, name)
-        meta = old.obj["metadata"]
-        pre = (options or {}).get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != meta["uid"]:
-            raise ConflictError(
-                rt.plural,
-                rt.group,
-                name,
-                precondition_failed("UID", pre["uid"], meta["uid"]),
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise ConflictError(
-                rt.plural,
-                rt.group,
-                name,
-                precondition_failed(
-                    "ResourceVersion", pre["resourceVersion"], meta["resourceVersion"]
-                ),
-            )
+        check_delete(rt, name, options, old.obj["metadata"])
         if rt is PRIORITY_CLASSES and not collection and priorityclasses.is_system_class(name):
             raise ForbiddenError(
                 rt.plural, rt.group, name, priorityclasses.SYSTEM_CLASS_NOT_DELETABLE
@@ -387,59 +290,6 @@ class Store:
         if why is not None:
             raise ForbiddenError(rt.plural, rt.group, obj["metadata"]["name"], why)
 
-    def _commit(
-        self, rt: ResourceType, kind: str, obj: dict[str, Any], prev: Entry | None
-    ) -> Entry:
-        meta = obj["metadata"]
-        if prev is not None and meta is prev.obj["metadata"]:
-            meta = obj["metadata"] = dict(meta)
-        if self._dry:
-            if prev is None:
-                meta.pop("resourceVersion", None)
-            else:
-                meta["resourceVersion"] = prev.obj["metadata"]["resourceVersion"]
-            return Entry(obj, self.rv)
-        self.rv += 1
-        meta["resourceVersion"] = str(self.rv)
-        entry = Entry(obj, self.rv)
-        bucket_key = meta.get("namespace") or ""
-        buckets = self._objects[rt.key]
-        bucket = buckets.get(bucket_key)
-        if bucket is None:
-            bucket = buckets[bucket_key] = {}
-        if prev is None:
-            self.listing.invalidate(rt, bucket_key)
-        bucket[meta["name"]] = entry
-        self.listing.reindex(rt, prev, entry)
-        self._publish(rt, Change(kind, entry, prev))
-        return entry
-
-    def _remove(self, rt: ResourceType, old: Entry, last: dict[str, Any] | None = None) -> Entry:
-        """Delete ``old``; the DELETED event carries ``last`` (default: ``old``'s state)."""
-        if self._dry:
-            return old
-        self.rv += 1
-        meta = old.obj["metadata"]
-        state = last if last is not None else old.obj
-        final = Entry(
-            {**state, "metadata": {**state["metadata"], "resourceVersion": str(self.rv)}}, self.rv
-        )
-        bucket_key = meta.get("namespace") or ""
-        bucket = self._objects[rt.key].get(bucket_key, {})
-        bucket.pop(meta["name"], None)
-        if not bucket:
-            self._objects[rt.key].pop(bucket_key, None)
-        self.listing.invalidate(rt, bucket_key)
-        self.listing.reindex(rt, old, None)
-        self._publish(rt, Change(DELETED, final, None))
-        return final
-
-    def _publish(self, rt: ResourceType, change: Change) -> None:
-        self._history[rt.key].append(change)
-        self.hubs[rt.key].dispatch(change)
-        for observer in list(self.observers):
-            observer(rt, change)
-
     def _delete_namespace_contents(self, namespace: str) -> None:
         for rt in self.registry.types:
             if not rt.namespaced:
@@ -447,20 +297,3 @@ class Store:
             bucket = self._objects[rt.key].get(namespace)
             for entry in list((bucket or {}).values()):
                 self._remove(rt, entry)
-
-    # ----- history control ---------------------------------------------------------------
-    def compact(self, rv: int | None = None) -> int:
-        """Forget history up to ``rv`` (default: now); older watch starting points get 410."""
-        target = self.rv if rv is None else rv
-        for hist in self._history.values():
-            hist.compact(target)
-        return target
-
-    def set_history_size(self, size: int) -> None:
-        self._history_size = size
-        for hist in self._history.values():
-            hist.resize(size)
-
-    @property
-    def history_size(self) -> int:
-        return self._history_size

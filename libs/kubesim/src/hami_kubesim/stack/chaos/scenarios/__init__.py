@@ -1,0 +1,78 @@
+"""Seeded random fault scenarios (pure): :mod:`.steps` holds the steps of a timeline and the
+:class:`Scenario` of them, :mod:`.config` what scenarios may contain and the kinds of incident,
+:mod:`.generate` how a seed becomes a scenario (pod churn, API faults, service crashes, now and
+then an incident) and the pod manifests it and the incidents use.  The package re-exports their
+names: ``hami_kubesim.stack.chaos.scenarios`` stays the one import path of the chaos modules,
+tests and benchmarks."""
+
+from hami_kubesim.stack.chaos.scenarios.config import (
+    HAMI_SCHEDULER,
+    HOSTNAME_LABEL,
+    Incident,
+    ScenarioConfig,
+)
+from hami_kubesim.stack.chaos.scenarios.generate import (
+    describe,
+    generate_scenario,
+    incident_scenario,
+    pod_manifest,
+    targeted_pod,
+)
+from hami_kubesim.stack.chaos.scenarios.steps import (
+    AwaitBound,
+    AwaitNominated,
+    AwaitRunning,
+    ClearLatency,
+    Compact,
+    CreateObject,
+    CreatePod,
+    CreatePriorityClass,
+    DeleteObject,
+    DeletePod,
+    DropWatches,
+    InjectErrors,
+    InjectLatency,
+    PauseKubelet,
+    RestoreRunningPods,
+    ResumeKubelet,
+    Scenario,
+    SetGpusHealthy,
+    StartService,
+    Step,
+    StopService,
+    Ungate,
+)
+
+__all__ = [
+    "HAMI_SCHEDULER",
+    "HOSTNAME_LABEL",
+    "AwaitBound",
+    "AwaitNominated",
+    "AwaitRunning",
+    "ClearLatency",
+    "Compact",
+    "CreateObject",
+    "CreatePod",
+    "CreatePriorityClass",
+    "DeleteObject",
+    "DeletePod",
+    "DropWatches",
+    "Incident",
+    "InjectErrors",
+    "InjectLatency",
+    "PauseKubelet",
+    "RestoreRunningPods",
+    "ResumeKubelet",
+    "Scenario",
+    "ScenarioConfig",
+    "SetGpusHealthy",
+    "StartService",
+    "Step",
+    "StopService",
+    "Ungate",
+    "describe",
+    "generate_scenario",
+    "incident_scenario",
+    "pod_manifest",
+    "targeted_pod",
+]
