@@ -6,7 +6,7 @@
 #
 #   scripts/stress_tests.sh                  # the device plugin's tests, 10 runs
 #   scripts/stress_tests.sh 30               # 30 runs
-#   scripts/stress_tests.sh 5 services/scheduler/tests/test_service_lock_waits.py
+#   scripts/stress_tests.sh 5 services/scheduler/tests/service_bind/test_service_lock_waits.py
 #   STRESS_BUSY_LOOPS=4 scripts/stress_tests.sh
 #
 # Prints one line per run and a summary; the output of every failed run is kept (its path is

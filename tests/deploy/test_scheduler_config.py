@@ -114,7 +114,7 @@ def test_kube_scheduler_reads_the_rendered_file(render: RenderFn) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["libs/kubesim/tests/test_scheduling_config.py", "docker-compose.yml"],
+    ["libs/kubesim/tests/scheduling/test_scheduling_config.py", "docker-compose.yml"],
 )
 def test_users_of_the_file_point_at_the_chart(path: str) -> None:
     text = (REPO / path).read_text()
