@@ -23,7 +23,9 @@ docs/gpumap.md), ``--gpumap-frame-ancestors`` (its CSP ``frame-ancestors``, defa
 ``'none'``), ``--gpumap-monitors`` (where the map reads the vGPU monitors' usage: a URL template,
 default ``http://{node_ip}:9394/metrics``, or ``<namespace>/<service>`` whose EndpointSlices
 locate them; empty: no usage), ``--gpumap-monitor-timeout`` (default ``2s``) and
-``--gpumap-max-age`` (default ``5s``: how long a map or pending answer is shared).
+``--gpumap-max-age`` (default ``5s``: how long a map or pending answer is shared) and
+``--gpumap-dra`` (default true: the map watches ResourceSlices and ResourceClaims of driver
+``gpu.hami.io`` to show DRA-managed GPUs).
 
 NVIDIA resource flags (``--resource-name``, ``--resource-mem``, ``--resource-mem-percentage``,
 ``--resource-cores``, ``--resource-priority``, ``--default-mem``, ``--default-cores``,
@@ -162,6 +164,9 @@ class Settings(ServingSettings):
     gpumap_max_age_s: float = 0.0
     """How long a map or pending answer is shared between requests (0: never — the default
     here, so tests see every change at once; the flag's default is 5 s)."""
+    gpumap_dra: bool = True
+    """The map shows DRA-managed GPUs (watches this driver's ResourceSlices and allocated
+    ResourceClaims; :mod:`hami_scheduler.cache.dra`)."""
 
     def __post_init__(self) -> None:
         ServingSettings.__post_init__(self)
@@ -344,6 +349,16 @@ _FLAGS: Final = (
         duration,
     ),
     Flag(
+        ("--gpumap-dra",),
+        "gpumap_dra",
+        "true",
+        "show DRA-managed GPUs (driver gpu.hami.io) on the GPU map: watches ResourceSlices "
+        "and ResourceClaims (RBAC get/list/watch); refused (404/403) it is logged once and "
+        "the map goes on without them",
+        parse_bool,
+        True,
+    ),
+    Flag(
         ("--handshake-timeout",),
         "handshake_timeout",
         "5m",
@@ -427,6 +442,7 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         gpumap_monitors=args.gpumap_monitors,
         gpumap_monitor_timeout_s=args.gpumap_monitor_timeout,
         gpumap_max_age_s=args.gpumap_max_age,
+        gpumap_dra=args.gpumap_dra,
     )
 
 

@@ -161,6 +161,9 @@ async def run(
             watches.spawn(f"reflector-{reflector.name}", reflector.run())
         if gpumap is not None:
             watches.spawn(f"reflector-{gpumap.watch.name}", gpumap.watch.run())
+            if gpumap.dra is not None:
+                # Not part of readiness: the map goes on without DRA cards until it lists.
+                watches.spawn("gpumap-dra", gpumap.dra.run())
 
         labeller = RoleLabeller(
             client, pod_name=settings.pod_name, pod_namespace=settings.pod_namespace

@@ -20,6 +20,11 @@ their peak, HAMi's rule); ``container`` names the positions of the containers th
 allocation annotation lists on that card (init containers first) — container names are not
 kept in the cache.
 
+DRA-managed GPUs (:mod:`.dra`): a node with cards in this driver's ResourceSlices is listed
+even without a register annotation; its DRA cards follow its HAMi cards (``mode: "dra"``,
+never schedulable by this extender) and their figures are summed apart (``dra`` blocks), so
+the extender's free capacity and fragmentation stay what ``/filter`` can place on.
+
 Cost: nodes are filtered and counted on their remembered summaries
 (:func:`~.summary.node_summary`), O(nodes); holders are read for the page's nodes only.  The
 server builds the document in steps (:func:`map_document_steps`, :mod:`.steps`), so that a
@@ -42,6 +47,8 @@ from hami_scheduler.cache.holdings import Resident
 from hami_scheduler.cache.nodes import NodeFacts
 from hami_scheduler.core import DeviceUsage, NodeUsage
 from hami_scheduler.core.usage.device import device_usage
+from hami_scheduler.gpumap.dra.document import dra_card, dra_state, dra_summary, wanted_cards
+from hami_scheduler.gpumap.dra.join import UNWATCHED, DraCard, DraView
 from hami_scheduler.gpumap.query import DEFAULT_PAGE, Page, document, flag, page_of, text
 from hami_scheduler.gpumap.steps import Steps, drain
 from hami_scheduler.gpumap.summary import Summary, add, card_free, node_summary
@@ -135,14 +142,24 @@ def _capacity(summary: Summary, *, cluster: bool) -> dict[str, Any]:
 
 
 def map_document(
-    source: MapSource, query: MapQuery, *, now: datetime, replica: Mapping[str, Any]
+    source: MapSource,
+    query: MapQuery,
+    *,
+    now: datetime,
+    replica: Mapping[str, Any],
+    dra: DraView = UNWATCHED,
 ) -> dict[str, Any]:
     """The ``GpuMap`` document (docs/gpumap.md), built at once."""
-    return drain(map_document_steps(source, query, now=now, replica=replica))
+    return drain(map_document_steps(source, query, now=now, replica=replica, dra=dra))
 
 
 def map_document_steps(
-    source: MapSource, query: MapQuery, *, now: datetime, replica: Mapping[str, Any]
+    source: MapSource,
+    query: MapQuery,
+    *,
+    now: datetime,
+    replica: Mapping[str, Any],
+    dra: DraView = UNWATCHED,
 ) -> Steps[dict[str, Any]]:
     """:func:`map_document` in steps (:mod:`.steps`): one per :data:`CHUNK` nodes read or
     summed, and one per node of the page.
@@ -154,23 +171,36 @@ def map_document_steps(
     """
     selected: list[tuple[str, Summary]] = []
     usages = source.nodes
+    dra_nodes = dra.by_node
+    dra_total = Summary()
     for index, name in enumerate(source.node_names(), 1):
         if index % CHUNK == 0:
             yield
         if query.node and query.node not in name.lower():
             continue
+        cards = wanted_cards(dra_nodes.get(name), query.vendor)
+        if cards:
+            dra_total = add((dra_total, dra_summary(cards)))
         usage = usages.get(name)
         if usage is not None and not query.vendor:
             # The common case (a registered node, no vendor filter): one remembered summary.
             selected.append((name, node_summary(usage)))
             continue
         facts = source.facts(name)
-        if not _listed(facts):
+        summary = _summary(source, name, query) if _listed(facts) else None
+        hami = summary is not None and (
+            not query.vendor or summary.devices > 0 or _foreign_match(facts, query)
+        )
+        if hami or cards:
+            selected.append((name, summary or Summary()))
+    # DRA nodes the cache does not hold (outside --node-label-selector, or not seen yet).
+    for name in sorted(dra_nodes):
+        if source.facts(name) is not None or (query.node and query.node not in name.lower()):
             continue
-        summary = _summary(source, name, query)
-        if query.vendor and not summary.devices and not _foreign_match(facts, query):
-            continue
-        selected.append((name, summary))
+        cards = wanted_cards(dra_nodes[name], query.vendor)
+        if cards:
+            dra_total = add((dra_total, dra_summary(cards)))
+            selected.append((name, Summary()))
     cluster = Summary()
     for start in range(0, len(selected), CHUNK):
         cluster = add((cluster, add(summary for _, summary in selected[start : start + CHUNK])))
@@ -187,12 +217,15 @@ def map_document_steps(
         **_capacity(cluster, cluster=True),
         "fragmented": cluster.fragmented,
         "referenceRequest": {"memory": cluster.reference},
+        "dra": _capacity(dra_total, cluster=True) | {"devices": dra_total.devices},
     }
+    doc["dra"] = dra_state(dra)
     doc["page"] = page
     nodes: list[dict[str, Any]] = []
     for name, _ in shown:
         # Its summary read again beside its cards: a filter may have changed it since.
-        nodes.append(_node(source, name, _summary(source, name, query), query))
+        cards = wanted_cards(dra_nodes.get(name), query.vendor)
+        nodes.append(_node(source, name, _summary(source, name, query), query, cards))
         yield
     doc["nodes"] = nodes
     return doc
@@ -218,9 +251,10 @@ def _foreign_word(key: str) -> str:
     return middle.replace("register", "").strip("-") or middle
 
 
-def _node(source: MapSource, name: str, summary: Summary, query: MapQuery) -> dict[str, Any]:
-    facts = source.facts(name)
-    assert facts is not None  # only listed nodes get here
+def _node(
+    source: MapSource, name: str, summary: Summary, query: MapQuery, dra: Sequence[DraCard]
+) -> dict[str, Any]:
+    facts = source.facts(name) or NodeFacts(name)
     usage = source.nodes.get(name)
     marked = source.unhealthy(name)
     holders = _holders(source.residents(name))
@@ -269,8 +303,12 @@ def _node(source: MapSource, name: str, summary: Summary, query: MapQuery) -> di
         "vendors": [r.word for r in facts.registrations],
         **_capacity(summary, cluster=False),
         "fragmented": summary.fragmented,
-        "devices": devices,
+        "devices": [*devices, *map(dra_card, dra)],
     }
+    if dra:
+        entry["dra"] = _capacity(dra_summary(dra), cluster=True) | {"devices": len(dra)}
+        if not facts.registrations and not facts.foreign:
+            entry["health"] = "Healthy"
     if unreadable:
         entry["unreadable"] = unreadable
     return entry

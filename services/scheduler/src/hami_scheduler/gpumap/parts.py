@@ -18,6 +18,7 @@ from aiohttp import web
 from hami_kube.reflector import Reflector, ReflectorConfig, upserting
 from hami_kube.resources import PODS
 from hami_kube.rest import KubeClient
+from hami_scheduler.cache.dra import DraWatch
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap.answers import SharedAnswers
 from hami_scheduler.gpumap.fit import FitProbe
@@ -49,6 +50,7 @@ class RunningGpuMap:
     watch: Reflector
     probe: FitProbe
     usage: UsageCollector | None = None
+    dra: DraWatch | None = None
 
     def url(self, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}"
@@ -64,6 +66,8 @@ class GpuMap:
     client: KubeClient
     probe: FitProbe | None = None
     usage: UsageCollector | None = None
+    dra: DraWatch | None = None
+    """DRA-managed GPUs (``--gpumap-dra``); run it beside the other watches."""
 
     def collector(
         self, cache: SchedulerCache, settings: Settings, *, now: Callable[[], datetime]
@@ -112,12 +116,16 @@ class GpuMap:
             usage=self.usage,
             shared=SharedAnswers(settings.gpumap_max_age_s),
         )
+        if self.dra is not None:
+            state = dataclasses.replace(state, dra=self.dra.view)
         return build_gpumap_app(state)
 
     def running(self, port: int | None) -> RunningGpuMap:
         assert port is not None, "the site has started"
         assert self.probe is not None, "the application was built"
-        return RunningGpuMap(port, self.verdicts, self.pending, self.watch, self.probe, self.usage)
+        return RunningGpuMap(
+            port, self.verdicts, self.pending, self.watch, self.probe, self.usage, self.dra
+        )
 
 
 def gpumap_parts(
@@ -146,4 +154,5 @@ def gpumap_parts(
         handlers=[upserting(pending.upsert, pending.remove)],
         name="scheduler-pending-pods",
     )
-    return GpuMap(verdicts, pending, watch, client)
+    dra = DraWatch(client, config) if settings.gpumap_dra else None
+    return GpuMap(verdicts, pending, watch, client, dra=dra)

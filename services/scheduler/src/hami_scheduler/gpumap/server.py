@@ -48,6 +48,7 @@ from aiohttp.typedefs import Middleware
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap.answers import Answer, SharedAnswers, answer_key
 from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
+from hami_scheduler.gpumap.dra.join import UNWATCHED, DraView
 from hami_scheduler.gpumap.model import MapQuery, map_document_steps
 from hami_scheduler.gpumap.monitors import UsageCollector
 from hami_scheduler.gpumap.page import render_steps
@@ -146,6 +147,8 @@ class GpuMapState:
     """The vGPU monitors' figures for the map (``--gpumap-monitors``); ``None``: not read."""
     shared: SharedAnswers = field(default_factory=lambda: SharedAnswers(0.0))
     """Map and pending answers shared between requests (``--gpumap-max-age``; 0: none)."""
+    dra: Callable[[], DraView] = lambda: UNWATCHED
+    """The DRA GPUs' view (``--gpumap-dra``; :class:`~hami_scheduler.cache.dra.DraWatch`)."""
 
     def replica(self) -> dict[str, Any]:
         """Who answers and who leads (every document carries it)."""
@@ -181,7 +184,9 @@ async def _page(
 
 def _map(state: GpuMapState, query: Mapping[str, str]) -> Steps[dict[str, Any]]:
     map_query = MapQuery.read(query)  # a bad query is refused before the first step
-    return map_document_steps(state.cache, map_query, now=state.now(), replica=state.replica())
+    return map_document_steps(
+        state.cache, map_query, now=state.now(), replica=state.replica(), dra=state.dra()
+    )
 
 
 async def _add_usage(state: GpuMapState, doc: dict[str, Any]) -> None:
