@@ -47,8 +47,8 @@ from aiohttp.typedefs import Middleware
 
 from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap.answers import Answer, SharedAnswers, answer_key
-from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.dra.join import UNWATCHED, DraView
+from hami_scheduler.gpumap.fit import FitProbe, pod_from_manifest, pod_from_parameters
 from hami_scheduler.gpumap.model import MapQuery, map_document_steps
 from hami_scheduler.gpumap.monitors import UsageCollector
 from hami_scheduler.gpumap.page import render_steps

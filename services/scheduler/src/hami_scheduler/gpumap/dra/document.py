@@ -80,7 +80,11 @@ def dra_card(card: DraCard) -> dict[str, Any]:
             "allocated": card.allocated_memory,
             "free": card.free_memory,
         },
-        "cores": {"total": device.cores, "allocated": card.allocated_cores, "free": card.free_cores},
+        "cores": {
+            "total": device.cores,
+            "allocated": card.allocated_cores,
+            "free": card.free_cores,
+        },
         "shares": {"total": None, "used": len(card.holders)},
         "holders": [_holder(holder) for holder in card.holders],
         "usage": None,

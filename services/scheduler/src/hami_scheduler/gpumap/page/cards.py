@@ -1,6 +1,9 @@
 """One table row per card of the map view: vendor and mode, health, memory and core bars split by
 holder, shares, the holders, and the usage the vGPU monitors measured.
 
+A DRA card (``mode: "dra"``) says in words that kube-scheduler's allocator places on it, counts
+its claims instead of shares, and lists each holder as ``namespace/claim → pods``.
+
 Colour never carries meaning alone: each bar segment carries its holder's ordinal, the same one
 the holder list shows, and the numbers are written beside every bar.
 """
@@ -14,6 +17,8 @@ from typing import Any, Final
 from hami_scheduler.gpumap.page.text import as_list, as_map, esc, flag, mib, number, pct, text_or
 
 __all__ = ["MAX_SHARE_DOTS", "card_row"]
+
+DRA_MODE: Final = "dra"
 
 
 MAX_SHARE_DOTS: Final = 20
@@ -33,7 +38,7 @@ def card_row(out: list[str], device: Mapping[str, Any]) -> None:
         f'<tr><th scope="row" class="card">#{text_or(device.get("index"), "?")} '
         f"{text_or(device.get('type'), '')}"
         f'<br><small class="muted">{text_or(device.get("id"), "")}</small></th>'
-        f"<td>{text_or(device.get('vendor'), '?')}<br>{text_or(device.get('mode'), 'unknown mode')}"
+        f"<td>{text_or(device.get('vendor'), '?')}<br>{_mode(device)}"
     )
     raw = device.get("raw")
     if raw is not None:
@@ -61,7 +66,11 @@ def card_row(out: list[str], device: Mapping[str, Any]) -> None:
         f"<br>free {pct(cores.get('free'))}</td><td>"
     )
     used, total = number(shares.get("used")), number(shares.get("total"))
-    out.append(f"{text_or(shares.get('used'), '?')}/{text_or(shares.get('total'), '?')} used")
+    if device.get("mode") == DRA_MODE:
+        out.append(f"{text_or(shares.get('used'), '?')} claims")
+        total = None
+    else:
+        out.append(f"{text_or(shares.get('used'), '?')}/{text_or(shares.get('total'), '?')} used")
     if used is not None and total is not None and 0 < total <= MAX_SHARE_DOTS:
         dots = "●" * min(int(used), int(total)) + "○" * max(int(total) - int(used), 0)
         out.append(f'<br><span class="dots" aria-hidden="true">{dots}</span>')
@@ -74,6 +83,25 @@ def card_row(out: list[str], device: Mapping[str, Any]) -> None:
     else:
         out.append("none")
     out.append(f'</td><td class="usage">{_device_usage(device.get("usage"), memory)}</td></tr>')
+
+
+def _mode(device: Mapping[str, Any]) -> str:
+    mode = device.get("mode")
+    if mode != DRA_MODE:
+        return text_or(mode, "unknown mode")
+    about = as_map(device.get("dra"))
+    text = "DRA (kube-scheduler)"
+    if about.get("published") is False:
+        text += ' <span class="warn flag">⚠ no longer published</span>'
+    return f'{text}<br><small class="muted">{text_or(about.get("device"), "")}</small>'
+
+
+def _who(holder: Mapping[str, Any]) -> str:
+    if "claim" not in holder:
+        return "/".join(str(holder.get(k) or "?") for k in ("namespace", "pod", "container"))
+    pods = [str(as_map(p).get("name") or "?") for p in as_list(holder.get("pods"))]
+    claim = f"{holder.get('namespace') or '?'}/{holder.get('claim') or '?'}"
+    return f"{claim} → {', '.join(pods) or 'no pod'}"
 
 
 def _bar(total: object, pieces: list[tuple[object, int]], what: str) -> str:
@@ -98,7 +126,7 @@ def _bar(total: object, pieces: list[tuple[object, int]], what: str) -> str:
 
 
 def _holder(out: list[str], holder: Mapping[str, Any], index: int) -> None:
-    who = "/".join(str(holder.get(k) or "?") for k in ("namespace", "pod", "container"))
+    who = _who(holder)
     out.append(
         f'<li value="{index + 1}"><span class="s{index % _SEGMENT_COLOURS}">&nbsp;{index + 1}&nbsp;'
         f"</span> <strong>{esc(who)}</strong>: {mib(holder.get('memory'))}, "

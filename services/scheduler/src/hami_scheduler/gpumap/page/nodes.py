@@ -45,6 +45,7 @@ def map_page(out: list[str], doc: Mapping[str, Any], query: Mapping[str, str]) -
             f"{unit(dim.get('total'))}; free {unit(dim.get('free'))} in total, "
             f"largest free on one card {unit(dim.get('largestFree'))}</dd>"
         )
+    _dra_figures(out, as_map(cluster.get("dra")), as_map(doc.get("dra")))
     fragmented = bool(cluster.get("fragmented"))
     out.append(
         "<dt>Fragmentation</dt><dd>"
@@ -82,6 +83,26 @@ def map_page(out: list[str], doc: Mapping[str, Any], query: Mapping[str, str]) -
     out.append("</section>")
 
 
+def _dra_figures(out: list[str], figures: Mapping[str, Any], state: Mapping[str, Any]) -> None:
+    """The DRA cards' own totals (kube-scheduler places on them, not this extender), or why
+    they are not shown."""
+    if state and state.get("watched") is False:
+        out.append(
+            f'<dt>DRA</dt><dd><span class="warn flag">⚠ DRA GPUs not shown</span>: '
+            f"{text_or(state.get('reason'), 'not watched')}</dd>"
+        )
+        return
+    if not figures.get("devices"):
+        return
+    memory = as_map(figures.get("memory"))
+    out.append(
+        f"<dt>DRA</dt><dd>{text_or(figures.get('devices'), '?')} devices placed by "
+        f"kube-scheduler: {mib(memory.get('allocated'))} allocated of {mib(memory.get('total'))},"
+        f" free {mib(memory.get('free'))}, largest on one card {mib(memory.get('largestFree'))}"
+        " (not counted above)</dd>"
+    )
+
+
 def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None:
     name = text_or(node.get("name"), "?")
     health = str(node.get("health") or "Unknown")
@@ -102,6 +123,14 @@ def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None
     )
     if node.get("fragmented"):
         out.append(' <span class="warn flag">⚠ fragmented</span>')
+    dra = as_map(node.get("dra"))
+    if dra:
+        memory = as_map(dra.get("memory"))
+        out.append(
+            f" DRA cards (placed by kube-scheduler, not counted above): free "
+            f"{mib(memory.get('free'))} of {mib(memory.get('total'))}, largest on one card "
+            f"{mib(memory.get('largestFree'))}."
+        )
     policy = as_map(node.get("policy"))
     if policy:
         text = ", ".join(f"{k} {v}" for k, v in policy.items())
