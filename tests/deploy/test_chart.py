@@ -509,6 +509,9 @@ def test_scheduler_rbac_is_exactly_what_the_extender_needs(render: RenderFn) -> 
         ("", "events", ("create", "patch")),
         ("", "resourcequotas", ("get", "list", "watch")),
         ("policy", "poddisruptionbudgets", ("list", "watch")),
+        # The GPU map's view of DRA-managed GPUs (scheduler.gpumap.dra).
+        ("resource.k8s.io", "resourceslices", ("get", "list", "watch")),
+        ("resource.k8s.io", "resourceclaims", ("get", "list", "watch")),
     }
     role = rendered.one("Role", "demo-hami-scheduler-leases")
     assert role["metadata"]["namespace"] == "hami-system"
@@ -752,6 +755,20 @@ def test_gpumap_values(render: RenderFn) -> None:
     assert "gpumap" not in {p["name"] for p in extender["ports"]}
     service = rendered.one("Service", "demo-hami-scheduler")
     assert "gpumap" not in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_gpumap_dra_flag_and_its_rbac_go_together(render: RenderFn) -> None:
+    extender = container(render().one("Deployment", "demo-hami-scheduler"), "extender")
+    assert flag(extender["args"], "--gpumap-dra") == "true"
+    for values in (
+        {"scheduler": {"gpumap": {"dra": False}}},
+        {"scheduler": {"gpumap": {"enabled": False}}},
+    ):
+        rendered = render(values)
+        extender = container(rendered.one("Deployment", "demo-hami-scheduler"), "extender")
+        assert flag(extender["args"], "--gpumap-dra") == "false"
+        groups = {group for group, _, _ in rules_of(rendered, "demo-hami-scheduler")}
+        assert "resource.k8s.io" not in groups
 
 
 def test_gpumap_reads_usage_from_this_releases_monitors(render: RenderFn) -> None:
