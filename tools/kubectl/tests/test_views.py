@@ -119,3 +119,37 @@ def test_columns_and_pages() -> None:
     ]
     assert pages(None, "nodes") == ""
     assert pages({"page": 3, "pages": 3, "total": 120}, "nodes") == "page 3/3 · 120 nodes"
+
+
+def test_map_shows_dra_cards_with_claims_apart() -> None:
+    document = contract("map")
+    card = {
+        "id": "GPU-d-0", "index": 0, "vendor": "NVIDIA", "type": "NVIDIA-A100", "mode": "dra",
+        "health": True, "schedulable": False, "numa": 0,
+        "memory": {"total": 16384, "allocated": 10240, "free": 6144},
+        "cores": {"total": 100, "allocated": 20, "free": 80},
+        "shares": {"total": None, "used": 2},
+        "holders": [
+            {"namespace": "ns", "claim": "first", "pod": "pod-a", "container": "",
+             "pods": [{"name": "pod-a", "uid": "a"}], "memory": 4096, "cores": 20},
+            {"namespace": "ns", "claim": "second", "pod": "pod-b", "container": "",
+             "pods": [{"name": "pod-b", "uid": "b"}, {"name": "pod-c", "uid": "c"}],
+             "memory": 6144, "cores": 0},
+        ],
+        "usage": None,
+    }  # fmt: skip
+    figures = {"devices": 1, "memory": {"total": 16384, "free": 6144, "largestFree": 6144}}
+    document["nodes"].insert(0, {"name": "d", "health": "Healthy", "vendors": [], "dra": figures,
+                                 "free": {}, "devices": [card]})  # fmt: skip
+    document["cluster"]["dra"] = figures
+    lines = render_map(document, wide=False, now=NOW).splitlines()
+    assert lines[1].startswith("d · Healthy · DRA only (placed by kube-scheduler) · ")
+    assert lines[1].endswith(" · DRA 1 GPUs, free 6144 MiB (largest 6144 MiB)")
+    row = lines[2].split()
+    assert row[:5] == ["GPU0", "NVIDIA-A100", "10240/16384", "20/100%", "2"]
+    assert "ns/first→pod-a(4096 MiB), ns/second→pod-b,pod-c(6144 MiB)" in lines[2]
+    assert lines[-2].endswith(" · DRA 1 GPUs, free 6144 MiB (largest 6144 MiB)")
+    wide = render_map(document, wide=True, now=NOW)
+    assert " dra " in wide
+    document["dra"] = {"watched": False, "reason": "forbidden (403)"}
+    assert "DRA GPUs not shown: forbidden (403)" in render_map(document, wide=False, now=NOW)

@@ -1,5 +1,9 @@
 """``kubectl hami map``: a line per node, then a row per card with the pods holding it; the
-cluster's free capacity (largest piece beside total) last (pure)."""
+cluster's free capacity (largest piece beside total) last (pure).
+
+A DRA card (``mode: "dra"``, placed by kube-scheduler) counts its claims instead of shares and
+shows each holder as ``namespace/claim→pods``; its figures stay out of the node's and the
+cluster's free capacity, as in the document, and are printed apart."""
 
 from __future__ import annotations
 
@@ -24,8 +28,16 @@ def _ratio(block: Any, suffix: str = "") -> str:
     return f"{number(block.get('allocated'))}/{number(block.get('total'))}{suffix}"
 
 
+def _claim_name(holder: dict[str, Any]) -> str:
+    pods = [str(_dict(p).get("name") or "?") for p in holder.get("pods") or []]
+    return f"{holder.get('namespace', '?')}/{holder.get('claim')}→{','.join(pods) or '-'}"
+
+
 def _holder(holder: dict[str, Any], wide: bool) -> str:
-    name = f"{holder.get('namespace', '?')}/{holder.get('pod', '?')}"
+    if "claim" in holder:
+        name = _claim_name(holder)
+    else:
+        name = f"{holder.get('namespace', '?')}/{holder.get('pod', '?')}"
     if not wide:
         return f"{name}({number(holder.get('memory'))} MiB)"
     container = holder.get("container")
@@ -59,6 +71,8 @@ def _card_row(device: dict[str, Any], wide: bool) -> list[str]:
     holder_text = ", ".join(holders) if holders else "-"
     shares = _dict(device.get("shares"))
     share_text = f"{number(shares.get('used'))}/{number(shares.get('total'))}"
+    if device.get("mode") == "dra":
+        share_text = f"{number(shares.get('used'))} claims"
     memory, cores = _ratio(device.get("memory")), _ratio(device.get("cores"), "%")
     kind = str(device.get("type") or "?")
     if not wide:
@@ -86,19 +100,33 @@ def _node_line(node: dict[str, Any], now: datetime) -> str:
     parts = [
         str(node.get("name", "?")),
         str(node.get("health") or "?"),
-        f"registered {ago(node.get('registeredAt'), now)}",
+        f"registered {ago(node.get('registeredAt'), now)}"
+        if node.get("vendors") or not node.get("dra")
+        else "DRA only (placed by kube-scheduler)",
         f"free {number(free.get('memory'))} MiB (largest on one card "
         f"{number(free.get('largestMemory'))} MiB)",
         f"cores free {number(free.get('cores'))}% (largest {number(free.get('largestCores'))}%)",
     ]
     if node.get("fragmented"):
         parts.append("FRAGMENTED")
+    dra = _dict(node.get("dra"))
+    if dra:
+        parts.append(_dra_free(dra))
     return " · ".join(parts)
+
+
+def _dra_free(dra: dict[str, Any]) -> str:
+    memory = _dict(dra.get("memory"))
+    return (
+        f"DRA {number(dra.get('devices'))} GPUs, free {number(memory.get('free'))} MiB "
+        f"(largest {number(memory.get('largestFree'))} MiB)"
+    )
 
 
 def cluster_line(cluster: Any) -> str:
     cluster = _dict(cluster)
     memory, cores = _dict(cluster.get("memory")), _dict(cluster.get("cores"))
+    dra = _dict(cluster.get("dra"))
     fragmented = "FRAGMENTED" if cluster.get("fragmented") else "not fragmented"
     return (
         f"cluster: {number(cluster.get('nodes'))} nodes, {number(cluster.get('devices'))} GPUs"
@@ -106,6 +134,7 @@ def cluster_line(cluster: Any) -> str:
         f" (largest piece {number(memory.get('largestFree'))} MiB)"
         f" · cores {_ratio(cores, '%')} allocated, free {number(cores.get('free'))}%"
         f" (largest {number(cores.get('largestFree'))}%) · {fragmented}"
+        + (f" · {_dra_free(dra)}" if number(dra.get("devices")) not in ("?", "0") else "")
     )
 
 
@@ -135,6 +164,9 @@ def render_map(document: dict[str, Any], *, wide: bool, now: datetime) -> str:
                 lines.append("  (no GPUs registered)")
     lines.append("")
     lines.append(cluster_line(document.get("cluster")))
+    state = _dict(document.get("dra"))
+    if state.get("watched") is False and state.get("reason"):
+        lines.append(f"DRA GPUs not shown: {state['reason']}")
     paging = pages(document.get("page"), "nodes")
     if paging:
         lines.append(paging)
