@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -29,7 +30,12 @@ from hami_kubesim.stack.state import (
 )
 from hami_kubesim.stack.system.handle import System
 from hami_kubesim.stack.system.lifecycle import running_system
-from hami_kubesim.stack.system.objects import DRA_CLAIMS_LABEL, claim_pod, gpu_pod
+from hami_kubesim.stack.system.objects import (
+    DRA_CLAIMS_LABEL,
+    SCHEDULER_GPUMAP_PROXY,
+    claim_pod,
+    gpu_pod,
+)
 from hami_kubesim.stack.system.settle import settled
 from hami_kubesim.stack.system.spec import SchedulerOptions, SystemSpec, dra_node, gpu_model_node
 from hami_kubesim.testing import eventually
@@ -122,6 +128,7 @@ async def test_two_4gib_claims_share_the_gpu_and_a_10gib_one_waits_for_room(
         assert env["NVIDIA_VISIBLE_DEVICES"] == system.node(DRA_NODE).gpus[0].uuid
     generated = _claim_name(state, "templated")
     assert generated.startswith("templated-gpu-")
+    await _map_shows_both_claims(system, generated)
 
     usage, problems = await system.wait_monitors(within=30)
     assert not problems, problems
@@ -174,6 +181,32 @@ async def test_two_4gib_claims_share_the_gpu_and_a_10gib_one_waits_for_room(
     hand = next(c for c in state.claims if ObjectView(c).name == "by-hand")
     assert not (hand.get("status") or {}).get("allocation")
     assert not check_all(state), check_all(state)
+
+
+async def _map_shows_both_claims(system: System, generated: str) -> None:
+    """The scheduler's GPU map (through the API server's service proxy) shows the DRA node's
+    GPU with the two claims the allocator placed, each with its pod."""
+    url = system.url + SCHEDULER_GPUMAP_PROXY + "api/v1/map"
+    seen: dict[str, Any] = {}
+
+    async def shown() -> bool:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(url, params={"node": DRA_NODE}) as response,
+        ):
+            seen.update(await response.json())
+        nodes = [node for node in seen.get("nodes", ()) if node["name"] == DRA_NODE]
+        return bool(nodes) and sum(len(d["holders"]) for d in nodes[0]["devices"]) == 2
+
+    await eventually(shown, within=30, what="the map shows both claims on the DRA GPU")
+    (node,) = seen["nodes"]
+    (card,) = node["devices"]
+    assert (card["mode"], card["schedulable"]) == ("dra", False)
+    assert card["id"] == system.node(DRA_NODE).gpus[0].uuid
+    holders = {h["claim"]: [p["name"] for p in h["pods"]] for h in card["holders"]}
+    assert holders == {generated: ["templated"], "by-hand": ["handmade"]}
+    assert card["memory"]["allocated"] == 8192
+    assert seen["cluster"]["dra"]["devices"] == 1
 
 
 async def _monitored(system: System) -> bool:
