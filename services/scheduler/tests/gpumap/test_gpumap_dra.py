@@ -16,6 +16,7 @@ from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap.dra.join import DraView, join
 from hami_scheduler.gpumap.dra.read import read_claim, read_slice
 from hami_scheduler.gpumap.model import MapQuery, map_document
+from hami_scheduler.settings import parse_settings
 
 from ..service_helpers import gpus, node_object, register_annotations
 
@@ -232,3 +233,9 @@ def test_an_unwatched_view_says_why_and_shows_no_dra_card() -> None:
     assert "403" in doc["dra"]["reason"]
     assert [node["name"] for node in doc["nodes"]] == ["n"]
     assert doc["cluster"]["dra"]["devices"] == 0
+
+
+def test_the_flag_defaults_on_and_turns_off() -> None:
+    assert parse_settings([]).gpumap_dra is True
+    assert parse_settings(["--gpumap-dra=false"]).gpumap_dra is False
+    assert parse_settings([], {"HAMI_GPUMAP_DRA": "false"}).gpumap_dra is False

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 import structlog
 
 from hami_kube.errors import ForbiddenError, KubeError, NotFoundError
 from hami_kube.objects import object_key
-from hami_kube.reflector import Reflector, ReflectorConfig, upserting
+from hami_kube.reflector import EventHandlers, Reflector, ReflectorConfig, upserting
 from hami_kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES, JsonObject, Resource
 from hami_kube.rest import KubeClient
 from hami_protocol.dra_driver import DRIVER, RESOURCE_API_VERSION
@@ -46,6 +47,7 @@ LISTING: Final = "listing ResourceSlices and ResourceClaims"
 """``dra.reason`` until both kinds are listed."""
 
 log = structlog.get_logger("hami_scheduler")
+_Facts = TypeVar("_Facts", SliceFacts, ClaimFacts)
 
 
 def _ours(obj: JsonObject) -> bool:
@@ -101,14 +103,14 @@ class DraWatch:
             client,
             RESOURCE_SLICES,
             config=dataclasses.replace(base, keep=_ours),
-            handlers=[upserting(self._upsert_slice, self._remove_slice)],
+            handlers=[self._mirror(self._slices, read_slice)],
             name="scheduler-dra-slices",
         )
         self.claims = Reflector(
             client,
             RESOURCE_CLAIMS,
             config=dataclasses.replace(base, keep=allocated_here),
-            handlers=[upserting(self._upsert_claim, self._remove_claim)],
+            handlers=[self._mirror(self._claims, read_claim)],
             name="scheduler-dra-claims",
         )
 
@@ -149,33 +151,23 @@ class DraWatch:
                     return refused
         return None
 
-    def _changed(self) -> None:
-        self._joined = None
+    def _mirror(
+        self, facts: dict[str, _Facts], read: Callable[[JsonObject], _Facts | None]
+    ) -> EventHandlers:
+        """Handlers keeping ``facts`` (by object key) equal to what ``read`` finds in the
+        watched objects; any change drops the remembered join."""
 
-    def _upsert_slice(self, obj: dict[str, Any]) -> None:
-        facts = read_slice(obj)
-        key = object_key(obj)
-        _slim(obj)
-        if facts is None:
-            self._slices.pop(key, None)
-        else:
-            self._slices[key] = facts
-        self._changed()
+        def upsert(obj: JsonObject) -> None:
+            found, key = read(obj), object_key(obj)
+            _slim(obj)
+            if found is None:
+                facts.pop(key, None)
+            else:
+                facts[key] = found
+            self._joined = None
 
-    def _remove_slice(self, obj: dict[str, Any]) -> None:
-        self._slices.pop(object_key(obj), None)
-        self._changed()
+        def remove(obj: JsonObject) -> None:
+            facts.pop(object_key(obj), None)
+            self._joined = None
 
-    def _upsert_claim(self, obj: dict[str, Any]) -> None:
-        facts = read_claim(obj)
-        key = object_key(obj)
-        _slim(obj)
-        if facts is None:
-            self._claims.pop(key, None)
-        else:
-            self._claims[key] = facts
-        self._changed()
-
-    def _remove_claim(self, obj: dict[str, Any]) -> None:
-        self._claims.pop(object_key(obj), None)
-        self._changed()
+        return upserting(upsert, remove)
