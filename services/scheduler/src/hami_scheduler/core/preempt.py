@@ -58,10 +58,12 @@ from hami_scheduler.core.decide import NodeDecision
 from hami_scheduler.core.joint.decide import JointDecision
 from hami_scheduler.core.joint.hints import JointRequest
 from hami_scheduler.core.joint.nics import NicPodUsage, NicUsage, remove_nic_usage
-from hami_scheduler.core.joint.route import Fleet, decide_on
+from hami_scheduler.core.joint.route import Fleet, decide_on, fits_on
 from hami_scheduler.core.mig import MigHold
 from hami_scheduler.core.plan import PodPlan
-from hami_scheduler.core.usage.apply import remove_usage
+from hami_scheduler.core.select import quick_plans
+from hami_scheduler.core.usage.apply import position_amounts, remove_usage
+from hami_scheduler.core.usage.device import DeviceUsage
 from hami_scheduler.core.usage.node import NodeUsage
 
 __all__ = [
@@ -110,17 +112,10 @@ class NodeState:
 
     def without(self, pods: Iterable[Occupant]) -> NodeState:
         """The node with what ``pods`` hold taken away."""
-        usage: list[DeviceUsageSummary] = []
-        mig: list[MigHold] = []
-        nic: list[NicPodUsage] = []
-        for pod in pods:
-            usage.extend(pod.usage)
-            mig.extend(pod.mig)
-            if pod.nics is not None and not pod.nics.empty:
-                nic.append(pod.nics)
-        gpus = None if self.gpus is None else remove_usage(self.gpus, usage, mig)
-        nics = self.nics if self.nics is None or not nic else remove_nic_usage(self.nics, nic)
-        return NodeState(self.name, gpus, nics)
+        pods = list(pods)
+        usage = [summary for pod in pods for summary in pod.usage]
+        gpus = None if self.gpus is None else remove_usage(self.gpus, usage, _mig_of(pods))
+        return NodeState(self.name, gpus, _nics_without(self.nics, pods))
 
     def fleet(self) -> Fleet:
         """This node alone, as the selection rule reads a fleet."""
@@ -132,6 +127,17 @@ class NodeState:
             claimed,
             {name},
         )
+
+
+def _mig_of(pods: Iterable[Occupant]) -> list[MigHold]:
+    return [hold for pod in pods for hold in pod.mig]
+
+
+def _nics_without(nics: NicUsage | None, pods: Iterable[Occupant]) -> NicUsage | None:
+    if nics is None:
+        return None
+    held = [pod.nics for pod in pods if pod.nics is not None and not pod.nics.empty]
+    return remove_nic_usage(nics, held) if held else nics
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +169,8 @@ def _reprieve_order(pod: Occupant) -> tuple[bool, int, float]:
 
 
 Verdict = NodeDecision | JointDecision | str
-_Verdicts = Callable[[Iterable[Occupant]], Verdict]
-"""The decision on the node with some pods gone."""
-
-
-def _fits(verdict: Verdict) -> bool:
-    return not isinstance(verdict, str) and verdict.fits
+_Fits = Callable[[Sequence[Occupant]], bool]
+"""Whether the preemptor fits on the node with some pods gone."""
 
 
 def _reason(verdict: Verdict) -> str:
@@ -198,33 +200,154 @@ def select_victims(
             )
     named = {pod.uid for pod in required}
     candidates = [pod for pod in occupants if pod.priority < priority and pod.uid not in named]
-
-    def verdict(gone: Iterable[Occupant]) -> Verdict:
-        return decide_on(plan, request, node.without([*required, *gone]).fleet(), node.name)
-
-    emptied = verdict(candidates)
-    if not _fits(emptied):
-        return _reason(emptied)
+    trials = _Trials(node, plan, request, required, candidates)
+    if not trials.fits(candidates):
+        return _reason(trials.verdict(candidates))
     victims = list(candidates)
     for pod in sorted(candidates, key=_reprieve_order):
         rest = [other for other in victims if other.uid != pod.uid]
-        if _fits(verdict(rest)):
+        if trials.fits(rest):
             victims = rest
-    victims = _minimal(victims, verdict)
+    victims = _minimal(victims, trials.fits)
     chosen = sorted([*required, *victims], key=importance)
     return Victims(node.name, tuple(chosen), sum(pod.violates_pdb for pod in chosen))
 
 
-def _minimal(victims: list[Occupant], verdict: _Verdicts) -> list[Occupant]:
+def _minimal(victims: list[Occupant], fits: _Fits) -> list[Occupant]:
     """``victims`` with every pod the preemptor does not need gone reprieved (step 4)."""
     changed = True
     while changed and victims:
         changed = False
         for pod in sorted(victims, key=_reprieve_order):
             rest = [other for other in victims if other.uid != pod.uid]
-            if _fits(verdict(rest)):
+            if fits(rest):
                 victims, changed = rest, True
     return victims
+
+
+class _Trials:
+    """The decision on ``node`` with ``required`` and a set of other pods gone: what
+    ``decide_on(plan, request, node.without([*required, *gone]).fleet(), node.name)`` answers,
+    for less (the preempt verb makes ~17 such decisions per node, and rebuilding the node from
+    every gone pod's usage summaries was half of each).
+
+    * Each pod's holdings are read once, as device position → amounts
+      (:func:`~hami_scheduler.core.usage.apply.position_amounts`).  The amounts gone are kept
+      for the last set decided and moved by the pods that differ (a trial gives back one pod;
+      a reprieve keeps one more); each device is then moved once by its total — what
+      :func:`~hami_scheduler.core.usage.apply.remove_usage` does with all the summaries, so
+      the node is equal, clamping at zero included (sums of integers do not depend on their
+      order).  A moved device is built once per (position, amounts).
+    * A set of pods decided once is not decided again (the minimality pass repeats the last
+      trials of the reprieve): keyed by the pods' identities — the candidates, and how often
+      each appears, are fixed for one call — and the decision is a pure function of the node.
+
+    MIG slices and NICs are taken away as :meth:`NodeState.without` does (rare; not shared).
+    """
+
+    __slots__ = (
+        "_amounts",
+        "_devices",
+        "_last",
+        "_mig",
+        "_node",
+        "_now",
+        "_plan",
+        "_quick",
+        "_request",
+        "_required",
+        "_seen",
+        "_stale",
+        "_totals",
+    )
+
+    def __init__(
+        self,
+        node: NodeState,
+        plan: PodPlan,
+        request: JointRequest,
+        required: Sequence[Occupant],
+        candidates: Sequence[Occupant],
+    ) -> None:
+        self._node = node
+        self._plan = plan
+        self._request = request
+        self._required = tuple(required)
+        self._mig = any(pod.mig for pod in (*required, *candidates))
+        self._quick = quick_plans(plan)
+        self._seen: dict[frozenset[int], bool] = {}
+        self._amounts: dict[int, dict[int, list[int]]] = {}
+        """``id(pod)`` → its amounts per device position (a pod listed twice: twice)."""
+        self._devices: dict[tuple[int, int, int, int], DeviceUsage] = {}
+        self._last: frozenset[int] = frozenset()
+        """The candidates (by ``id``) whose amounts :attr:`_totals` holds besides ``required``'s."""
+        self._totals: dict[int, list[int]] = {}
+        self._stale: set[int] = set()
+        """Positions whose total moved since :attr:`_now` was built."""
+        self._now: list[DeviceUsage] = []
+        if node.gpus is not None:
+            self._now = list(node.gpus.devices)
+            for pod in self._required:
+                self._move(self._totals, position_amounts(node.gpus, pod.usage), 1)
+            for pod in candidates:
+                amounts = self._amounts.setdefault(id(pod), {})
+                self._move(amounts, position_amounts(node.gpus, pod.usage), 1)
+            self._stale = set(self._totals)
+
+    def fits(self, gone: Sequence[Occupant]) -> bool:
+        """Whether the preemptor fits with ``gone`` taken away too: a sub-list of the
+        candidates that keeps every copy of the pods it keeps (as taking pods away by UID
+        does)."""
+        key = frozenset(map(id, gone))
+        found = self._seen.get(key)
+        if found is None:
+            node = self._node
+            state = self._state(key, [*self._required, *gone])
+            found = fits_on(self._plan, self._request, state.fleet(), node.name, self._quick)
+            self._seen[key] = found
+        return found
+
+    def verdict(self, gone: Sequence[Occupant]) -> Verdict:
+        """The whole decision with ``gone`` taken away too (for its reason)."""
+        state = self._state(frozenset(map(id, gone)), [*self._required, *gone])
+        return decide_on(self._plan, self._request, state.fleet(), self._node.name)
+
+    def _state(self, key: frozenset[int], pods: Sequence[Occupant]) -> NodeState:
+        node = self._node
+        gpus = None if node.gpus is None else self._gpus(node.gpus, key, pods)
+        return NodeState(node.name, gpus, _nics_without(node.nics, pods))
+
+    def _gpus(self, base: NodeUsage, key: frozenset[int], pods: Sequence[Occupant]) -> NodeUsage:
+        totals, amounts, last = self._totals, self._amounts, self._last
+        for pod in key - last:
+            self._move(totals, amounts[pod], 1)
+        for pod in last - key:
+            self._move(totals, amounts[pod], -1)
+        self._last = key
+        now, built, stale = self._now, self._devices, self._stale
+        for position in stale:
+            slots, mem, cores = totals[position]
+            device_key = (position, slots, mem, cores)
+            device = built.get(device_key)
+            if device is None:
+                device = base.devices[position].shifted(-slots, -mem, -cores)
+                built[device_key] = device
+            now[position] = device
+        stale.clear()
+        held = remove_usage(base, (), _mig_of(pods)).mig if self._mig else base.mig
+        return NodeUsage(base.layout, tuple(now), held)
+
+    def _move(self, totals: dict[int, list[int]], amounts: dict[int, list[int]], sign: int) -> None:
+        stale = self._stale
+        for position, (slots, mem, cores) in amounts.items():
+            stale.add(position)
+            total = totals.get(position)
+            if total is None:
+                totals[position] = [sign * slots, sign * mem, sign * cores]
+            else:
+                total[0] += sign * slots
+                total[1] += sign * mem
+                total[2] += sign * cores
 
 
 def preference(victims: Victims) -> tuple[int, int, int, int]:

@@ -36,7 +36,15 @@ from hami_scheduler.core.plan import PodPlan
 from hami_scheduler.core.quick import QuickPlan, quick_plan, quick_verdict
 from hami_scheduler.core.usage.node import NodeUsage
 
-__all__ = ["FailureReasons", "SelectMemo", "Selection", "select_node"]
+__all__ = [
+    "FailureReasons",
+    "QuickPlans",
+    "SelectMemo",
+    "Selection",
+    "node_fits",
+    "quick_plans",
+    "select_node",
+]
 
 
 _Answer = bool | str | float
@@ -190,9 +198,7 @@ def select_node(
 
     Candidates missing from ``nodes`` are refused as ``"node unregistered"``.
     """
-    quick = quick_plan(plan)
-    # Without a quick plan, a relaxed one still drops nodes that cannot fit at all.
-    relaxed = quick_plan(plan, relaxed=True) if quick is None else None
+    quick, relaxed = quick_plans(plan)
     # When the quota cannot refuse anything, answers do not depend on its running usage.
     quota_free = quick is not None and not quick.quota_bounds and not quick.blocked
     table = None if memo is None else memo.table(plan.shape_key if quota_free else plan.key)
@@ -234,6 +240,24 @@ def select_node(
         fitting=fitting,
         failed=FailureReasons(refused, pending, plan, table),
     )
+
+
+QuickPlans = tuple[QuickPlan | None, QuickPlan | None]
+"""A plan's quick form and, where it has none, its relaxed form (:func:`quick_plans`)."""
+
+
+def quick_plans(plan: PodPlan) -> QuickPlans:
+    """The quick forms :func:`select_node` judges ``plan`` with, once per plan."""
+    quick = quick_plan(plan)
+    # Without a quick plan, a relaxed one still drops nodes that cannot fit at all.
+    return quick, quick_plan(plan, relaxed=True) if quick is None else None
+
+
+def node_fits(node: NodeUsage, plan: PodPlan, quick: QuickPlans) -> bool:
+    """Whether the pod fits ``node``, as :func:`select_node` finds it: the quick verdict where
+    it is certain, else the full decision (for callers that need only the yes or no)."""
+    answer = _answer(node, plan, *quick)
+    return answer is True or isinstance(answer, float)
 
 
 def _answer(

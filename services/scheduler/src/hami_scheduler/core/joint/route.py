@@ -36,7 +36,14 @@ from hami_scheduler.core.joint.hints import JointRequest
 from hami_scheduler.core.joint.nicfit import INSUFFICIENT_RDMA
 from hami_scheduler.core.joint.nics import NicUsage, build_nic_usage, nic_layout
 from hami_scheduler.core.plan import PodPlan
-from hami_scheduler.core.select import FailureReasons, Selection, SelectMemo, select_node
+from hami_scheduler.core.select import (
+    FailureReasons,
+    QuickPlans,
+    Selection,
+    SelectMemo,
+    node_fits,
+    select_node,
+)
 from hami_scheduler.core.usage.apply import build_node_usage
 from hami_scheduler.core.usage.node import NodeUsage
 
@@ -46,6 +53,7 @@ __all__ = [
     "Fleet",
     "choose",
     "decide_on",
+    "fits_on",
     "nics_of",
     "resolved",
     "takes_joint_path",
@@ -117,6 +125,19 @@ def decide_on(
     if isinstance(joint, str):
         return joint
     return decide_joint(joint, nics_of(fleet, name), plan, request)
+
+
+def fits_on(
+    plan: PodPlan, request: JointRequest, fleet: Fleet, name: str, quick: QuickPlans
+) -> bool:
+    """Whether the pod fits on one node: :func:`decide_on`'s answer, reached as :func:`choose`
+    reaches it — on HAMi's path the quick verdict where it is certain (``quick``:
+    :func:`~hami_scheduler.core.select.quick_plans` of ``plan``), else the full decision."""
+    if not takes_joint_path(request, gpu_claimed=name in fleet.gpu_claimed):
+        node = fleet.gpus.get(name)
+        return node is not None and node_fits(node, plan, quick)
+    decision = decide_on(plan, request, fleet, name)
+    return not isinstance(decision, str) and decision.fits
 
 
 def choose(

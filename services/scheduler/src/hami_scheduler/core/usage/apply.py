@@ -37,6 +37,7 @@ __all__ = [
     "apply_usage",
     "build_node_usage",
     "pod_usage",
+    "position_amounts",
     "remove_usage",
     "unknown_devices",
 ]
@@ -133,6 +134,24 @@ def _shifted(
     mig: Iterable[MigHold] = (),
 ) -> NodeUsage:
     held = _moved_mig(node.mig, mig, sign)
+    deltas = position_amounts(node, usages)
+    if not deltas:
+        return node if held is node.mig else NodeUsage(node.layout, node.devices, held)
+    devices = list(node.devices)
+    for position, (slots, mem, cores) in deltas.items():
+        devices[position] = devices[position].shifted(sign * slots, sign * mem, sign * cores)
+    return NodeUsage(node.layout, tuple(devices), held)
+
+
+def position_amounts(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> dict[int, list[int]]:
+    """Device position → the ``[slots, memory, cores]`` that ``usages`` hold there, summed, as
+    :func:`apply_usage` and :func:`remove_usage` move them (an Enflame DRS grant in slices);
+    UUIDs the node does not have are left out.
+
+    Sums are taken before the one move per device, so a node moved by the sum of several pods'
+    amounts equals the node moved by all their usages at once (the preempt verb builds its
+    trial nodes from such sums).
+    """
     positions = node.layout.positions
     charged = node.layout.slice_charged
     deltas: dict[int, list[int]] = {}
@@ -151,12 +170,7 @@ def _shifted(
             delta[0] += slots
             delta[1] += summary.usedmem
             delta[2] += summary.usedcores
-    if not deltas:
-        return node if held is node.mig else NodeUsage(node.layout, node.devices, held)
-    devices = list(node.devices)
-    for position, (slots, mem, cores) in deltas.items():
-        devices[position] = devices[position].shifted(sign * slots, sign * mem, sign * cores)
-    return NodeUsage(node.layout, tuple(devices), held)
+    return deltas
 
 
 def unknown_devices(node: NodeUsage, usages: Iterable[DeviceUsageSummary]) -> tuple[str, ...]:
