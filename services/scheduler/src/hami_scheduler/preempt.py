@@ -63,9 +63,10 @@ answered (no pod, unreadable requests, not the leader, caches not synced) gets a
 with ``Error``: kube-scheduler then preempts nothing.  A pod asking for no managed device gets
 the offered victims back unchanged.
 
-Cost: per node O(pods held there) plus the core's decisions (one per candidate pod, and one
-per victim per minimality pass), the PDB marking (O(pods × budgets of their namespace)) and
-the node's hold (one decision per nominated pod there, kept while nothing changes).
+Cost: per node O(pods held there) plus the core's trials (a yes/no per candidate pod and per
+victim per minimality pass, mostly the filter's quick verdict), the PDB marking (O(pods ×
+budgets of their namespace)) and the node's hold (one decision per nominated pod there, kept
+while nothing changes).
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """:func:`~hami_scheduler.core.preempt.select_victims` answers exactly as its straightforward
-form did: every trial rebuilt from the node with :meth:`NodeState.without` and judged by the
-full :func:`~hami_scheduler.core.joint.route.decide_on`.  The fast form builds trial nodes from
-per-position sums, asks the filter's quick verdict and remembers sets already judged; the
-reference below is the form it replaced, kept as the oracle — same victims, same order, same
-PDB count, same refusal text, over random nodes, occupants, offered pods and plans (stale
-holdings that clamp at zero, pods listed twice or sharing a UID, pods holding nothing, two
-containers, GPU policies, NUMA binding, exclusive PCIe claims on the joint path)."""
+form did, where every trial rebuilt the node with :meth:`NodeState.without` and took the full
+:func:`~hami_scheduler.core.joint.route.decide_on`.  The fast trials build trial nodes from
+per-position sums, ask the filter's quick verdict and remember sets already judged; the steps
+around them (candidates, reprieve order, minimality passes) did not change, so the oracle runs
+those same steps with the trials it replaced (:class:`Rebuilt`) — same victims (the very
+objects), same order, same PDB count, same refusal text, over random nodes, occupants, offered
+pods and plans (stale holdings that clamp at zero, pods listed twice or sharing a UID, pods
+holding nothing, two containers, GPU policies, NUMA binding, a UUID filter, exclusive PCIe
+claims on the joint path)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,58 +23,37 @@ from hami_scheduler.core.joint.hints import NO_JOINT, JointRequest
 from hami_scheduler.core.joint.nics import NicPodUsage, build_nic_usage
 from hami_scheduler.core.joint.route import decide_on
 from hami_scheduler.core.plan import PodPlan
-from hami_scheduler.core.preempt import NodeState, Occupant, Victims, importance, select_victims
+from hami_scheduler.core.preempt import (
+    NodeState,
+    Occupant,
+    Verdict,
+    Victims,
+    _select_victims,
+    select_victims,
+)
 
 from ..core_helpers import dev, gpu, node, plan_of
 from ..core_joint_helpers import GPU_MEM, SWITCHES, f_layout, gpu_id, plan_and_request, pod_json
 
 
-def reference_select_victims(
-    node: NodeState,
-    plan: PodPlan,
-    request: JointRequest,
-    *,
-    priority: int,
-    occupants: Sequence[Occupant],
-    required: Sequence[Occupant] = (),
-) -> Victims | str:
-    """``select_victims`` as first written: one ``without`` and one full decision per trial."""
-    for pod in required:
-        if pod.priority >= priority:
-            return (
-                f"pod {pod.uid} has priority {pod.priority}, not below the preemptor's {priority}"
-            )
-    named = {pod.uid for pod in required}
-    candidates = [pod for pod in occupants if pod.priority < priority and pod.uid not in named]
+class Rebuilt:
+    """The trials as first written: every one rebuilds the node with :meth:`NodeState.without`
+    and takes the full :func:`decide_on`."""
 
-    def verdict(gone: Sequence[Occupant]) -> Any:
-        return decide_on(plan, request, node.without([*required, *gone]).fleet(), node.name)
+    def __init__(
+        self, node: NodeState, plan: PodPlan, request: JointRequest, required: Sequence[Occupant]
+    ) -> None:
+        self.node, self.plan, self.request, self.required = node, plan, request, required
 
-    def fits(gone: Sequence[Occupant]) -> bool:
-        found = verdict(gone)
-        return not isinstance(found, str) and bool(found.fits)
+    def verdict(self, gone: Sequence[Occupant]) -> Verdict:
+        node = self.node
+        return decide_on(
+            self.plan, self.request, node.without([*self.required, *gone]).fleet(), node.name
+        )
 
-    emptied = verdict(candidates)
-    if isinstance(emptied, str) or not emptied.fits:
-        return emptied if isinstance(emptied, str) else str(emptied.reason)
-
-    def reprieve_order(pod: Occupant) -> tuple[bool, int, float]:
-        return (not pod.violates_pdb, *importance(pod))
-
-    victims = list(candidates)
-    for pod in sorted(candidates, key=reprieve_order):
-        rest = [other for other in victims if other.uid != pod.uid]
-        if fits(rest):
-            victims = rest
-    changed = True
-    while changed and victims:
-        changed = False
-        for pod in sorted(victims, key=reprieve_order):
-            rest = [other for other in victims if other.uid != pod.uid]
-            if fits(rest):
-                victims, changed = rest, True
-    chosen = sorted([*required, *victims], key=importance)
-    return Victims(node.name, tuple(chosen), sum(pod.violates_pdb for pod in chosen))
+    def fits(self, gone: Sequence[Occupant]) -> bool:
+        found = self.verdict(gone)
+        return not isinstance(found, str) and found.fits
 
 
 MEMS = (0, 1000, 2000, 3000, 4000, 6000)
@@ -196,9 +176,9 @@ def _same_answer(case: Case) -> None:
     fast = select_victims(
         state, plan, request, priority=priority, occupants=occupants, required=required
     )
-    slow = reference_select_victims(
-        state, plan, request, priority=priority, occupants=occupants, required=required
-    )
+    # select_victims as first written: the same steps, with Rebuilt trials.
+    rebuilt = Rebuilt(state, plan, request, required)
+    slow = _select_victims(state, priority, occupants, required, lambda _: rebuilt)
     assert fast == slow
     if isinstance(fast, Victims) and isinstance(slow, Victims):
         # The very objects, in the same order (equal values could hide a swapped twin).

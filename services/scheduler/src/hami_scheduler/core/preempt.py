@@ -6,11 +6,12 @@ resources the extender owns (``ignoredByScheduler``); the preempt verb
 (:mod:`hami_scheduler.preempt`) asks this module, per candidate node, for the pods whose release
 makes the preemptor fit *on concrete devices*.  Whether it fits is decided by
 :func:`~hami_scheduler.core.joint.route.decide_on` — the one per-node rule the filter, the bind
-and the autoscaler's simulation use, so every fit rule (memory, cores, share count, type, UUID,
-NUMA, MIG, exclusive, PCIe topology, every vendor) holds here too — on the node with the chosen
-pods' holdings taken away (:func:`~hami_scheduler.core.usage.apply.remove_usage` for devices and
-MIG slices, :func:`~hami_scheduler.core.joint.nics.remove_nic_usage` for NICs and exclusive
-claims).
+and the autoscaler's simulation use, asked as the filter asks it
+(:func:`~hami_scheduler.core.joint.route.fits_on`), so every fit rule (memory, cores, share
+count, type, UUID, NUMA, MIG, exclusive, PCIe topology, every vendor) holds here too — on the
+node with the chosen pods' holdings taken away
+(:func:`~hami_scheduler.core.usage.apply.remove_usage` for devices and MIG slices,
+:func:`~hami_scheduler.core.joint.nics.remove_nic_usage` for NICs and exclusive claims).
 
 :func:`select_victims` follows kube-scheduler's ``SelectVictimsOnNode`` (contract
 ``preemption-and-capacity.md`` §1.3), with devices as the filter:
@@ -43,8 +44,14 @@ highest-priority victim, contract §2.3).  :func:`preference` is kube-scheduler'
 (``pickOneNodeForPreemption``) over such results, for tests and tools: kube-scheduler ranks the
 nodes itself.
 
-Cost: one whole-pod decision with every candidate gone, one per candidate for the reprieve, and
-one per victim per minimality pass (one pass when the fit is monotone).
+Cost: one yes/no with every candidate gone, one per candidate for the reprieve, and one per
+victim per minimality pass (one pass when the fit is monotone), less the sets already judged
+(the minimality pass mostly repeats the reprieve's last trials); the full decision only for the
+reason of a refused node.  Each yes/no is the filter's own answer for one node
+(:func:`~hami_scheduler.core.joint.route.fits_on`: the quick verdict when it is certain, else
+the full decision) on a trial node moved only where a device's total changed (:class:`_Trials`)
+— the same answers as rebuilding the node and deciding in full every time (the test module
+keeps that form as its oracle), at about half the cost.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 from hami_protocol.pod.devices import DeviceUsageSummary
 from hami_scheduler.core.decide import NodeDecision
@@ -193,6 +202,30 @@ def select_victims(
     whose priority is unknown, say — and stay: their usage is in ``node`` and never taken
     away).  ``required``: pods that must go whatever the devices say; they count as victims.
     """
+    return _select_victims(
+        node, priority, occupants, required, partial(_Trials, node, plan, request, required)
+    )
+
+
+class _Judge(Protocol):
+    """How :func:`_select_victims` asks whether the preemptor fits with some pods gone."""
+
+    def fits(self, gone: Sequence[Occupant]) -> bool: ...
+
+    def verdict(self, gone: Sequence[Occupant]) -> Verdict:
+        """The whole decision (read for its reason)."""
+        ...
+
+
+def _select_victims(
+    node: NodeState,
+    priority: int,
+    occupants: Sequence[Occupant],
+    required: Sequence[Occupant],
+    trials_for: Callable[[Sequence[Occupant]], _Judge],
+) -> Victims | str:
+    """:func:`select_victims` with its trials from ``trials_for(candidates)`` (the tests pass
+    the straightforward form as an oracle for :class:`_Trials`)."""
     for pod in required:
         if pod.priority >= priority:
             return (
@@ -200,7 +233,7 @@ def select_victims(
             )
     named = {pod.uid for pod in required}
     candidates = [pod for pod in occupants if pod.priority < priority and pod.uid not in named]
-    trials = _Trials(node, plan, request, required, candidates)
+    trials = trials_for(candidates)
     if not trials.fits(candidates):
         return _reason(trials.verdict(candidates))
     victims = list(candidates)
