@@ -259,10 +259,15 @@ def _minimal(victims: list[Occupant], fits: _Fits) -> list[Occupant]:
 
 
 class _Trials:
-    """The decision on ``node`` with ``required`` and a set of other pods gone: what
-    ``decide_on(plan, request, node.without([*required, *gone]).fleet(), node.name)`` answers,
-    for less (the preempt verb makes ~17 such decisions per node, and rebuilding the node from
-    every gone pod's usage summaries was half of each).
+    """Whether the preemptor fits on ``node`` with ``required`` and a set of other pods gone:
+    what ``decide_on(plan, request, node.without([*required, *gone]).fleet(), node.name)``
+    answers, for less (the preempt verb asks ~17 times per node; rebuilding the node from every
+    gone pod's usage summaries was half of each, the full decision the other half).
+
+    * The yes/no is :func:`~hami_scheduler.core.joint.route.fits_on`: the filter's own answer
+      for one node, its quick verdict where that is certain (property-tested to equal the full
+      decision's), else the full decision; :meth:`verdict` gives the full decision, for the
+      reason of a refused node.
 
     * Each pod's holdings are read once, as device position → amounts
       (:func:`~hami_scheduler.core.usage.apply.position_amounts`).  The amounts gone are kept
