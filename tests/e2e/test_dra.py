@@ -196,7 +196,9 @@ async def _map_shows_both_claims(system: System, generated: str) -> None:
         ):
             seen.update(await response.json())
         nodes = [node for node in seen.get("nodes", ()) if node["name"] == DRA_NODE]
-        return bool(nodes) and sum(len(d["holders"]) for d in nodes[0]["devices"]) == 2
+        if not nodes or not all(d["dra"]["published"] for d in nodes[0]["devices"]):
+            return False  # the slice and the claims come through two watches
+        return sum(len(d["holders"]) for d in nodes[0]["devices"]) == 2
 
     await eventually(shown, within=30, what="the map shows both claims on the DRA GPU")
     (node,) = seen["nodes"]

@@ -53,13 +53,18 @@ async def _claim(h: Harness, name: str, pod: str, memory: str, cores: int) -> No
 
 
 async def _dra_doc(h: Harness, want: int) -> dict[str, Any]:
+    """The map once it shows ``want`` holders on ``NODE``, every card published by the slice:
+    the slices and the claims come through two watches, and a claim seen before its slice is
+    shown, truthfully, on an unpublished card named by pool and device."""
     found: dict[str, Any] = {}
 
     async def shown() -> bool:
         _, doc, _ = await get(h, "api/v1/map")
         found.update(doc)
         nodes = [node for node in doc["nodes"] if node["name"] == NODE]
-        return bool(nodes) and sum(len(d["holders"]) for d in nodes[0]["devices"]) == want
+        if not nodes or not all(d["dra"]["published"] for d in nodes[0]["devices"]):
+            return False
+        return sum(len(d["holders"]) for d in nodes[0]["devices"]) == want
 
     await eventually(shown, what=f"{want} DRA holders on the map")
     return found
