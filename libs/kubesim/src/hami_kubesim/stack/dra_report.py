@@ -116,7 +116,8 @@ def _charge(result: Mapping[str, Any], device: Mapping[str, Any], name: str) -> 
 def _holder(claim: Mapping[str, Any]) -> str:
     view = ObjectView(claim)
     name = view.name if view.namespace in ("", "default") else f"{view.namespace}/{view.name}"
-    pods = ",".join(str(r.get("name")) for r in (claim.get("status") or {}).get("reservedFor") or ())
+    reserved = (claim.get("status") or {}).get("reservedFor") or ()
+    pods = ",".join(str(entry.get("name")) for entry in reserved)
     return f"{name} → {pods or '-'}"
 
 
