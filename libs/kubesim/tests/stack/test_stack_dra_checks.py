@@ -230,3 +230,23 @@ def test_the_report_lists_claims_and_what_a_dra_container_got() -> None:
     assert f"default/a: {NODE}/gpu-0 cores 0 memory 4Gi; reserved for p" in text
     assert "default/big: not allocated; reserved for -" in text
     assert f"cuda: claim:gpu: gpu.hami.io/{NODE}/gpu-0 memory 4096m SM limit 0" in text
+
+
+def test_the_utilisation_table_lists_dra_gpus_with_the_claims_holding_them() -> None:
+    shares = (_claim("a", "4Gi", pod="p", cores="30"), _claim("b", "2Gi", pod="q"))
+    text = render_report(_state(claims=shares, slices=(_slice(),)))
+    table = text.split("GPU utilisation")[1]
+    assert f"  {NODE}  (1 DRA GPUs: NVIDIA-A100)" in table
+    assert "#0 GPU-aaaaaaaa…  DRA gpu-0  mem   6144/16384  MiB  37%  cores  30/100" in table
+    assert table.rstrip().endswith("a → p, b → q")
+
+    whole = dra.allocation_result("gpu", "gpu-0", pool=NODE)
+    exclusive = _claim("w", "16Gi", allocated=False)
+    exclusive["status"] = {"allocation": dra.allocation([whole], node=NODE)}
+    text = render_report(_state(claims=(exclusive,), slices=(_slice(shared=False),)))
+    assert "mem  16384/16384  MiB 100%  cores 100/100  w → -" in text.split("GPU utilisation")[1]
+
+
+def test_a_dra_gpu_nobody_claims_is_listed_free() -> None:
+    table = render_report(_state(slices=(_slice(),))).split("GPU utilisation")[1]
+    assert "DRA gpu-0  mem      0/16384  MiB   0%  cores   0/100  -" in table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
+from html.parser import HTMLParser
 from typing import Any
 
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from hami_scheduler.cache.view import SchedulerCache
 from hami_scheduler.gpumap.dra.join import DraView, join
 from hami_scheduler.gpumap.dra.read import read_claim, read_slice
 from hami_scheduler.gpumap.model import MapQuery, map_document
+from hami_scheduler.gpumap.page import render_page
 from hami_scheduler.settings import parse_settings
 
 from ..service_helpers import gpus, node_object, register_annotations
@@ -89,7 +91,9 @@ def test_a_device_no_slice_publishes_keeps_its_holders() -> None:
     slices = [dra.resource_slice("d", [dra.gpu_device(0)])]
     claims = [claim("gone", "d", share("gpu-3", "1Gi"), pods=("p",))]
     cards = joined(slices, claims).by_node["d"].cards
-    assert [(c.device.name, c.published) for c in cards] == [("gpu-0", True), ("gpu-3", False)]
+    assert [(c.device.name, c.published, c.generation) for c in cards] == [
+        ("gpu-0", True, 1), ("gpu-3", False, None),
+    ]  # fmt: skip
     assert cards[1].holders[0].claim == "gone"
 
 
@@ -101,7 +105,7 @@ def test_only_the_newest_pool_generation_and_this_driver_count() -> None:
     foreign = claim("f", "d", {**share("gpu-0", "1Gi"), "driver": "gpu.example.com"})
     assert read_claim(foreign) is None
     (card,) = joined([old, new, other], [foreign]).by_node["d"].cards
-    assert card.device.memory == 16 * GIB
+    assert (card.device.memory, card.generation) == (16 * GIB, 2)
 
 
 def test_two_requests_of_one_claim_on_one_card_are_one_holder() -> None:
@@ -208,6 +212,39 @@ def test_the_map_shows_dra_cards_apart_from_the_extenders_figures() -> None:
     assert cluster["dra"]["memory"] == {
         "total": 24576, "allocated": 4096, "free": 20480, "largestFree": 12288,
     }  # fmt: skip
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def _node_texts(doc: dict[str, Any]) -> dict[str, str]:
+    """Each node section's text as a reader sees it (tags dropped, blanks collapsed)."""
+    parser = _Text()
+    parser.feed(render_page("map", doc, {}))
+    text = " ".join("".join(parser.parts).split())
+    sections = text.split("Node ")[1:]
+    return {section.split(" ", 1)[0]: section for section in sections}
+
+
+def test_a_dra_only_node_says_its_gpus_come_from_a_resource_slice() -> None:
+    slices = [dra.resource_slice("d", [dra.gpu_device(0, uuid="GPU-d-0")], generation=3)]
+    doc = map_document(
+        _cache_with_a_hami_node(), MapQuery(), now=NOW, replica=REPLICA, dra=joined(slices, [])
+    )
+    nodes = {node["name"]: node for node in doc["nodes"]}
+    assert nodes["d"]["dra"]["pools"] == [{"pool": "d", "generation": 3}]
+    assert nodes["d"]["devices"][0]["dra"]["generation"] == 3
+    texts = _node_texts(doc)
+    assert "GPUs published by ResourceSlice (DRA), pool d generation 3." in texts["d"]
+    assert "registration" not in texts["d"]
+    assert "Last registration" in texts["n"]  # a HAMi node keeps its registration time
+    assert "ResourceSlice" not in texts["n"]
 
 
 def test_filters_apply_to_dra_cards() -> None:

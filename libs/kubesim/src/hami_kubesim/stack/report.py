@@ -6,8 +6,9 @@ allocation record) and, when the vGPU monitors were read, what they report for e
 GPUs (memory used of the limit, utilisation); the pods that were not placed, with the
 scheduler's FailedScheduling message or the admission refusal; the preemptions (who evicted
 whom, on which node and GPU, from the Events; the victims are gone); and per-node, per-GPU
-utilisation (memory, cores, task slots and the pods holding it); with DRA claims, what each
-container got from them and the claims themselves (:mod:`.dra_report`). Pure: no I/O.
+utilisation (memory, cores, task slots and the pods holding it; DRA GPUs with the claims
+holding them); with DRA claims, what each container got from them and the claims themselves
+(:mod:`.dra_report`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from hami_kubesim.stack.checks.expectations import ExpectationResult
 from hami_kubesim.stack.checks.mig import container_reservations_of
 from hami_kubesim.stack.checks.preemptions import Preemption, preemptions
 from hami_kubesim.stack.checks.usage import DeviceReading, MonitorUsage
-from hami_kubesim.stack.dra_report import claim_lines, dra_container_lines, dra_env
+from hami_kubesim.stack.dra_report import (
+    claim_lines,
+    dra_container_lines,
+    dra_device_lines,
+    dra_env,
+)
 from hami_kubesim.stack.state import (
     ClusterState,
     DeviceLoad,
@@ -243,6 +249,7 @@ def render_report(
     for node, loads in sorted(device_loads(state).items()):
         if loads:
             lines.extend(_device_lines(node, loads))
+    lines.extend(dra_device_lines(state))
     for node, word, vendor_loads in vendor_device_loads(state):
         lines.extend(_device_lines(node, vendor_loads, f"{word} devices"))
     if results:

@@ -47,7 +47,13 @@ from hami_scheduler.cache.holdings import Resident
 from hami_scheduler.cache.nodes import NodeFacts
 from hami_scheduler.core import DeviceUsage, NodeUsage
 from hami_scheduler.core.usage.device import device_usage
-from hami_scheduler.gpumap.dra.document import dra_card, dra_state, dra_summary, wanted_cards
+from hami_scheduler.gpumap.dra.document import (
+    dra_card,
+    dra_pools,
+    dra_state,
+    dra_summary,
+    wanted_cards,
+)
 from hami_scheduler.gpumap.dra.join import UNWATCHED, DraCard, DraView
 from hami_scheduler.gpumap.query import DEFAULT_PAGE, Page, document, flag, page_of, text
 from hami_scheduler.gpumap.steps import Steps, drain
@@ -306,7 +312,10 @@ def _node(
         "devices": [*devices, *map(dra_card, dra)],
     }
     if dra:
-        entry["dra"] = _capacity(dra_summary(dra), cluster=True) | {"devices": len(dra)}
+        entry["dra"] = _capacity(dra_summary(dra), cluster=True) | {
+            "devices": len(dra),
+            "pools": dra_pools(dra),
+        }
         if not facts.registrations and not facts.foreign:
             entry["health"] = "Healthy"
     if unreadable:

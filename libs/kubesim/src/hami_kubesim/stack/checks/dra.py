@@ -38,12 +38,17 @@ from hami_protocol.pod import envs
 __all__ = [
     "CLAIM_RESOURCE_PREFIX",
     "DRIVER",
+    "DeviceKey",
+    "capacity_of",
     "capacity_problems",
     "cdi_problems",
     "claim_of",
     "claim_results",
+    "device_key",
     "dra_container_devices",
     "env_problems",
+    "published_devices",
+    "quantity_of",
 ]
 
 DRIVER: Final = "gpu.hami.io"
@@ -65,7 +70,7 @@ def _list(value: object) -> Sequence[Any]:
     return value if isinstance(value, list) else ()
 
 
-def _quantity(value: object) -> Fraction | None:
+def quantity_of(value: object) -> Fraction | None:
     try:
         return read_quantity(value)
     except RequestError:
@@ -78,12 +83,13 @@ def claim_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [_mapping(r) for r in _list(_mapping(allocation.get("devices")).get("results"))]
 
 
-def _device_key(result: Mapping[str, Any]) -> DeviceKey:
+def device_key(result: Mapping[str, Any]) -> DeviceKey:
     return str(result.get("driver")), str(result.get("pool")), str(result.get("device"))
 
 
-def _published(state: ClusterState) -> dict[DeviceKey, Mapping[str, Any]]:
-    """Every device of the newest generation of each pool."""
+def published_devices(state: ClusterState) -> dict[DeviceKey, Mapping[str, Any]]:
+    """Every device of the newest generation of each pool (the report's DRA utilisation reads
+    them too)."""
     newest: dict[tuple[str, str], int] = {}
     for item in state.slices:
         spec = ObjectView(item).spec
@@ -102,8 +108,8 @@ def _published(state: ClusterState) -> dict[DeviceKey, Mapping[str, Any]]:
     return devices
 
 
-def _capacity(device: Mapping[str, Any], name: str) -> Fraction | None:
-    return _quantity(_mapping(_mapping(device.get("capacity")).get(name)).get("value"))
+def capacity_of(device: Mapping[str, Any], name: str) -> Fraction | None:
+    return quantity_of(_mapping(_mapping(device.get("capacity")).get(name)).get("value"))
 
 
 def _claim_name(claim: Mapping[str, Any]) -> str:
@@ -112,16 +118,16 @@ def _claim_name(claim: Mapping[str, Any]) -> str:
 
 
 def capacity_problems(state: ClusterState) -> list[Problem]:
-    devices = _published(state)
+    devices = published_devices(state)
     consumed: dict[DeviceKey, dict[str, Fraction]] = {}
     holders: dict[DeviceKey, list[str]] = {}
     for claim in state.claims:
         for result in claim_results(claim):
-            key = _device_key(result)
+            key = device_key(result)
             holders.setdefault(key, []).append(_claim_name(claim))
             totals = consumed.setdefault(key, {})
             for name, value in _mapping(result.get("consumedCapacity")).items():
-                amount = _quantity(value)
+                amount = quantity_of(value)
                 if amount is not None:
                     totals[name] = totals.get(name, Fraction(0)) + amount
     found: list[Problem] = []
@@ -133,7 +139,7 @@ def capacity_problems(state: ClusterState) -> list[Problem]:
         if not device.get("allowMultipleAllocations") and len(claims) > 1:
             found.append((subject, f"not shareable but allocated to {', '.join(claims)}"))
         for name, used in sorted(consumed.get(key, {}).items()):
-            limit = _capacity(device, name)
+            limit = capacity_of(device, name)
             if limit is not None and used > limit:
                 found.append(
                     (subject, f"{name} over-committed: {used} > {limit} ({', '.join(claims)})")
@@ -198,16 +204,16 @@ def _expected_limits(
     limits: list[str] = []
     cores: str | None = None
     for result in results:
-        device = devices.get(_device_key(result), {})
+        device = devices.get(device_key(result), {})
         uuid = _mapping(_mapping(device.get("attributes")).get("uuid")).get("string")
         if uuid:
             uuids.append(str(uuid))
         used = _mapping(result.get("consumedCapacity"))
-        memory = _quantity(used["memory"]) if "memory" in used else _capacity(device, "memory")
+        memory = quantity_of(used["memory"]) if "memory" in used else capacity_of(device, "memory")
         if memory is not None:
             limits.append(f"{int(memory) // _MIB}m")
         if cores is None and "cores" in used:
-            value = _quantity(used["cores"])
+            value = quantity_of(used["cores"])
             cores = None if value is None else str(int(value))
     return uuids, limits, cores
 
@@ -236,7 +242,7 @@ def _entry_problems(
     }
     problems = [] if PodView(pod).uid in reserved else [f"claim {name} is not reserved for it"]
     chosen = _of_request(results, request)
-    wanted_ids = sorted("/".join(_device_key(r)) for r in chosen)
+    wanted_ids = sorted("/".join(device_key(r)) for r in chosen)
     given_ids = sorted(str(i) for i in _list(entry.get("deviceIDs")))
     if given_ids != wanted_ids:
         problems.append(f"got devices {given_ids}, claim {name} allocates {wanted_ids}")
@@ -259,7 +265,7 @@ def _entry_problems(
 
 
 def env_problems(state: ClusterState) -> list[Problem]:
-    devices = _published(state)
+    devices = published_devices(state)
     found: list[Problem] = []
     for pod in state.pods:
         view = PodView(pod)

@@ -19,7 +19,7 @@ from hami_protocol.dra_driver import DRIVER
 from hami_scheduler.gpumap.dra.join import DraCard, DraHolder, DraNode, DraView
 from hami_scheduler.gpumap.summary import Summary, add
 
-__all__ = ["MODE", "VENDOR", "dra_card", "dra_state", "dra_summary", "wanted_cards"]
+__all__ = ["MODE", "VENDOR", "dra_card", "dra_pools", "dra_state", "dra_summary", "wanted_cards"]
 
 MODE: Final = "dra"
 VENDOR: Final = "NVIDIA"
@@ -58,6 +58,12 @@ def dra_summary(cards: Iterable[DraCard]) -> Summary:
     )
 
 
+def dra_pools(cards: Iterable[DraCard]) -> list[dict[str, Any]]:
+    """The pools (ResourceSlices) the cards are published in, with their current generation."""
+    pools = {card.pool: card.generation for card in cards if card.published}
+    return [{"pool": pool, "generation": pools[pool]} for pool in sorted(pools)]
+
+
 def dra_state(view: DraView) -> dict[str, Any]:
     """The document's ``dra`` block: whether DRA GPUs are watched, and why not."""
     return {"driver": DRIVER, "watched": view.watched, "reason": view.reason}
@@ -94,6 +100,7 @@ def dra_card(card: DraCard) -> dict[str, Any]:
             "device": device.name,
             "shared": device.shared,
             "published": card.published,
+            "generation": card.generation,
             "placedBy": "kube-scheduler",
         },
     }

@@ -55,6 +55,8 @@ class DraCard:
     device: PublishedDevice
     published: bool
     holders: tuple[DraHolder, ...]
+    generation: int | None = None
+    """The pool's current ``pool.generation`` (None: no current slice publishes the device)."""
 
     @property
     def allocated_memory(self) -> int:
@@ -103,7 +105,10 @@ _Key = tuple[str, str]
 """(pool, device name)."""
 
 
-def _published(slices: Iterable[SliceFacts]) -> dict[_Key, tuple[str, PublishedDevice]]:
+def _published(
+    slices: Iterable[SliceFacts],
+) -> tuple[dict[_Key, tuple[str, PublishedDevice]], dict[str, int]]:
+    """The current devices with their nodes, and each pool's current generation."""
     current: dict[str, int] = {}
     ordered = sorted(slices, key=lambda s: s.name)
     for facts in ordered:
@@ -114,7 +119,7 @@ def _published(slices: Iterable[SliceFacts]) -> dict[_Key, tuple[str, PublishedD
             continue
         for device in facts.devices:
             devices.setdefault((facts.pool, device.name), (facts.node or facts.pool, device))
-    return devices
+    return devices, current
 
 
 def _charge(result: ResultFacts, device: PublishedDevice) -> tuple[int, int]:
@@ -151,7 +156,7 @@ def _order(card: DraCard) -> tuple[int, str]:
 
 def join(slices: Iterable[SliceFacts], claims: Iterable[ClaimFacts]) -> dict[str, DraNode]:
     """Node name → its DRA cards (see the module doc), cards by index, holders by claim."""
-    devices = _published(slices)
+    devices, current = _published(slices)
     placed: dict[_Key, tuple[str, PublishedDevice]] = dict(devices)
     held: dict[_Key, dict[str, tuple[ClaimFacts, list[ResultFacts]]]] = {}
     for claim in claims:
@@ -165,7 +170,9 @@ def join(slices: Iterable[SliceFacts], claims: Iterable[ClaimFacts]) -> dict[str
     for key, (node, device) in placed.items():
         holders = [_holder(claim, device, results) for claim, results in held.get(key, {}).values()]
         holders.sort(key=lambda h: (h.namespace, h.claim, h.uid))
-        card = DraCard(key[0], device, key in devices, tuple(holders))
+        published = key in devices
+        generation = current.get(key[0]) if published else None
+        card = DraCard(key[0], device, published, tuple(holders), generation)
         by_node.setdefault(node, []).append(card)
     return {
         node: DraNode(node, tuple(sorted(cards, key=_order))) for node, cards in by_node.items()

@@ -103,6 +103,15 @@ def _dra_figures(out: list[str], figures: Mapping[str, Any], state: Mapping[str,
     )
 
 
+def _pools(pools: list[Any]) -> str:
+    """``, pool d generation 3`` per pool the node's DRA cards are published in."""
+    named = (as_map(pool) for pool in pools)
+    return "".join(
+        f", pool {text_or(p.get('pool'), '?')} generation {text_or(p.get('generation'), '?')}"
+        for p in named
+    )
+
+
 def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None:
     name = text_or(node.get("name"), "?")
     health = str(node.get("health") or "Unknown")
@@ -113,7 +122,14 @@ def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None
     else:
         out.append(flag(False, "", health))
     out.append("</h3><p>")
-    out.append(f"Last registration {time_of(node.get('registeredAt'), now)}")
+    dra = as_map(node.get("dra"))
+    if dra and not node.get("vendors"):
+        # No register annotation to date: the cards come from the node agent's ResourceSlice.
+        out.append(f"GPUs published by ResourceSlice (DRA){_pools(as_list(dra.get('pools')))}")
+        if node.get("registeredAt") is not None:
+            out.append(f"; last registration {time_of(node.get('registeredAt'), now)}")
+    else:
+        out.append(f"Last registration {time_of(node.get('registeredAt'), now)}")
     if node.get("handshake") is not None:
         out.append(f"; handshake <code>{esc(node['handshake'])}</code>")
     out.append(
@@ -123,7 +139,6 @@ def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None
     )
     if node.get("fragmented"):
         out.append(' <span class="warn flag">⚠ fragmented</span>')
-    dra = as_map(node.get("dra"))
     if dra:
         memory = as_map(dra.get("memory"))
         out.append(
