@@ -243,7 +243,11 @@ def test_a_dra_only_node_says_its_gpus_come_from_a_resource_slice() -> None:
     texts = _node_texts(doc)
     assert "GPUs published by ResourceSlice (DRA), pool d generation 3." in texts["d"]
     assert "registration" not in texts["d"]
+    # The extender's free figures would read "0 MiB free" on a node it places nothing on.
+    assert "Free memory" not in texts["d"]
+    assert "DRA cards (placed by kube-scheduler): free 16,384 MiB of 16,384 MiB" in texts["d"]
     assert "Last registration" in texts["n"]  # a HAMi node keeps its registration time
+    assert "Free memory" in texts["n"]
     assert "ResourceSlice" not in texts["n"]
 
 

@@ -123,7 +123,8 @@ def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None
         out.append(flag(False, "", health))
     out.append("</h3><p>")
     dra = as_map(node.get("dra"))
-    if dra and not node.get("vendors"):
+    dra_only = bool(dra) and not node.get("vendors")
+    if dra_only:
         # No register annotation to date: the cards come from the node agent's ResourceSlice.
         out.append(f"GPUs published by ResourceSlice (DRA){_pools(as_list(dra.get('pools')))}")
         if node.get("registeredAt") is not None:
@@ -132,17 +133,22 @@ def _node(out: list[str], node: Mapping[str, Any], now: datetime | None) -> None
         out.append(f"Last registration {time_of(node.get('registeredAt'), now)}")
     if node.get("handshake") is not None:
         out.append(f"; handshake <code>{esc(node['handshake'])}</code>")
-    out.append(
-        f". Free memory {mib(free.get('memory'))} in total, largest on one card "
-        f"{mib(free.get('largestMemory'))}; free cores {pct(free.get('cores'))}, largest "
-        f"{pct(free.get('largestCores'))}."
-    )
+    if not dra_only:
+        # The extender's free figures; a DRA-only node has none, and "0 MiB free" would read
+        # as a full node.
+        out.append(
+            f". Free memory {mib(free.get('memory'))} in total, largest on one card "
+            f"{mib(free.get('largestMemory'))}; free cores {pct(free.get('cores'))}, largest "
+            f"{pct(free.get('largestCores'))}"
+        )
+    out.append(".")
     if node.get("fragmented"):
         out.append(' <span class="warn flag">⚠ fragmented</span>')
     if dra:
         memory = as_map(dra.get("memory"))
+        apart = "" if dra_only else ", not counted above"
         out.append(
-            f" DRA cards (placed by kube-scheduler, not counted above): free "
+            f" DRA cards (placed by kube-scheduler{apart}): free "
             f"{mib(memory.get('free'))} of {mib(memory.get('total'))}, largest on one card "
             f"{mib(memory.get('largestFree'))}."
         )
