@@ -11,7 +11,8 @@ strings.  Attributes without a domain belong to the driver (``gpu.hami.io/uuid``
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 __all__ = [
     "ATTR_DRIVER_VERSION",
@@ -28,6 +29,7 @@ __all__ = [
     "DEVICE_CLASS",
     "DRIVER",
     "RESOURCE_API_VERSION",
+    "attribute_value",
     "device_index",
     "device_name",
 ]
@@ -69,3 +71,20 @@ def device_index(name: str) -> int | None:
     """The GPU index a device name stands for (None: not one of this driver's names)."""
     matched = _DEVICE_NAME.fullmatch(name)
     return None if matched is None else int(matched.group(1))
+
+
+_ATTRIBUTE_KINDS: Final = ("string", "int", "bool", "version")
+"""The members of a ``DeviceAttribute`` (exactly one is set)."""
+
+
+def attribute_value(attributes: object, key: str) -> object:
+    """The value of a published device's attribute ``key`` (``spec.devices[].attributes``: a
+    map of name → ``{string|int|bool|version: value}``), named bare or qualified with this
+    driver's domain (``gpu.hami.io/uuid``, as CEL reads it); ``None`` when absent or not one
+    of those shapes."""
+    if not isinstance(attributes, Mapping):
+        return None
+    value: Any = attributes.get(key) or attributes.get(f"{DRIVER}/{key}")
+    if not isinstance(value, Mapping):
+        return None
+    return next((value[kind] for kind in _ATTRIBUTE_KINDS if kind in value), None)

@@ -26,6 +26,7 @@ from hami_kubesim.stack.checks.dra import (
     quantity_of,
 )
 from hami_kubesim.stack.state import ClusterState, allocation_record, record_containers
+from hami_protocol.dra_driver import attribute_value
 
 __all__ = ["claim_lines", "dra_container_lines", "dra_device_lines", "dra_env"]
 
@@ -95,9 +96,7 @@ def claim_lines(state: ClusterState) -> list[str]:
 
 
 def _attribute(device: Mapping[str, Any], key: str) -> object:
-    attributes = device.get("attributes") or {}
-    value = attributes.get(key) or attributes.get(f"{DRIVER}/{key}") or {}
-    return next((value[kind] for kind in ("string", "int") if kind in value), None)
+    return attribute_value(device.get("attributes"), key)
 
 
 def _index(device: Mapping[str, Any]) -> int:

@@ -21,6 +21,7 @@ from hami_protocol.dra_driver import (
     CAPACITY_CORES,
     CAPACITY_MEMORY,
     DRIVER,
+    attribute_value,
 )
 from hami_protocol.errors import ProtocolError
 from hami_protocol.request.quantity import json_quantity
@@ -132,14 +133,6 @@ def _mib(raw: object, key: str) -> int | None:
     return None if amount is None else amount // MIB
 
 
-def _attribute(attributes: Mapping[str, Any], key: str) -> object:
-    value = _map(attributes.get(key) or attributes.get(f"{DRIVER}/{key}"))
-    for kind in ("string", "int", "bool", "version"):
-        if kind in value:
-            return value[kind]
-    return None
-
-
 def _device(raw: object) -> PublishedDevice | None:
     device = _map(raw)
     name = _str(device.get("name"))
@@ -151,10 +144,10 @@ def _device(raw: object) -> PublishedDevice | None:
     cores = _amount(_map(capacity.get(CAPACITY_CORES)).get("value"), CAPACITY_CORES)
     return PublishedDevice(
         name=name,
-        uuid=_str(_attribute(attributes, ATTR_UUID)),
-        model=_str(_attribute(attributes, ATTR_MODEL)),
-        index=_int(_attribute(attributes, ATTR_INDEX)),
-        numa=_int(_attribute(attributes, ATTR_NUMA)),
+        uuid=_str(attribute_value(attributes, ATTR_UUID)),
+        model=_str(attribute_value(attributes, ATTR_MODEL)),
+        index=_int(attribute_value(attributes, ATTR_INDEX)),
+        numa=_int(attribute_value(attributes, ATTR_NUMA)),
         memory=memory or 0,
         cores=cores or 0,
         shared=device.get("allowMultipleAllocations") is True,
